@@ -1,0 +1,44 @@
+# Sluice: every target creates the environment it needs, idempotently.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+GEN_STAMP := libs/sluice/v1/.generated
+PROTOS := $(wildcard protos/sluice/v1/*.proto)
+PYTEST_ARGS ?=
+BENCH ?=
+
+.PHONY: env demo test test-fast bench proto clean standalone
+
+env: $(STAMP) $(GEN_STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip wheel setuptools
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+$(GEN_STAMP): $(PROTOS) $(STAMP)
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=libs --pyi_out=libs --grpc_python_out=libs $(PROTOS)
+	touch libs/sluice/v1/__init__.py
+	touch $@
+
+proto: $(GEN_STAMP)
+
+demo: env
+	$(PY) -m sluice_examples.clickstream.demo
+
+standalone: env
+	$(PY) -m sluice.cli.main standalone
+
+test: env
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: env
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: env
+	$(PY) -m bench $(BENCH)
+
+clean:
+	rm -rf $(VENV) libs/sluice/v1 .sluice .pytest_cache

@@ -1,0 +1,109 @@
+"""The bus port: Kafka's semantics (topics, keyed partitions, offsets, consumer groups).
+
+Adapters: the in-process bus (embedded mode) and Kafka via aiokafka (distributed mode).
+Both pass tests/integration/bus/contract.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Protocol, Sequence
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    compacted: bool = False          # keep only the latest value per key (tables such as schedule changes)
+
+
+class Producer(Protocol):
+    async def send(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> tuple[int, int]:
+        """Append one record; return (partition, offset) once it is durable on the bus."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Consumer(Protocol):
+    async def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
+        """Records from the assigned partitions after this consumer's position; [] after `timeout` seconds."""
+        ...
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit the next offset to read per partition (Kafka semantics); None commits what poll returned."""
+        ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    async def close(self) -> None:
+        """Leave the group; its partitions are reassigned to the remaining members."""
+        ...
+
+
+class Bus(Protocol):
+    async def create_topics(self, topics: Sequence[TopicSpec]) -> None:
+        """Create the topics that do not exist yet; existing ones are left as they are."""
+        ...
+
+    def producer(self) -> Producer: ...
+
+    def consumer(self, group_id: str, topics: Sequence[str]) -> Consumer:
+        """Join `group_id`; partitions are shared among the group's members. A group with no
+        committed offset for a partition starts at its earliest record."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def kafka_partition(key: bytes, partitions: int) -> int:
+    """Kafka's default partitioner (murmur2, positive, modulo), so keys land where Kafka puts them."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def murmur2(data: bytes) -> int:
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    length4 = length // 4
+    for i in range(length4):
+        i4 = i * 4
+        k = (data[i4] & 0xFF) + ((data[i4 + 1] & 0xFF) << 8) + ((data[i4 + 2] & 0xFF) << 16) + ((data[i4 + 3] & 0xFF) << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    extra = length % 4
+    tail = length & ~3
+    if extra >= 3:
+        h ^= (data[tail + 2] & 0xFF) << 16
+    if extra >= 2:
+        h ^= (data[tail + 1] & 0xFF) << 8
+    if extra >= 1:
+        h ^= data[tail] & 0xFF
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h

@@ -1,0 +1,21 @@
+from sluice.eventlog.port import (
+    ANY_VERSION,
+    NO_STREAM,
+    Checkpoint,
+    EventLog,
+    NewEvent,
+    RecordedEvent,
+    StreamAppend,
+    WrongExpectedVersion,
+)
+
+__all__ = [
+    "ANY_VERSION",
+    "NO_STREAM",
+    "Checkpoint",
+    "EventLog",
+    "NewEvent",
+    "RecordedEvent",
+    "StreamAppend",
+    "WrongExpectedVersion",
+]

@@ -1,0 +1,107 @@
+"""The event log port: an append-only log of streams with optimistic concurrency.
+
+Every adapter (SQLite, PostgreSQL, KurrentDB) passes the same contract suite in
+tests/integration/eventlog/contract.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import AsyncIterator, Mapping, Protocol, Sequence
+
+NO_STREAM = -1
+"""Expected version meaning: the stream must not exist yet."""
+ANY_VERSION = -2
+"""Expected version meaning: append whatever the stream's version."""
+
+
+class WrongExpectedVersion(Exception):
+    """Optimistic concurrency conflict: another writer appended first."""
+
+    def __init__(self, stream: str, expected: int, actual: int) -> None:
+        super().__init__(f"stream {stream!r}: expected version {expected}, actual {actual}")
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    id: str                                   # unique; the id under which the event is published
+    type: str                                 # past tense, e.g. "ScheduleCreated"
+    data: bytes                               # serialized by the caller (JSON in Sluice)
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    id: str
+    stream: str
+    version: int                              # 0-based index within the stream
+    position: int                             # global position, > 0, increasing in commit order
+    type: str
+    data: bytes
+    metadata: Mapping[str, str]
+    recorded_at: datetime                     # timezone-aware UTC, taken from the adapter's clock
+
+
+@dataclass(frozen=True)
+class StreamAppend:
+    stream: str
+    events: Sequence[NewEvent]
+    expected_version: int                     # exact version, NO_STREAM or ANY_VERSION
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A named position (e.g. a consumer's bus offset) stored atomically with an append."""
+
+    name: str
+    value: int
+
+
+class EventLog(Protocol):
+    def append(
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        expected_version: int,
+        *,
+        checkpoints: Sequence[Checkpoint] = (),
+    ) -> int:
+        """Append atomically; return the stream's new version. Raises WrongExpectedVersion."""
+        ...
+
+    def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
+        """Append to several streams all-or-nothing; return each stream's new version."""
+        ...
+
+    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
+        """Events of one stream from `from_version` on; [] for a stream that does not exist."""
+        ...
+
+    def stream_version(self, stream: str) -> int:
+        """The version of the stream's last event, NO_STREAM (-1) if it has none."""
+        ...
+
+    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        """Events of every stream with position > after, in position order, at most `limit`.
+
+        Never skips an event: whatever a later call returns has a position greater than
+        everything returned before (adapters whose positions are assigned before commit
+        must hold back until earlier positions are resolved)."""
+        ...
+
+    def head_position(self) -> int:
+        """The position of the last committed event, 0 for an empty log."""
+        ...
+
+    def read_checkpoint(self, name: str) -> int | None: ...
+
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None: ...
+
+    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
+        """Catch up from `after`, then wait for and yield new events as they commit, forever."""
+        ...
+
+    def close(self) -> None: ...
