@@ -25,6 +25,14 @@ class WrongExpectedVersion(Exception):
         self.actual = actual
 
 
+class DuplicateEventId(Exception):
+    """An appended event's id is already in the log (or twice in one append); nothing was written."""
+
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"event id {event_id!r} already exists in the log")
+        self.event_id = event_id
+
+
 @dataclass(frozen=True)
 class NewEvent:
     id: str                                   # unique; the id under which the event is published
@@ -69,11 +77,17 @@ class EventLog(Protocol):
         *,
         checkpoints: Sequence[Checkpoint] = (),
     ) -> int:
-        """Append atomically; return the stream's new version. Raises WrongExpectedVersion."""
+        """Append atomically, with `checkpoints` in the same transaction; return the stream's new version.
+
+        Raises WrongExpectedVersion (or DuplicateEventId) and then writes nothing, checkpoints
+        included. Appending no events still checks the version, writes the checkpoints and
+        returns the current version."""
         ...
 
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
-        """Append to several streams all-or-nothing; return each stream's new version."""
+        """Append to several streams all-or-nothing; return each stream's new version.
+
+        A conflict on any stream writes nothing at all. A stream named twice is appended in order."""
         ...
 
     def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
@@ -101,7 +115,11 @@ class EventLog(Protocol):
     def save_checkpoint(self, checkpoint: Checkpoint) -> None: ...
 
     def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        """Catch up from `after`, then wait for and yield new events as they commit, forever."""
+        """Catch up from `after`, then wait for and yield new events as they commit, forever.
+
+        Never skips nor repeats an event; cancelling the consuming task ends it cleanly."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the store; calling it again does nothing."""
+        ...

@@ -1,0 +1,256 @@
+"""SQLite adapter of the event-log port: one file (or memory), one connection, WAL journal.
+
+Writers are serialised by BEGIN IMMEDIATE, so positions (the AUTOINCREMENT rowid) are
+assigned in commit order and `read_all` can never skip an event. Subscribers are woken at
+once by appends made through this instance and poll for appends from other processes.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator, Sequence
+
+from sluice.clock import Clock, SystemClock
+from sluice.eventlog.port import (
+    ANY_VERSION,
+    NO_STREAM,
+    Checkpoint,
+    DuplicateEventId,
+    NewEvent,
+    RecordedEvent,
+    StreamAppend,
+    WrongExpectedVersion,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    position    INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, even after a rollback
+    id          TEXT    NOT NULL UNIQUE,
+    stream      TEXT    NOT NULL,
+    version     INTEGER NOT NULL,
+    type        TEXT    NOT NULL,
+    data        BLOB    NOT NULL,
+    metadata    TEXT    NOT NULL,                   -- JSON object, str -> str
+    recorded_at TEXT    NOT NULL,                   -- ISO 8601, UTC
+    UNIQUE (stream, version)                        -- its index serves read_stream and stream_version
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    name  TEXT    PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+_COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
+_SUBSCRIBE_BATCH = 500
+
+
+class SqliteEventLog:
+    """The EventLog port over SQLite. Thread-safe: one connection behind a lock."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ":memory:",
+        *,
+        clock: Clock | None = None,
+        poll_interval: float = 0.05,
+    ) -> None:
+        self._clock = clock or SystemClock()
+        self._poll_interval = poll_interval
+        self._lock = threading.Lock()
+        self._closed = False
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._waiters_lock = threading.Lock()
+        self._conn = _connect(os.fspath(path))
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        expected_version: int,
+        *,
+        checkpoints: Sequence[Checkpoint] = (),
+    ) -> int:
+        return self.append_batch([StreamAppend(stream, events, expected_version)], checkpoints=checkpoints)[0]
+
+    def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
+        with self._transaction() as conn:
+            recorded_at = self._clock.now().astimezone(timezone.utc).isoformat()
+            versions = [_append_stream(conn, append, recorded_at) for append in appends]
+            _upsert_checkpoints(conn, checkpoints)
+        if any(append.events for append in appends):
+            self._notify_subscribers()
+        return versions
+
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        with self._transaction() as conn:
+            _upsert_checkpoints(conn, [checkpoint])
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version >= ? ORDER BY version",
+            (stream, from_version),
+        )
+        return [_to_event(row) for row in rows]
+
+    def stream_version(self, stream: str) -> int:
+        return self._query("SELECT COALESCE(MAX(version), ?) FROM events WHERE stream = ?", (NO_STREAM, stream))[0][0]
+
+    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?", (after, limit)
+        )
+        return [_to_event(row) for row in rows]
+
+    def head_position(self) -> int:
+        return self._query("SELECT COALESCE(MAX(position), 0) FROM events")[0][0]
+
+    def read_checkpoint(self, name: str) -> int | None:
+        rows = self._query("SELECT value FROM checkpoints WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    # -- subscribing -------------------------------------------------------------------------
+
+    async def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
+        wake = asyncio.Event()
+        waiter = (asyncio.get_running_loop(), wake)
+        with self._waiters_lock:
+            self._waiters.add(waiter)
+        try:
+            position = after
+            while not self._closed:
+                wake.clear()  # before reading: an append after the read sets it again
+                batch = await self._read_batch(position)
+                for event in batch:
+                    position = event.position
+                    yield event
+                if not batch:
+                    await self._wait(wake)
+        finally:
+            with self._waiters_lock:
+                self._waiters.discard(waiter)
+
+    async def _read_batch(self, after: int) -> list[RecordedEvent]:
+        """Read off the event loop, so a writer holding the lock never blocks the loop."""
+        try:
+            return await asyncio.to_thread(self.read_all, after, _SUBSCRIBE_BATCH)
+        except sqlite3.ProgrammingError:
+            if self._closed:  # closed while reading: the subscription simply ends
+                return []
+            raise
+
+    async def _wait(self, wake: asyncio.Event) -> None:
+        """Until an append in this process, or one poll interval (appends by other processes)."""
+        try:
+            await asyncio.wait_for(wake.wait(), self._poll_interval)
+        except TimeoutError:
+            pass
+
+    def _notify_subscribers(self) -> None:
+        with self._waiters_lock:
+            waiters = list(self._waiters)
+        for loop, wake in waiters:
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # that loop is closed; its subscriber is gone
+                pass
+
+    # -- lifecycle and plumbing --------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+        self._notify_subscribers()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    in_memory = path in ("", ":memory:")
+    if not in_memory:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level=None: no implicit transactions, we issue BEGIN IMMEDIATE ourselves.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    if not in_memory:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    conn.executescript(_SCHEMA)
+    return conn
+
+
+def _append_stream(conn: sqlite3.Connection, append: StreamAppend, recorded_at: str) -> int:
+    (actual,) = conn.execute(
+        "SELECT COALESCE(MAX(version), ?) FROM events WHERE stream = ?", (NO_STREAM, append.stream)
+    ).fetchone()
+    _check_expected_version(append.stream, append.expected_version, actual)
+    for offset, event in enumerate(append.events, start=1):
+        _insert(conn, append.stream, actual + offset, event, recorded_at)
+    return actual + len(append.events)
+
+
+def _check_expected_version(stream: str, expected: int, actual: int) -> None:
+    if expected == ANY_VERSION:
+        return
+    if expected < NO_STREAM:
+        raise ValueError(f"invalid expected version {expected} for stream {stream!r}")
+    if expected != actual:  # NO_STREAM == -1 == the version of a stream without events
+        raise WrongExpectedVersion(stream, expected, actual)
+
+
+def _insert(conn: sqlite3.Connection, stream: str, version: int, event: NewEvent, recorded_at: str) -> None:
+    try:
+        conn.execute(
+            "INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (event.id, stream, version, event.type, bytes(event.data), json.dumps(dict(event.metadata)), recorded_at),
+        )
+    except sqlite3.IntegrityError as exc:
+        if "events.id" in str(exc):
+            raise DuplicateEventId(event.id) from exc
+        raise
+
+
+def _upsert_checkpoints(conn: sqlite3.Connection, checkpoints: Sequence[Checkpoint]) -> None:
+    conn.executemany(
+        "INSERT INTO checkpoints (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        [(checkpoint.name, checkpoint.value) for checkpoint in checkpoints],
+    )
+
+
+def _to_event(row: tuple[Any, ...]) -> RecordedEvent:
+    position, id_, stream, version, type_, data, metadata, recorded_at = row
+    return RecordedEvent(
+        id=id_,
+        stream=stream,
+        version=version,
+        position=position,
+        type=type_,
+        data=bytes(data),
+        metadata=json.loads(metadata),
+        recorded_at=datetime.fromisoformat(recorded_at),
+    )
