@@ -8,8 +8,6 @@
 | sluice.schedules               | ScheduleChanged          | schedule id (compacted)               |
 | sluice.jobs                    | JobTriggered             | schedule id                           |
 | sluice.launch-requests         | LaunchRequested          | job id                                |
-| sluice.job-transitions         | JobTransitioned          | job id                                |
-| sluice.runs                    | Run                      | run id                                |
 | sluice.lineage                 | OpenLineage RunEvent JSON| run id                                |
 | sluice.dead-letter             | original bytes           | original key; headers carry the reason|
 """
@@ -23,8 +21,6 @@ TIME_NOTIFICATIONS = "sluice.notifications.time"
 SCHEDULES = "sluice.schedules"
 JOBS = "sluice.jobs"
 LAUNCH_REQUESTS = "sluice.launch-requests"
-JOB_TRANSITIONS = "sluice.job-transitions"
-RUNS = "sluice.runs"
 LINEAGE = "sluice.lineage"
 DEAD_LETTER = "sluice.dead-letter"
 
@@ -37,8 +33,6 @@ ALL_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(SCHEDULES, DEFAULT_PARTITIONS, compacted=True),
     TopicSpec(JOBS, DEFAULT_PARTITIONS),
     TopicSpec(LAUNCH_REQUESTS, DEFAULT_PARTITIONS),
-    TopicSpec(JOB_TRANSITIONS, DEFAULT_PARTITIONS),
-    TopicSpec(RUNS, DEFAULT_PARTITIONS),
     TopicSpec(LINEAGE, DEFAULT_PARTITIONS),
     TopicSpec(DEAD_LETTER, 1),
 )

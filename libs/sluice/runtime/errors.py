@@ -23,3 +23,7 @@ class NotFound(Exception):
 
 class FailedPrecondition(Exception):
     """The request is valid but the entity's state does not allow it (gRPC FAILED_PRECONDITION)."""
+
+
+class AlreadyExists(Exception):
+    """An entity with that identity exists already (gRPC ALREADY_EXISTS)."""

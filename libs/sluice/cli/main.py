@@ -1,0 +1,210 @@
+"""The `sluice` command line."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import uuid
+from typing import Callable
+
+import grpc
+from google.protobuf import json_format
+
+from sluice.cli import render
+from sluice.cli.serve import add_server_options, run_server
+from sluice.client import SluiceClient, default_server, parse_pairs
+from sluice.domain.common import PartitionRef
+from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
+
+SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
+
+
+class UsageError(Exception):
+    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return 2
+    if getattr(args, "server_mode", False):
+        return args.handler(args)
+    try:
+        with SluiceClient(args.server) as client:
+            return args.handler(client, args) or 0
+    except UsageError as error:
+        print(f"sluice: error: {error}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as error:
+        if error.code() == grpc.StatusCode.UNAVAILABLE:
+            print(f"sluice: error: cannot reach Sluice at {args.server} (is `sluice standalone` running?)", file=sys.stderr)
+            return 3
+        print(f"sluice: error: {error.code().name}: {error.details()}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sluice", description="Event-driven scheduler for data pipelines.")
+    parser.add_argument("--server", default=default_server(), help="gRPC address (env SLUICE_SERVER; default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    commands = parser.add_subparsers(metavar="COMMAND")
+
+    standalone = commands.add_parser("standalone", help="run all five services in one process (embedded mode)")
+    add_server_options(standalone)
+    standalone.set_defaults(handler=lambda a: run_server(a, SERVICES), server_mode=True)
+    serve = commands.add_parser("serve", help="run one service")
+    serve.add_argument("service", choices=SERVICES)
+    add_server_options(serve)
+    serve.set_defaults(handler=lambda a: run_server(a, (a.service,)), server_mode=True)
+
+    _schedule_commands(commands)
+    notify = commands.add_parser("notify", help="publish a notification").add_subparsers(metavar="KIND")
+    partition = notify.add_parser("partition", help="a transaction committed partitions of a dataset")
+    partition.add_argument("--namespace", required=True)
+    partition.add_argument("--dataset", required=True)
+    partition.add_argument("--key", action="append", default=[], metavar="K=V", help="partition key value (repeat)")
+    partition.add_argument("--location", required=True, help="path or URI of the partition's files")
+    partition.add_argument("--size-bytes", type=int, default=0)
+    partition.add_argument("--record-count", type=int, default=0)
+    partition.add_argument("--metadata", action="append", default=[], metavar="K=V")
+    partition.add_argument("--id", default=None, help="notification id (default: a new UUID)")
+    partition.set_defaults(handler=_notify_partition)
+
+    jobs = commands.add_parser("jobs", help="inspect jobs").add_subparsers(metavar="ACTION")
+    jobs_list = jobs.add_parser("list")
+    jobs_list.add_argument("--schedule", default="", help="only this schedule id")
+    jobs_list.set_defaults(handler=_list_jobs)
+    runs = commands.add_parser("runs", help="inspect runs").add_subparsers(metavar="ACTION")
+    runs_list = runs.add_parser("list")
+    runs_list.add_argument("--schedule", default="")
+    runs_list.set_defaults(handler=_list_runs)
+    runs_get = runs.add_parser("get")
+    runs_get.add_argument("id")
+    runs_get.set_defaults(handler=lambda c, a: _print(a, c.get_run(a.id)))
+    lineage = commands.add_parser("lineage", help="inspect lineage").add_subparsers(metavar="ACTION")
+    lineage_show = lineage.add_parser("show", help="the job tree with runs")
+    lineage_show.add_argument("--namespace", default="")
+    lineage_show.set_defaults(handler=_show_lineage)
+    return parser
+
+
+def _schedule_commands(commands) -> None:
+    schedules = commands.add_parser("schedules", help="manage schedules").add_subparsers(metavar="ACTION")
+    create = schedules.add_parser("create", help="create a schedule with a partition trigger")
+    create.add_argument("--name", required=True)
+    create.add_argument("--namespace", required=True, help="the program's namespace")
+    create.add_argument("--app", required=True)
+    create.add_argument("--program", required=True)
+    create.add_argument("--trigger", default="partition", help="trigger type (supported: partition)")
+    create.add_argument("--dataset", required=True, help="[NAMESPACE.]DATASET whose partitions trigger it")
+    create.add_argument("--count", type=int, default=1, help="partitions needed to fire (default 1)")
+    create.add_argument("--property", action="append", default=[], metavar="K=V", help="runtime argument (repeat)")
+    create.add_argument("--enabled", action="store_true", help="start enabled (default: disabled)")
+    create.add_argument("--description", default="")
+    create.set_defaults(handler=_create_schedule)
+    listing = schedules.add_parser("list")
+    listing.add_argument("--namespace", default="")
+    listing.add_argument("--app", default="")
+    listing.set_defaults(handler=_list_schedules)
+    for action, rpc, request in (("get", "GetSchedule", schedules_pb2.GetScheduleRequest),
+                                 ("delete", "DeleteSchedule", schedules_pb2.DeleteScheduleRequest),
+                                 ("enable", "EnableSchedule", schedules_pb2.EnableScheduleRequest),
+                                 ("disable", "DisableSchedule", schedules_pb2.DisableScheduleRequest)):
+        sub = schedules.add_parser(action)
+        sub.add_argument("id")
+        sub.set_defaults(handler=_by_id(rpc, request))
+
+
+def _by_id(rpc: str, request_type) -> Callable:
+    def handler(client: SluiceClient, args) -> int:
+        response = getattr(client.schedules, rpc)(request_type(id=args.id), timeout=10)
+        return _print(args, response) if response.ByteSize() else print(f"{rpc.removesuffix('Schedule').lower()}d {args.id}")
+    return handler
+
+
+def _create_schedule(client: SluiceClient, args) -> int:
+    if args.trigger != "partition":
+        raise UsageError(f"--trigger: unknown trigger type {args.trigger!r} (supported: partition)")
+    dataset_ns, _, dataset = args.dataset.rpartition(".")
+    trigger = schedules_pb2.Trigger(partition=schedules_pb2.PartitionTrigger(
+        namespace=dataset_ns or args.namespace, dataset=dataset, count=args.count))
+    schedule = schedules_pb2.Schedule(
+        name=args.name, program=notifications_pb2.ProgramRef(namespace=args.namespace, app=args.app, program=args.program),
+        properties=_pairs(args.property, "--property"), trigger=trigger, enabled=args.enabled, description=args.description)
+    return _print(args, client.create_schedule(schedule))
+
+
+def _list_schedules(client: SluiceClient, args) -> int:
+    found = client.list_schedules(args.namespace, args.app)
+    rows = [(s.id[:8], s.name, f"{s.program.namespace}.{s.program.app}.{s.program.program}", _trigger_text(s.trigger),
+             "yes" if s.enabled else "no", s.generation) for s in found]
+    return _print_many(args, found, render.table(("ID", "NAME", "PROGRAM", "TRIGGER", "ENABLED", "GEN"), rows))
+
+
+def _notify_partition(client: SluiceClient, args) -> int:
+    partition = PartitionRef(_pairs(args.key, "--key"), args.location, args.size_bytes, args.record_count,
+                             _pairs(args.metadata, "--metadata"))
+    notification_id = client.publish_partitions(args.namespace, args.dataset, [partition], args.id or str(uuid.uuid4()))
+    print(json.dumps({"id": notification_id}) if args.json else f"published notification {notification_id}")
+    return 0
+
+
+def _list_jobs(client: SluiceClient, args) -> int:
+    found = client.list_jobs(args.schedule)
+    rows = [(j.id[:8], j.schedule_id[:8], _job_state(j), render.when(j.created_at),
+             render.when(j.updated_at), j.reason or "-") for j in found]
+    return _print_many(args, found, render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "REASON"), rows))
+
+
+def _list_runs(client: SluiceClient, args) -> int:
+    found = client.list_runs(args.schedule)
+    rows = [(r.id[:8], r.job_id[:8], f"{r.program.app}.{r.program.program}",
+             notifications_pb2.RunStatus.Name(r.status), render.when(r.started_at), render.duration(r.started_at, r.ended_at),
+             sum(o.partition.record_count for o in r.outputs), (r.error or "-")[:60]) for r in found]
+    return _print_many(args, found, render.table(("RUN", "JOB", "PROGRAM", "STATUS", "STARTED", "DURATION", "ROWS OUT", "ERROR"), rows))
+
+
+def _show_lineage(client: SluiceClient, args) -> int:
+    jobs = client.lineage_jobs(args.namespace)
+    runs = client.lineage_runs()
+    if args.json:
+        print(json.dumps({"jobs": [json_format.MessageToDict(j) for j in jobs],
+                          "runs": [json_format.MessageToDict(r) for r in runs]}, indent=2))
+    else:
+        print(render.lineage_tree(jobs, runs) or "no lineage recorded")
+    return 0
+
+
+def _job_state(job) -> str:
+    return jobs_pb2.JobState.Name(job.state)
+
+
+def _trigger_text(trigger: schedules_pb2.Trigger) -> str:
+    if trigger.WhichOneof("kind") == "partition":
+        p = trigger.partition
+        return f"partition {p.namespace}.{p.dataset} x{p.count}"
+    return "?"
+
+
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    try:
+        return dict(parse_pairs(values, what))
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+def _print(args, message) -> int:
+    print(json.dumps(json_format.MessageToDict(message), indent=2) if args.json else
+          json_format.MessageToJson(message, indent=2))
+    return 0
+
+
+def _print_many(args, messages, text: str) -> int:
+    print(json.dumps([json_format.MessageToDict(m) for m in messages], indent=2) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

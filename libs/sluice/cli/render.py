@@ -1,0 +1,67 @@
+"""Plain-text tables and trees for the CLI and the demo."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from typing import Sequence
+
+from google.protobuf import timestamp_pb2
+
+from sluice.v1 import lineage_pb2
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def when(stamp: timestamp_pb2.Timestamp) -> str:
+    if not stamp.seconds and not stamp.nanos:
+        return "-"
+    return stamp.ToDatetime(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(start: timestamp_pb2.Timestamp, end: timestamp_pb2.Timestamp) -> str:
+    if not end.seconds or not start.seconds:
+        return "-"
+    seconds = (end.ToDatetime() - start.ToDatetime()).total_seconds()
+    return f"{seconds:.1f}s"
+
+
+def pairs(mapping) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(mapping.items())) or "-"
+
+
+def lineage_tree(jobs: Sequence[lineage_pb2.LineageJob], runs: Sequence[lineage_pb2.LineageRun]) -> str:
+    """The job hierarchy (parent jobs above their children) with each job's runs summarized."""
+    children: dict[str, list[lineage_pb2.LineageJob]] = defaultdict(list)
+    for job in jobs:
+        children[job.parent_job_name].append(job)
+    runs_by_job: dict[tuple[str, str], list[lineage_pb2.LineageRun]] = defaultdict(list)
+    for run in runs:
+        runs_by_job[(run.job_namespace, run.job_name)].append(run)
+    lines: list[str] = []
+
+    def walk(job: lineage_pb2.LineageJob, depth: int) -> None:
+        job_runs = runs_by_job[(job.namespace, job.name)]
+        states = Counter(run.state for run in job_runs)
+        summary = ", ".join(f"{count} {state}" for state, count in sorted(states.items()))
+        prefix = "  " * (depth - 1) + "└─ " if depth else ""
+        lines.append(f"{prefix}{job.namespace}:{job.name}  [{len(job_runs)} runs: {summary or 'none'}]")
+        for run in sorted(job_runs, key=lambda r: (r.started_at.seconds, r.run_id)):
+            parent = f" parent={run.parent_run_id[:8]}" if run.parent_run_id else ""
+            lines.append(f"{'  ' * depth}     run {run.run_id[:8]} {run.state}{parent}"
+                         f" {duration(run.started_at, run.ended_at)}")
+        for child in sorted(children[job.name], key=lambda j: j.name):
+            walk(child, depth + 1)
+
+    for root in sorted(children[""], key=lambda j: (j.namespace, j.name)):
+        walk(root, 0)
+    return "\n".join(lines)
+
+
+def utc(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

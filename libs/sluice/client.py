@@ -1,0 +1,101 @@
+"""A synchronous client of Sluice's gRPC API, for producers, the CLI and tests."""
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime, timezone
+from typing import Iterable, Mapping
+
+import grpc
+
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
+from sluice.v1 import (
+    jobs_pb2,
+    jobs_pb2_grpc,
+    lineage_pb2,
+    lineage_pb2_grpc,
+    notifications_pb2,
+    notifications_pb2_grpc,
+    runs_pb2,
+    runs_pb2_grpc,
+    schedules_pb2,
+    schedules_pb2_grpc,
+)
+from sluice.wire.common import notification_to_proto
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+
+
+def default_server() -> str:
+    return os.environ.get("SLUICE_SERVER", DEFAULT_SERVER)
+
+
+class SluiceClient:
+    def __init__(self, target: str | None = None, timeout: float = 10.0) -> None:
+        self.target = target or default_server()
+        self._channel = grpc.insecure_channel(self.target)
+        self._timeout = timeout
+        self.schedules = schedules_pb2_grpc.ScheduleRegistryStub(self._channel)
+        self.notifications = notifications_pb2_grpc.NotificationsStub(self._channel)
+        self.jobs = jobs_pb2_grpc.JobsStub(self._channel)
+        self.runs = runs_pb2_grpc.RunsStub(self._channel)
+        self.lineage = lineage_pb2_grpc.LineageStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "SluiceClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        grpc.channel_ready_future(self._channel).result(timeout=timeout)
+
+    def create_schedule(self, schedule: schedules_pb2.Schedule) -> schedules_pb2.Schedule:
+        return self.schedules.CreateSchedule(schedules_pb2.CreateScheduleRequest(schedule=schedule), timeout=self._timeout)
+
+    def list_schedules(self, namespace: str = "", app: str = "") -> list[schedules_pb2.Schedule]:
+        request = schedules_pb2.ListSchedulesRequest(namespace=namespace, app=app)
+        return list(self.schedules.ListSchedules(request, timeout=self._timeout).schedules)
+
+    def publish(self, notification: notifications_pb2.Notification) -> str:
+        request = notifications_pb2.PublishNotificationRequest(notification=notification)
+        return self.notifications.Publish(request, timeout=self._timeout).id
+
+    def publish_partitions(self, namespace: str, dataset: str, partitions: Iterable[PartitionRef],
+                           notification_id: str | None = None) -> str:
+        """Announce one committed transaction of a dataset: the partitions it added."""
+        notification = Notification(notification_id or str(uuid.uuid4()), datetime.now(timezone.utc),
+                                    PartitionCommitted(namespace, dataset, tuple(partitions)))
+        return self.publish(notification_to_proto(notification))
+
+    def list_jobs(self, schedule_id: str = "") -> list[jobs_pb2.Job]:
+        return list(self.jobs.ListJobs(jobs_pb2.ListJobsRequest(schedule_id=schedule_id), timeout=self._timeout).jobs)
+
+    def list_runs(self, schedule_id: str = "") -> list[runs_pb2.Run]:
+        return list(self.runs.ListRuns(runs_pb2.ListRunsRequest(schedule_id=schedule_id), timeout=self._timeout).runs)
+
+    def get_run(self, run_id: str) -> runs_pb2.Run:
+        return self.runs.GetRun(runs_pb2.GetRunRequest(id=run_id), timeout=self._timeout)
+
+    def lineage_jobs(self, namespace: str = "") -> list[lineage_pb2.LineageJob]:
+        request = lineage_pb2.ListLineageJobsRequest(namespace=namespace)
+        return list(self.lineage.ListJobs(request, timeout=self._timeout).jobs)
+
+    def lineage_runs(self, job_namespace: str = "", job_name: str = "", parent_run_id: str = "") -> list[lineage_pb2.LineageRun]:
+        request = lineage_pb2.ListLineageRunsRequest(job_namespace=job_namespace, job_name=job_name,
+                                                     parent_run_id=parent_run_id)
+        return list(self.lineage.ListRuns(request, timeout=self._timeout).runs)
+
+
+def parse_pairs(pairs: Iterable[str], what: str) -> Mapping[str, str]:
+    """k=v strings to a dict; ValueError names what was malformed."""
+    result = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{what}: expected KEY=VALUE, got {pair!r}")
+        result[key.strip()] = value.strip()
+    return result

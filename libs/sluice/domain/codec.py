@@ -1,0 +1,88 @@
+"""Domain events <-> event-log records: frozen dataclasses as JSON, decoded by their type hints."""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import typing
+from datetime import datetime
+from functools import cache
+from types import NoneType, UnionType
+from typing import Any, Iterable, Mapping
+
+from sluice.eventlog.port import NewEvent, RecordedEvent
+
+
+class EventTypes:
+    """A registry of the event classes a service reads back from its streams."""
+
+    def __init__(self, classes: Iterable[type]) -> None:
+        self._by_name = {cls.__name__: cls for cls in classes}
+
+    def __contains__(self, type_name: str) -> bool:
+        return type_name in self._by_name
+
+    def decode(self, recorded: RecordedEvent) -> Any:
+        cls = self._by_name[recorded.type]
+        return from_jsonable(cls, json.loads(recorded.data))
+
+
+def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None) -> NewEvent:
+    data = json.dumps(to_jsonable(event), separators=(",", ":"), sort_keys=True).encode()
+    return NewEvent(id=event_id, type=type(event).__name__, data=data, metadata=dict(metadata or {}))
+
+
+def to_jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def from_jsonable(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, UnionType):
+        options = [a for a in typing.get_args(hint) if a is not NoneType]
+        return _from_union(options, value)
+    if dataclasses.is_dataclass(hint):
+        hints = _field_hints(hint)
+        return hint(**{name: from_jsonable(hints[name], value[name]) for name in hints if name in value})
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    if hint is datetime:
+        return datetime.fromisoformat(value)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        item = args[0] if args else Any
+        return tuple(from_jsonable(item, v) for v in value)
+    if origin in (dict, Mapping, typing.Mapping) or hint in (dict, Mapping):
+        args = typing.get_args(hint)
+        item = args[1] if args else Any
+        return {k: from_jsonable(item, v) for k, v in value.items()}
+    return value
+
+
+def _from_union(options: list[Any], value: Any) -> Any:
+    if len(options) == 1:
+        return from_jsonable(options[0], value)
+    # Unions of dataclasses are tagged by their fields' names: the first whose fields all match wins.
+    for option in options:
+        if dataclasses.is_dataclass(option) and isinstance(value, dict):
+            if set(value) == set(_field_hints(option)):
+                return from_jsonable(option, value)
+    raise ValueError(f"cannot decode {value!r} as any of {options}")
+
+
+@cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}

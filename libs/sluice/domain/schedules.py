@@ -1,0 +1,185 @@
+"""The schedule aggregate (owned by the schedule-registry): pure decide/evolve."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Mapping
+
+from sluice.domain.common import ProgramRef
+from sluice.ids import derived_id
+from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
+
+
+@dataclass(frozen=True)
+class PartitionTrigger:
+    """Fires when `count` new partitions of `namespace.dataset` have committed."""
+
+    namespace: str
+    dataset: str
+    count: int = 1
+
+    def event_keys(self) -> tuple[str, ...]:
+        return (f"partition:{self.namespace}.{self.dataset}",)
+
+
+Trigger = PartitionTrigger
+
+
+@dataclass(frozen=True)
+class Schedule:
+    id: str
+    name: str
+    program: ProgramRef
+    trigger: Trigger
+    properties: Mapping[str, str] = field(default_factory=dict)
+    timeout_seconds: int = 0
+    priority: int = 0
+    enabled: bool = False
+    generation: int = 1
+    description: str = ""
+
+
+def schedule_id_for(program: ProgramRef, name: str) -> str:
+    """Schedule names are unique within an app: the id is derived from them, so a second
+    create of the same name conflicts on the stream (NO_STREAM) instead of needing an index."""
+    return derived_id("schedule", program.namespace, program.app, name)
+
+
+def stream_name(schedule_id: str) -> str:
+    return f"schedule-{schedule_id}"
+
+
+# Commands
+@dataclass(frozen=True)
+class CreateSchedule:
+    schedule: Schedule
+
+
+@dataclass(frozen=True)
+class DeleteSchedule:
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class EnableSchedule:
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class DisableSchedule:
+    schedule_id: str
+
+
+# Events
+@dataclass(frozen=True)
+class ScheduleCreated:
+    schedule: Schedule
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleDeleted:
+    schedule_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleEnabled:
+    schedule_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleDisabled:
+    schedule_id: str
+    at: datetime
+
+
+EVENTS = (ScheduleCreated, ScheduleDeleted, ScheduleEnabled, ScheduleDisabled)
+ScheduleEvent = ScheduleCreated | ScheduleDeleted | ScheduleEnabled | ScheduleDisabled
+
+
+@dataclass(frozen=True)
+class ScheduleState:
+    schedule: Schedule | None = None
+    generation: int = 0
+    """The generation of the last schedule under this id, kept across deletes."""
+
+    @property
+    def exists(self) -> bool:
+        return self.schedule is not None
+
+
+def decide(state: ScheduleState, command: object, now: datetime) -> list[ScheduleEvent]:
+    match command:
+        case CreateSchedule(schedule):
+            validate(schedule)
+            if state.exists:
+                raise AlreadyExists(f"schedule {schedule.name!r} already exists in app {schedule.program.app!r}")
+            return [ScheduleCreated(replace(schedule, generation=state.generation + 1), now)]
+        case DeleteSchedule(schedule_id):
+            _require(state, schedule_id)
+            return [ScheduleDeleted(schedule_id, now)]
+        case EnableSchedule(schedule_id):
+            schedule = _require(state, schedule_id)
+            return [] if schedule.enabled else [ScheduleEnabled(schedule_id, now)]
+        case DisableSchedule(schedule_id):
+            schedule = _require(state, schedule_id)
+            return [ScheduleDisabled(schedule_id, now)] if schedule.enabled else []
+    raise TypeError(f"unknown command {command!r}")
+
+
+def evolve(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
+    match event:
+        case ScheduleCreated(schedule):
+            return ScheduleState(schedule, schedule.generation)
+        case ScheduleDeleted():
+            return ScheduleState(None, state.generation)
+        case ScheduleEnabled():
+            return replace(state, schedule=replace(state.schedule, enabled=True))
+        case ScheduleDisabled():
+            return replace(state, schedule=replace(state.schedule, enabled=False))
+    raise TypeError(f"unknown event {event!r}")
+
+
+def fold(events: list[ScheduleEvent]) -> ScheduleState:
+    state = ScheduleState()
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def _require(state: ScheduleState, schedule_id: str) -> Schedule:
+    if state.schedule is None:
+        raise NotFound(f"schedule {schedule_id} does not exist")
+    return state.schedule
+
+
+def validate(schedule: Schedule) -> None:
+    _require_name("schedule.name", schedule.name)
+    _require_name("schedule.program.namespace", schedule.program.namespace)
+    _require_name("schedule.program.app", schedule.program.app)
+    _require_name("schedule.program.program", schedule.program.program)
+    if schedule.timeout_seconds < 0:
+        raise InvalidArgument("schedule.timeout", "must not be negative")
+    validate_trigger("schedule.trigger", schedule.trigger)
+
+
+def validate_trigger(path: str, trigger: object) -> None:
+    match trigger:
+        case PartitionTrigger(namespace, dataset, count):
+            _require_name(f"{path}.partition.namespace", namespace)
+            _require_name(f"{path}.partition.dataset", dataset)
+            if count < 1:
+                raise InvalidArgument(f"{path}.partition.count", f"must be at least 1, got {count}")
+        case None:
+            raise InvalidArgument(path, "a trigger is required (one of: partition)")
+        case _:
+            raise InvalidArgument(path, f"unknown trigger type {type(trigger).__name__}")
+
+
+def _require_name(path: str, value: str) -> None:
+    if not value or not value.strip():
+        raise InvalidArgument(path, "must not be empty")
+    if any(c.isspace() for c in value):
+        raise InvalidArgument(path, f"must not contain white space, got {value!r}")

@@ -1,0 +1,56 @@
+"""gRPC servers: health checking, reflection, and domain errors mapped to status codes."""
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GrpcBinding:
+    service_name: str                      # full name, e.g. "sluice.v1.ScheduleRegistry"
+    add_to_server: Callable[[Any, grpc.aio.Server], None]
+    servicer: Any
+
+
+def grpc_errors(method: Callable) -> Callable:
+    """Map domain errors to gRPC status codes with a message naming the field."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except InvalidArgument as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except NotFound as error:
+            await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
+        except FailedPrecondition as error:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+        except AlreadyExists as error:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, str(error))
+
+    return wrapper
+
+
+async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", port: int = 0) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server()
+    for binding in bindings:
+        binding.add_to_server(binding.servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [b.service_name for b in bindings]
+    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    for name in ["", *names]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, bound

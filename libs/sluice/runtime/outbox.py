@@ -1,0 +1,44 @@
+"""The outbox relay: committed events of the log are published to the bus, never uncommitted ones.
+
+Publishing is at-least-once (a crash between send and checkpoint republishes); every message
+carries the event id in the `sluice-event-id` header so consumers drop duplicates."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from sluice.bus.port import Producer
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
+
+log = logging.getLogger(__name__)
+
+EVENT_ID_HEADER = "sluice-event-id"
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    topic: str
+    key: str
+    value: bytes
+
+
+Route = Callable[[RecordedEvent], Sequence[Outgoing]]
+
+
+class OutboxRelay:
+    def __init__(self, name: str, log: EventLog, producer: Producer, route: Route) -> None:
+        self._checkpoint = f"outbox:{name}"
+        self._log = log
+        self._producer = producer
+        self._route = route
+
+    async def run(self) -> None:
+        after = self._log.read_checkpoint(self._checkpoint) or 0
+        async for event in self._log.subscribe(after):
+            for message in self._route(event):
+                await self._producer.send(
+                    message.topic, message.value, key=message.key.encode(),
+                    headers=[(EVENT_ID_HEADER, event.id.encode())],
+                )
+            self._log.save_checkpoint(Checkpoint(self._checkpoint, event.position))

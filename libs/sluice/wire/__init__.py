@@ -1,0 +1,1 @@
+"""Protobuf <-> domain conversions: the only place that knows both (protobuf stays at the edges)."""

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from google.protobuf import timestamp_pb2
+from google.protobuf.message import DecodeError
+
+from sluice.domain.common import (
+    Notification,
+    PartitionCommitted,
+    PartitionRef,
+    ProgramRef,
+    ProgramStatusChanged,
+    RunStatus,
+)
+from sluice.runtime.errors import InvalidArgument
+from sluice.v1 import notifications_pb2 as pb
+
+
+def timestamp_to_proto(when: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if when is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(when.astimezone(timezone.utc))
+    return stamp
+
+
+def timestamp_from_proto(stamp: timestamp_pb2.Timestamp) -> datetime:
+    return stamp.ToDatetime(tzinfo=timezone.utc)
+
+
+def program_to_proto(program: ProgramRef) -> pb.ProgramRef:
+    return pb.ProgramRef(namespace=program.namespace, app=program.app, program=program.program)
+
+
+def program_from_proto(message: pb.ProgramRef) -> ProgramRef:
+    return ProgramRef(message.namespace, message.app, message.program)
+
+
+def partition_to_proto(partition: PartitionRef) -> pb.PartitionRef:
+    return pb.PartitionRef(
+        key=dict(partition.key),
+        location=partition.location,
+        size_bytes=partition.size_bytes,
+        record_count=partition.record_count,
+        metadata=dict(partition.metadata),
+    )
+
+
+def partition_from_proto(message: pb.PartitionRef) -> PartitionRef:
+    return PartitionRef(dict(message.key), message.location, message.size_bytes, message.record_count,
+                        dict(message.metadata))
+
+
+def notification_to_proto(notification: Notification) -> pb.Notification:
+    message = pb.Notification(id=notification.id, time=timestamp_to_proto(notification.time))
+    payload = notification.payload
+    if isinstance(payload, PartitionCommitted):
+        message.partition_committed.CopyFrom(pb.PartitionCommitted(
+            namespace=payload.namespace, dataset=payload.dataset,
+            partitions=[partition_to_proto(p) for p in payload.partitions]))
+    else:
+        message.program_status_changed.CopyFrom(pb.ProgramStatusChanged(
+            program=program_to_proto(payload.program), run_id=payload.run_id,
+            status=pb.RunStatus.Value(payload.status.value), schedule_id=payload.schedule_id,
+            job_id=payload.job_id))
+    return message
+
+
+def notification_from_proto(message: pb.Notification, path: str = "notification") -> Notification:
+    """Validate and convert; InvalidArgument names the first offending field."""
+    if not message.id:
+        raise InvalidArgument(f"{path}.id", "must not be empty")
+    if not message.HasField("time"):
+        raise InvalidArgument(f"{path}.time", "is required")
+    kind = message.WhichOneof("payload")
+    if kind == "partition_committed":
+        payload = _partition_committed_from_proto(message.partition_committed, f"{path}.partition_committed")
+    elif kind == "program_status_changed":
+        payload = _program_status_from_proto(message.program_status_changed, f"{path}.program_status_changed")
+    else:
+        raise InvalidArgument(f"{path}.payload", "must be one of partition_committed, program_status_changed")
+    return Notification(message.id, timestamp_from_proto(message.time), payload)
+
+
+def notification_from_bytes(data: bytes) -> Notification:
+    message = pb.Notification()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as error:
+        raise InvalidArgument("notification", f"not a protobuf Notification ({error})") from error
+    return notification_from_proto(message)
+
+
+def _partition_committed_from_proto(message: pb.PartitionCommitted, path: str) -> PartitionCommitted:
+    _require(f"{path}.namespace", message.namespace)
+    _require(f"{path}.dataset", message.dataset)
+    if not message.partitions:
+        raise InvalidArgument(f"{path}.partitions", "at least one partition is required")
+    partitions = []
+    for index, partition in enumerate(message.partitions):
+        where = f"{path}.partitions[{index}]"
+        if not partition.key:
+            raise InvalidArgument(f"{where}.key", "must have at least one key value")
+        _require(f"{where}.location", partition.location)
+        if partition.size_bytes < 0:
+            raise InvalidArgument(f"{where}.size_bytes", "must not be negative")
+        if partition.record_count < 0:
+            raise InvalidArgument(f"{where}.record_count", "must not be negative")
+        partitions.append(partition_from_proto(partition))
+    return PartitionCommitted(message.namespace, message.dataset, tuple(partitions))
+
+
+def _program_status_from_proto(message: pb.ProgramStatusChanged, path: str) -> ProgramStatusChanged:
+    for name in ("namespace", "app", "program"):
+        _require(f"{path}.program.{name}", getattr(message.program, name))
+    _require(f"{path}.run_id", message.run_id)
+    if message.status == pb.RUN_STATUS_UNSPECIFIED:
+        raise InvalidArgument(f"{path}.status", "is required")
+    return ProgramStatusChanged(program_from_proto(message.program), message.run_id,
+                                RunStatus(pb.RunStatus.Name(message.status)), message.schedule_id, message.job_id)
+
+
+def _require(path: str, value: str) -> None:
+    if not value.strip():
+        raise InvalidArgument(path, "must not be empty")

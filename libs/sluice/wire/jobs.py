@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from sluice.domain.jobs import Job, JobState, TriggerContext
+from sluice.v1 import jobs_pb2 as pb
+from sluice.wire.common import (
+    notification_from_proto,
+    notification_to_proto,
+    program_from_proto,
+    program_to_proto,
+    timestamp_from_proto,
+    timestamp_to_proto,
+)
+
+
+def context_to_proto(context: TriggerContext) -> pb.TriggerContext:
+    return pb.TriggerContext(
+        schedule_id=context.schedule_id,
+        schedule_name=context.schedule_name,
+        properties=dict(context.properties),
+        notifications=[notification_to_proto(n) for n in context.notifications],
+        logical_time=timestamp_to_proto(context.logical_time),
+    )
+
+
+def context_from_proto(message: pb.TriggerContext) -> TriggerContext:
+    return TriggerContext(
+        message.schedule_id,
+        message.schedule_name,
+        dict(message.properties),
+        tuple(notification_from_proto(n) for n in message.notifications),
+        timestamp_from_proto(message.logical_time) if message.HasField("logical_time") else None,
+    )
+
+
+def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> pb.Job:
+    return pb.Job(
+        id=job.id,
+        schedule_id=job.schedule_id,
+        schedule_generation=job.schedule_generation,
+        program=program_to_proto(job.program),
+        state=pb.JobState.Value(state.value) if state else pb.JOB_STATE_UNSPECIFIED,
+        context=context_to_proto(job.context),
+        reason=reason,
+        created_at=timestamp_to_proto(job.created_at),
+        priority=job.priority,
+    )
+
+
+def job_from_proto(message: pb.Job) -> Job:
+    return Job(
+        message.id,
+        message.schedule_id,
+        message.schedule_generation,
+        program_from_proto(message.program),
+        context_from_proto(message.context),
+        timestamp_from_proto(message.created_at),
+        message.priority,
+    )

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from sluice.domain.runs import Run
+from sluice.v1 import notifications_pb2, runs_pb2 as pb
+from sluice.wire.common import partition_to_proto, program_to_proto, timestamp_to_proto
+
+
+def run_to_proto(run: Run) -> pb.Run:
+    return pb.Run(
+        id=run.id,
+        job_id=run.job.id,
+        schedule_id=run.job.schedule_id,
+        program=program_to_proto(run.job.program),
+        status=notifications_pb2.RunStatus.Value(run.status.value),
+        started_at=timestamp_to_proto(run.started_at or run.requested_at),
+        ended_at=timestamp_to_proto(run.ended_at),
+        error=run.error,
+        outputs=[pb.OutputPartition(namespace=o.namespace, dataset=o.dataset, partition=partition_to_proto(o.partition))
+                 for o in run.outputs],
+        inputs=[partition_to_proto(i.partition) for i in run.inputs],
+    )

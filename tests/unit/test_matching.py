@@ -1,0 +1,97 @@
+from datetime import datetime, timedelta, timezone
+
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
+from sluice.domain.matching import (
+    JobCreated,
+    JobDiscarded,
+    JobTriggered,
+    MatcherState,
+    MatchNotification,
+    NotificationMatched,
+    ObserveSchedule,
+    decide,
+    evolve,
+)
+from sluice.domain.schedules import PartitionTrigger, Schedule
+
+T0 = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
+PROGRAM = ProgramRef("experiments", "clickstream", "hourly_metrics")
+
+
+def schedule(count: int = 1, enabled: bool = True, generation: int = 1) -> Schedule:
+    return Schedule("sched-1", "hourly", PROGRAM, PartitionTrigger("experiments", "clickstream", count),
+                    {"experiment": "exp-42"}, enabled=enabled, generation=generation)
+
+
+def notification(n: int, dataset: str = "clickstream", partitions: int = 1) -> Notification:
+    refs = tuple(PartitionRef({"hour": f"{n:02d}", "part": str(i)}, f"/data/{dataset}/{n}/{i}", 100, 10)
+                 for i in range(partitions))
+    return Notification(f"n-{dataset}-{n}", T0 + timedelta(minutes=n), PartitionCommitted("experiments", dataset, refs))
+
+
+def run(state: MatcherState, *commands) -> tuple[MatcherState, list]:
+    produced = []
+    for command in commands:
+        events = decide(state, command, T0)
+        for event in events:
+            state = evolve(state, event)
+        produced += events
+    return state, produced
+
+
+def observed(s: Schedule) -> MatcherState:
+    return run(MatcherState(), ObserveSchedule(s.id, s))[0]
+
+
+def test_count_one_triggers_on_the_first_partition_with_its_context():
+    _, events = run(observed(schedule()), MatchNotification(notification(1)))
+    assert [type(e) for e in events] == [JobCreated, NotificationMatched, JobTriggered]
+    job = events[-1].job
+    assert job.context.schedule_name == "hourly"
+    assert job.context.properties == {"experiment": "exp-42"}
+    assert [(ns, ds, p.location) for ns, ds, p in job.context.partitions()] == [("experiments", "clickstream", "/data/clickstream/1/0")]
+
+
+def test_count_three_waits_for_three_partitions_then_starts_a_new_job():
+    state, events = run(observed(schedule(count=3)), MatchNotification(notification(1)), MatchNotification(notification(2)))
+    assert not any(isinstance(e, JobTriggered) for e in events)
+    state, events = run(state, MatchNotification(notification(3)))
+    triggered = [e for e in events if isinstance(e, JobTriggered)]
+    assert len(triggered) == 1 and len(triggered[0].job.context.notifications) == 3
+    state, events = run(state, MatchNotification(notification(4)))
+    assert isinstance(events[0], JobCreated) and events[0].job_id != triggered[0].job.id
+
+
+def test_partitions_are_counted_not_notifications():
+    _, events = run(observed(schedule(count=3)), MatchNotification(notification(1, partitions=3)))
+    assert isinstance(events[-1], JobTriggered)
+
+
+def test_redelivered_notification_has_no_effect():
+    state, _ = run(observed(schedule(count=2)), MatchNotification(notification(1)))
+    assert decide(state, MatchNotification(notification(1)), T0) == []
+
+
+def test_other_datasets_and_disabled_schedules_do_not_match():
+    assert decide(observed(schedule()), MatchNotification(notification(1, dataset="other")), T0) == []
+    assert decide(observed(schedule(enabled=False)), MatchNotification(notification(1)), T0) == []
+
+
+def test_disabling_discards_the_pending_job():
+    state, _ = run(observed(schedule(count=2)), MatchNotification(notification(1)))
+    state, events = run(state, ObserveSchedule("sched-1", schedule(count=2, enabled=False)))
+    assert [type(e) for e in events][0] is JobDiscarded and events[0].reason == "schedule disabled"
+    assert state.pending is None
+
+
+def test_deleting_discards_the_pending_job_and_stops_matching():
+    state, _ = run(observed(schedule(count=2)), MatchNotification(notification(1)))
+    state, events = run(state, ObserveSchedule("sched-1", None))
+    assert isinstance(events[0], JobDiscarded) and events[0].reason == "schedule deleted"
+    assert decide(state, MatchNotification(notification(2)), T0) == []
+
+
+def test_job_ids_are_deterministic_for_replay():
+    _, first = run(observed(schedule()), MatchNotification(notification(1)))
+    _, again = run(observed(schedule()), MatchNotification(notification(1)))
+    assert first == again
