@@ -1,3 +1,23 @@
-from sluice.bus.port import Bus, Consumer, Producer, Record, TopicPartition, TopicSpec, kafka_partition
+from sluice.bus.port import (
+    Bus,
+    CommitFailed,
+    Consumer,
+    Producer,
+    Record,
+    TopicPartition,
+    TopicSpec,
+    UnknownTopic,
+    kafka_partition,
+)
 
-__all__ = ["Bus", "Consumer", "Producer", "Record", "TopicPartition", "TopicSpec", "kafka_partition"]
+__all__ = [
+    "Bus",
+    "CommitFailed",
+    "Consumer",
+    "Producer",
+    "Record",
+    "TopicPartition",
+    "TopicSpec",
+    "UnknownTopic",
+    "kafka_partition",
+]

@@ -9,6 +9,15 @@ from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
 
 
+class UnknownTopic(Exception):
+    """Sending to a topic that was never created (Kafka's UnknownTopicOrPartitionError)."""
+
+
+class CommitFailed(Exception):
+    """Committing a partition this group member is not assigned, e.g. after a rebalance
+    moved it to another member (Kafka's CommitFailedError)."""
+
+
 @dataclass(frozen=True, order=True)
 class TopicPartition:
     topic: str
@@ -37,7 +46,10 @@ class Producer(Protocol):
     async def send(
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Sequence[tuple[str, bytes]] = ()
     ) -> tuple[int, int]:
-        """Append one record; return (partition, offset) once it is durable on the bus."""
+        """Append one record; return (partition, offset) once it is durable on the bus.
+
+        The partition is kafka_partition(key, n) for a key; keyless records are spread over the
+        partitions. Raises UnknownTopic when `topic` was never created."""
         ...
 
     async def close(self) -> None: ...
@@ -49,7 +61,9 @@ class Consumer(Protocol):
         ...
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Commit the next offset to read per partition (Kafka semantics); None commits what poll returned."""
+        """Commit the next offset to read per partition (Kafka semantics); None commits what poll returned.
+
+        Raises CommitFailed for a partition that is not in assignment()."""
         ...
 
     def assignment(self) -> set[TopicPartition]: ...

@@ -1,0 +1,351 @@
+"""The in-process adapter of the bus port (embedded mode), keeping Kafka's semantics.
+
+Records, topics and committed group offsets live in SQLite: an in-memory database when no path
+is given, or a WAL-mode file, so a restarted embedded process (same path) finds every record and
+every committed offset again, and several processes on one file see each other's records
+(a waiting poll re-reads the file every `poll_interval`; sends in this process wake it at once).
+
+Decisions:
+- Compacted topics are not compacted. A reader from the beginning sees every value in offset
+  order, so the latest value per key is the last one it sees -- all that compaction promises --
+  and offsets stay contiguous.
+- Group membership lives in this InProcessBus object: joining or closing a member rebalances
+  its group at once with Kafka's range assignor. Committed offsets live in the store, so every
+  instance on one file shares them, but two instances do not split one group's partitions.
+- After a rebalance a retained partition keeps its position; a newly assigned one starts at the
+  group's committed offset (0 when none), so records the previous owner polled but did not
+  commit are delivered again (at-least-once).
+- The file uses synchronous=NORMAL: a send is durable once committed to the WAL (it survives a
+  crash of the process, like a Kafka ack, which does not fsync either).
+- Wake-ups use asyncio.Event: one bus serves one event loop. SQLite access holds a lock.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from sluice.bus.port import CommitFailed, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
+from sluice.clock import Clock
+
+__all__ = ["InProcessBus", "InProcessConsumer", "InProcessProducer", "range_assignment"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, compacted INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    topic TEXT NOT NULL, "partition" INTEGER NOT NULL, "offset" INTEGER NOT NULL,
+    key BLOB, value BLOB NOT NULL, headers TEXT NOT NULL, timestamp_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic, "partition", "offset"));
+CREATE TABLE IF NOT EXISTS offsets (
+    group_id TEXT NOT NULL, topic TEXT NOT NULL, "partition" INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+    PRIMARY KEY (group_id, topic, "partition"));
+"""
+
+
+def range_assignment(
+    subscriptions: Mapping[str, Sequence[str]], partitions: Mapping[str, int]
+) -> dict[str, set[TopicPartition]]:
+    """Kafka's range assignor: per topic, its sorted partitions are split into contiguous ranges
+    among the sorted ids of the members subscribed to it; the first members get one extra."""
+    plan: dict[str, set[TopicPartition]] = {member: set() for member in subscriptions}
+    for topic in sorted({t for topics in subscriptions.values() for t in topics}):
+        members = sorted(m for m, topics in subscriptions.items() if topic in topics)
+        per_member, extra = divmod(partitions.get(topic, 0), len(members))
+        start = 0
+        for i, member in enumerate(members):
+            count = per_member + (1 if i < extra else 0)
+            plan[member].update(TopicPartition(topic, p) for p in range(start, start + count))
+            start += count
+    return plan
+
+
+class _Store:
+    """The SQLite tables; each call holds the lock, so threads may share one store."""
+
+    def __init__(self, path: str | os.PathLike | None) -> None:
+        self._lock = threading.Lock()
+        target = ":memory:" if path is None else os.fspath(path)
+        self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
+        if path is not None:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # takes the write lock: offsets stay contiguous across processes
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO topics VALUES (?, ?, ?)",
+                [(s.name, s.partitions, int(s.compacted)) for s in specs],
+            )
+
+    def topic(self, name: str) -> TopicSpec | None:
+        rows = self._query("SELECT partitions, compacted FROM topics WHERE name = ?", (name,))
+        return TopicSpec(name, rows[0][0], bool(rows[0][1])) if rows else None
+
+    def append(self, tp: TopicPartition, key: bytes | None, value: bytes, headers: str, timestamp_ms: int) -> int:
+        with self._transaction() as db:
+            (offset,) = db.execute(
+                'SELECT COALESCE(MAX("offset") + 1, 0) FROM records WHERE topic = ? AND "partition" = ?',
+                (tp.topic, tp.partition),
+            ).fetchone()
+            db.execute(
+                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (tp.topic, tp.partition, offset, key, value, headers, timestamp_ms),
+            )
+        return offset
+
+    def read(self, tp: TopicPartition, start: int, limit: int) -> list[Record]:
+        rows = self._query(
+            'SELECT "offset", key, value, headers, timestamp_ms FROM records'
+            ' WHERE topic = ? AND "partition" = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?',
+            (tp.topic, tp.partition, start, limit),
+        )
+        return [Record(tp.topic, tp.partition, o, k, v, _load_headers(h), ts) for o, k, v, h, ts in rows]
+
+    def committed(self, group_id: str, tp: TopicPartition) -> int | None:
+        rows = self._query(
+            'SELECT next_offset FROM offsets WHERE group_id = ? AND topic = ? AND "partition" = ?',
+            (group_id, tp.topic, tp.partition),
+        )
+        return rows[0][0] if rows else None
+
+    def commit(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                'INSERT INTO offsets VALUES (?, ?, ?, ?) ON CONFLICT (group_id, topic, "partition")'
+                " DO UPDATE SET next_offset = excluded.next_offset",
+                [(group_id, tp.topic, tp.partition, offset) for tp, offset in offsets.items()],
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _dump_headers(headers: Sequence[tuple[str, bytes]]) -> str:
+    return json.dumps([[name, bytes(value).hex()] for name, value in headers])
+
+
+def _load_headers(text: str) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, bytes.fromhex(value)) for name, value in json.loads(text))
+
+
+class InProcessBus:
+    """The Bus port inside one process; see the module docstring for the decisions it makes."""
+
+    def __init__(
+        self, path: str | os.PathLike | None = None, *, poll_interval: float = 0.05, clock: Clock | None = None
+    ) -> None:
+        self._store = _Store(path)
+        self.poll_interval = poll_interval
+        self._clock = clock
+        self._topics: dict[str, TopicSpec] = {}
+        self._groups: dict[str, dict[str, InProcessConsumer]] = {}
+        self._missing: dict[str, set[str]] = {}  # group -> subscribed topics unknown at its last rebalance
+        self._producers: list[InProcessProducer] = []
+        self._member_ids = itertools.count()
+        self._closed = False
+
+    async def create_topics(self, topics: Sequence[TopicSpec]) -> None:
+        self._check_open()
+        self._store.create_topics(topics)
+        for group_id in list(self._groups):  # subscribers of a new topic get its partitions
+            self._rebalance(group_id)
+
+    def producer(self) -> InProcessProducer:
+        self._check_open()
+        producer = InProcessProducer(self)
+        self._producers.append(producer)
+        return producer
+
+    def consumer(self, group_id: str, topics: Sequence[str]) -> InProcessConsumer:
+        self._check_open()
+        member_id = f"{group_id}-{next(self._member_ids):08d}"  # sorts in join order
+        member = InProcessConsumer(self, group_id, member_id, tuple(topics))
+        self._groups.setdefault(group_id, {})[member_id] = member
+        self._rebalance(group_id)
+        return member
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        for producer in self._producers:
+            await producer.close()
+        for members in list(self._groups.values()):
+            for member in list(members.values()):
+                await member.close()
+        self._closed = True
+        self._store.close()
+
+    # -- used by the producer and consumers -------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the bus is closed")
+
+    def _partitions(self, topic: str) -> int:
+        spec = self._topics.get(topic) or self._store.topic(topic)
+        if spec is None:
+            raise UnknownTopic(f"topic {topic!r} does not exist; create it with create_topics first")
+        self._topics[topic] = spec
+        return spec.partitions
+
+    def _append(self, tp: TopicPartition, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> int:
+        self._check_open()
+        offset = self._store.append(tp, key, value, _dump_headers(headers), self._timestamp_ms())
+        for members in self._groups.values():
+            for member in members.values():
+                if tp.topic in member.topics:
+                    member._wake.set()
+        return offset
+
+    def _timestamp_ms(self) -> int:
+        if self._clock is None:
+            return time.time_ns() // 1_000_000
+        return int(self._clock.now().timestamp() * 1000)
+
+    def _leave(self, member: InProcessConsumer) -> None:
+        self._groups.get(member.group_id, {}).pop(member.member_id, None)
+        self._rebalance(member.group_id)
+
+    def _rebalance(self, group_id: str) -> None:
+        members = self._groups.get(group_id, {})
+        counts = {t: self._partition_count(t) for m in members.values() for t in m.topics}
+        self._missing[group_id] = {t for t, n in counts.items() if n == 0}
+        plan = range_assignment({member_id: m.topics for member_id, m in members.items()}, counts)
+        for member_id, member in members.items():
+            member._assign(plan[member_id])
+
+    def _discover_topics(self, member: InProcessConsumer) -> None:
+        """A subscribed topic that another process created in the file joins the assignment."""
+        if any(self._store.topic(t) for t in self._missing.get(member.group_id, ())):
+            self._rebalance(member.group_id)
+
+    def _partition_count(self, topic: str) -> int:
+        try:
+            return self._partitions(topic)
+        except UnknownTopic:
+            return 0  # subscribed before creation: assigned once create_topics makes it
+
+
+class InProcessProducer:
+    def __init__(self, bus: InProcessBus) -> None:
+        self._bus = bus
+        self._next_partition: dict[str, int] = {}
+        self._closed = False
+
+    async def send(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> tuple[int, int]:
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        partitions = self._bus._partitions(topic)
+        if key is None:  # round robin, per producer and topic
+            partition = self._next_partition.get(topic, 0) % partitions
+            self._next_partition[topic] = partition + 1
+        else:
+            partition = kafka_partition(key, partitions)
+        return partition, self._bus._append(TopicPartition(topic, partition), key, value, headers)
+
+    async def close(self) -> None:
+        self._closed = True
+
+
+class InProcessConsumer:
+    """One member of a consumer group; the bus assigns its partitions."""
+
+    def __init__(self, bus: InProcessBus, group_id: str, member_id: str, topics: tuple[str, ...]) -> None:
+        self._bus = bus
+        self.group_id = group_id
+        self.member_id = member_id
+        self.topics = topics
+        self._positions: dict[TopicPartition, int] = {}  # assigned partition -> next offset to read
+        self._wake = asyncio.Event()
+        self._rotation = 0
+        self._closed = False
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._positions)
+
+    async def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
+        if self._closed:
+            raise RuntimeError(f"consumer {self.member_id} is closed")
+        deadline = time.monotonic() + timeout
+        while True:
+            self._wake.clear()  # before reading, so a send after the read still wakes the wait
+            self._bus._discover_topics(self)
+            records = self._fetch(max_records)
+            remaining = deadline - time.monotonic()
+            if records or self._closed or remaining <= 0:
+                return records
+            try:  # a send here sets the event; other processes are seen at the next interval
+                await asyncio.wait_for(self._wake.wait(), min(remaining, self._bus.poll_interval))
+            except TimeoutError:
+                pass
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        if self._closed:
+            raise CommitFailed(f"consumer {self.member_id} has left group {self.group_id!r}")
+        offsets = dict(self._positions) if offsets is None else dict(offsets)
+        foreign = sorted(set(offsets) - set(self._positions))
+        if foreign:
+            raise CommitFailed(
+                f"member {self.member_id} of group {self.group_id!r} is not assigned {foreign}"
+                f" (assigned: {sorted(self._positions)}); the group may have rebalanced"
+            )
+        if offsets:
+            self._bus._store.commit(self.group_id, offsets)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._positions = {}
+        self._wake.set()  # ends a poll in progress
+        self._bus._leave(self)
+
+    def _assign(self, partitions: set[TopicPartition]) -> None:
+        old = self._positions
+        self._positions = {
+            tp: old[tp] if tp in old else (self._bus._store.committed(self.group_id, tp) or 0)
+            for tp in sorted(partitions)
+        }
+        self._wake.set()
+
+    def _fetch(self, max_records: int) -> list[Record]:
+        """Up to max_records, taken in turn from each partition (offset order within one),
+        starting from a different partition each time so none is starved."""
+        partitions = list(self._positions)
+        if not partitions or max_records <= 0:
+            return []
+        start = self._rotation % len(partitions)
+        self._rotation += 1
+        partitions = partitions[start:] + partitions[:start]
+        batches = [self._bus._store.read(tp, self._positions[tp], max_records) for tp in partitions]
+        interleaved = itertools.chain.from_iterable(itertools.zip_longest(*batches))
+        records = [r for r in interleaved if r is not None][:max_records]
+        for record in records:
+            self._positions[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        return records
