@@ -1,0 +1,98 @@
+"""Composition root: wires each service's handlers to a bus, an event log and a gRPC server."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sluice.bus.port import Bus, Producer
+from sluice.bus.topics import JOBS, LAUNCH_REQUESTS, LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS, SCHEDULES
+from sluice.clock import Clock
+from sluice.eventlog.port import EventLog
+from sluice.readmodels.jobs import JobsView
+from sluice.runtime.consumer import Subscription
+from sluice.runtime.grpc_server import GrpcBinding
+from sluice.runtime.service import ServiceSpec
+from sluice.v1 import lineage_pb2, lineage_pb2_grpc
+from sluice_services.checker import grpc_api as checker_grpc
+from sluice_services.checker.service import CheckerService
+from sluice_services.launcher import grpc_api as launcher_grpc
+from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
+from sluice_services.launcher.service import LauncherService
+from sluice_services.lineage.grpc_api import LineageServicer
+from sluice_services.lineage.service import LineageService
+from sluice_services.matcher.service import MatcherService
+from sluice_services.registry import grpc_api as registry_grpc
+from sluice_services.registry.service import RegistryService
+
+SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
+DEFAULT_APPS_DIR = Path(__file__).resolve().parent.parent / "examples"
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path(".sluice")
+    host: str = "127.0.0.1"
+    port: int = 50051
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    apps_dir: Path = DEFAULT_APPS_DIR
+    max_parallel_runs: int = 2
+
+    @property
+    def partitions_dir(self) -> Path:
+        return self.data_dir / "data"
+
+
+def registry_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
+    registry = RegistryService(log, clock)
+    return ServiceSpec("registry", route=registry.route, grpc=registry_grpc.bindings(registry, producer),
+                       recover=registry.recover)
+
+
+def matcher_spec(log: EventLog, clock: Clock) -> ServiceSpec:
+    matcher = MatcherService(log, clock)
+    subscription = Subscription("trigger-matcher", {
+        SCHEDULES: matcher.on_schedule_changed,
+        PARTITION_NOTIFICATIONS: matcher.on_notification,
+        PROGRAM_NOTIFICATIONS: matcher.on_notification,
+    })
+    return ServiceSpec("matcher", [subscription], route=matcher.route, recover=matcher.recover)
+
+
+def checker_spec(log: EventLog, clock: Clock) -> ServiceSpec:
+    checker = CheckerService(log, clock)
+    jobs_view = JobsView()
+    return ServiceSpec("checker", [Subscription("constraint-checker", {JOBS: checker.on_job_triggered})],
+                       route=checker.route, grpc=checker_grpc.bindings(jobs_view), recover=checker.recover,
+                       background=[lambda: jobs_view.follow(log)])
+
+
+def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
+    launcher = LauncherService(log, clock, DirectoryCatalog(settings.apps_dir), SparkSubmitter(settings.spark),
+                               settings.partitions_dir, settings.max_parallel_runs)
+    return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
+                       route=launcher.route, grpc=launcher_grpc.bindings(launcher), recover=launcher.recover,
+                       background=[launcher.resume])
+
+
+def lineage_spec(log: EventLog, clock: Clock) -> ServiceSpec:
+    lineage = LineageService(log, clock)
+
+    async def on_lineage_event(record) -> None:
+        lineage.handle_message(record.value)
+
+    binding = GrpcBinding(lineage_pb2.DESCRIPTOR.services_by_name["Lineage"].full_name,
+                          lineage_pb2_grpc.add_LineageServicer_to_server, LineageServicer(lineage))
+    return ServiceSpec("lineage", [Subscription("lineage", {LINEAGE: on_lineage_event})], grpc=[binding],
+                       recover=lineage.rebuild)
+
+
+def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, settings: Settings,
+          producer: Producer) -> list[ServiceSpec]:
+    factories = {
+        "registry": lambda: registry_spec(log, clock, producer),
+        "matcher": lambda: matcher_spec(log, clock),
+        "checker": lambda: checker_spec(log, clock),
+        "launcher": lambda: launcher_spec(log, clock, settings),
+        "lineage": lambda: lineage_spec(log, clock),
+    }
+    return [factories[name]() for name in names]

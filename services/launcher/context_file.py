@@ -1,0 +1,55 @@
+"""The context.json handed to a program (read by sluice.sdk.context on the program's side)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sluice.domain.common import PartitionCommitted, ProgramStatusChanged
+from sluice.domain.jobs import Job
+
+
+def schedule_job_name(job: Job) -> str:
+    """The OpenLineage job of the schedule's run: the parent of the program's run."""
+    return f"{job.program.app}.{job.context.schedule_name}"
+
+
+def program_job_name(job: Job) -> str:
+    return f"{schedule_job_name(job)}.{job.program.program}"
+
+
+def build_context(run_id: str, job: Job, data_dir: Path, run_dir: Path) -> dict:
+    context = job.context
+    return {
+        "run_id": run_id,
+        "job_id": job.id,
+        "schedule": {"id": job.schedule_id, "name": context.schedule_name, "generation": job.schedule_generation},
+        "program": {"namespace": job.program.namespace, "app": job.program.app, "program": job.program.program},
+        "properties": dict(context.properties),
+        "system": {
+            "logical_time": context.logical_time.isoformat() if context.logical_time else None,
+            "data_dir": str(data_dir.resolve()),
+            "staging_dir": str((run_dir / "staging").resolve()),
+            "result_path": str((run_dir / "result.json").resolve()),
+        },
+        "notifications": [_notification(n) for n in context.notifications],
+        "lineage": {
+            "run_id": run_id,
+            "job_namespace": job.program.namespace,
+            "job_name": program_job_name(job),
+            "parent_run_id": job.id,
+            "parent_job_name": schedule_job_name(job),
+        },
+    }
+
+
+def _notification(notification) -> dict:
+    payload = notification.payload
+    base = {"id": notification.id, "time": notification.time.isoformat()}
+    if isinstance(payload, PartitionCommitted):
+        return {**base, "type": "partition_committed", "namespace": payload.namespace, "dataset": payload.dataset,
+                "partitions": [{"key": dict(p.key), "location": p.location, "size_bytes": p.size_bytes,
+                                "record_count": p.record_count, "metadata": dict(p.metadata)}
+                               for p in payload.partitions]}
+    assert isinstance(payload, ProgramStatusChanged)
+    program = payload.program
+    return {**base, "type": "program_status_changed", "run_id": payload.run_id, "status": payload.status.value,
+            "program": {"namespace": program.namespace, "app": program.app, "program": program.program}}

@@ -1,0 +1,181 @@
+"""The launcher: one run per launch request, started with spark-submit, outputs published on success."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+from openlineage.client.event_v2 import RunState
+
+from sluice.bus.port import Record
+from sluice.bus.topics import LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
+from sluice.clock import Clock
+from sluice.domain import runs
+from sluice.domain.codec import EventTypes
+from sluice.domain.common import Notification, PartitionCommitted, ProgramStatusChanged, RunStatus
+from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkStarted, RequestRun, Run
+from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.ids import derived_id
+from sluice.runtime.aggregates import AggregateStore, catch_up, execute
+from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.outbox import Outgoing
+from sluice.v1 import jobs_pb2
+from sluice.wire.common import notification_to_proto
+from sluice.wire.jobs import job_from_proto
+from sluice_services.launcher import lineage_events
+from sluice_services.launcher.context_file import build_context
+from sluice_services.launcher.programs import ProgramCatalog, ProgramSubmitter
+from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
+
+log = logging.getLogger(__name__)
+
+STREAM_PREFIX = "run-"
+TYPES = EventTypes(runs.EVENTS)
+LOG_TAIL_BYTES = 2000
+
+
+class LauncherService:
+    def __init__(self, log: EventLog, clock: Clock, catalog: ProgramCatalog, submitter: ProgramSubmitter,
+                 data_dir: Path, max_parallel: int = 2) -> None:
+        self._log = log
+        self._clock = clock
+        self._catalog = catalog
+        self._submitter = submitter
+        self._data_dir = data_dir
+        self._slots = asyncio.Semaphore(max_parallel)
+        self._store: AggregateStore[Run | None] = AggregateStore(log, TYPES, runs.evolve, None)
+        self._tasks: set[asyncio.Task] = set()
+
+    def recover(self) -> None:
+        catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
+
+    async def resume(self) -> None:
+        """Runs that never started are launched now; runs that were going when the launcher stopped
+        are marked LOST (re-attaching to a live process is not done yet)."""
+        for run in self.runs():
+            if run.status is RunStatus.STARTING:
+                self._spawn(run)
+            elif run.status is RunStatus.RUNNING:
+                self._decide(run.id, MarkLost("the launcher restarted while the run was going"))
+        await asyncio.Event().wait()
+
+    def runs(self, schedule_id: str = "") -> list[Run]:
+        found = [r for r in self._store.states().values() if r is not None]
+        return sorted((r for r in found if not schedule_id or r.job.schedule_id == schedule_id),
+                      key=lambda r: (r.requested_at, r.id))
+
+    def get(self, run_id: str) -> Run | None:
+        return self._store.load(runs.stream_name(run_id)).state
+
+    async def on_launch_requested(self, record: Record) -> None:
+        message = jobs_pb2.LaunchRequested()
+        try:
+            message.ParseFromString(record.value)
+        except DecodeError as error:
+            raise MalformedMessage(f"not a LaunchRequested message: {error}") from error
+        if not message.job.id:
+            raise MalformedMessage("job.id: must not be empty")
+        job = job_from_proto(message.job)
+        run_id = runs.run_id_for(job.id)
+        if self._decide(run_id, RequestRun(job)):
+            self._spawn(self.get(run_id))
+
+    async def drain(self) -> None:
+        """Wait for the runs this launcher started (tests, orderly shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _spawn(self, run: Run) -> None:
+        task = asyncio.create_task(self._launch(run))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _launch(self, run: Run) -> None:
+        async with self._slots:
+            try:
+                await self._execute(run)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # whatever went wrong, the run ends FAILED with the reason
+                log.exception("run %s failed to launch", run.id)
+                self._decide(run.id, MarkFailed(f"launcher error: {error!r}"))
+
+    async def _execute(self, run: Run) -> None:
+        entry_point = self._catalog.entry_point(run.job.program)
+        if entry_point is None:
+            self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} is not deployed"))
+            return
+        run_dir = self._data_dir.parent / "runs" / run.id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        context_path = run_dir / "context.json"
+        context_path.write_text(json.dumps(build_context(run.id, run.job, self._data_dir, run_dir), indent=2))
+        log_path = run_dir / "driver.log"
+        process = await self._submitter.submit(entry_point, context_path, log_path)
+        self._decide(run.id, MarkStarted(process.pid))
+        exit_code = await process.wait()
+        if exit_code != 0:
+            self._decide(run.id, MarkFailed(f"exit code {exit_code}: {_tail(log_path)}"))
+            return
+        try:
+            result = read_result(run_dir / "result.json")
+            outputs = publish_outputs(result, self._data_dir)
+        except (PublishError, KeyError) as error:
+            self._decide(run.id, MarkFailed(f"publishing outputs failed: {error}"))
+            return
+        inputs = inputs_of(result) or tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())
+        self._decide(run.id, MarkCompleted(outputs, inputs))
+
+    def _decide(self, run_id: str, command: object) -> list:
+        now = self._clock.now()
+        _, events = execute(self._store, self._log, runs.stream_name(run_id),
+                            lambda r: runs.decide(r, command, now))
+        return events
+
+    def route(self, recorded: RecordedEvent) -> list[Outgoing]:
+        if not recorded.stream.startswith(STREAM_PREFIX) or recorded.type not in TYPES:
+            return []
+        event = TYPES.decode(recorded)
+        run = self.get(event.run_id)
+        match event:
+            case runs.RunStarted(_, _, at):
+                return [*self._status(run, RunStatus.RUNNING, recorded), *_lineage(run, lineage_events.run_started(run, at))]
+            case runs.RunCompleted(_, outputs, _, at):
+                return [*self._status(run, RunStatus.COMPLETED, recorded), *self._outputs(outputs, recorded),
+                        *_lineage(run, lineage_events.run_ended(run, RunState.COMPLETE, at))]
+            case runs.RunFailed(_, _, at):
+                return [*self._status(run, RunStatus.FAILED, recorded),
+                        *_lineage(run, lineage_events.run_ended(run, RunState.FAIL, at))]
+            case runs.RunLost(_, _, at):
+                return [*self._status(run, RunStatus.LOST, recorded),
+                        *_lineage(run, lineage_events.run_ended(run, RunState.ABORT, at))]
+        return []
+
+    def _status(self, run: Run, status: RunStatus, recorded: RecordedEvent) -> list[Outgoing]:
+        payload = ProgramStatusChanged(run.job.program, run.id, status, run.job.schedule_id, run.job.id)
+        notification = Notification(derived_id(recorded.id, "status"), recorded.recorded_at, payload)
+        return [Outgoing(PROGRAM_NOTIFICATIONS, notification.event_key(),
+                         notification_to_proto(notification).SerializeToString())]
+
+    def _outputs(self, outputs: tuple[runs.OutputPartition, ...], recorded: RecordedEvent) -> list[Outgoing]:
+        messages = []
+        for index, output in enumerate(outputs):
+            payload = PartitionCommitted(output.namespace, output.dataset, (output.partition,))
+            notification = Notification(derived_id(recorded.id, "output", str(index)), recorded.recorded_at, payload)
+            messages.append(Outgoing(PARTITION_NOTIFICATIONS, notification.event_key(),
+                                     notification_to_proto(notification).SerializeToString()))
+        return messages
+
+
+def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:
+    return [Outgoing(LINEAGE, run.id, event) for event in events]
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-LOG_TAIL_BYTES:]
+    except OSError:
+        return ""
+    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    return " | ".join(lines[-5:])

@@ -1,0 +1,96 @@
+"""The trigger-matcher: a reverse index from event keys to schedules, and each schedule's pending job.
+
+Stage 1 looks up the schedules interested in a notification's event key; stage 2 updates each
+schedule's job state in its own stream (a single writer per schedule)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from google.protobuf.message import DecodeError
+
+from sluice.bus.port import Record
+from sluice.bus.topics import JOBS
+from sluice.clock import Clock
+from sluice.domain import matching
+from sluice.domain.codec import EventTypes
+from sluice.domain.common import Notification
+from sluice.domain.matching import JobTriggered, MatcherState, MatchNotification, ObserveSchedule
+from sluice.domain.schedules import Schedule
+from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.runtime.aggregates import AggregateStore, catch_up, execute
+from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.runtime.outbox import Outgoing
+from sluice.v1 import jobs_pb2, schedules_pb2
+from sluice.wire.common import notification_from_bytes
+from sluice.wire.jobs import job_to_proto
+from sluice.wire.schedules import schedule_from_proto
+
+STREAM_PREFIX = "matcher-"
+TYPES = EventTypes(matching.EVENTS)
+
+
+class MatcherService:
+    def __init__(self, log: EventLog, clock: Clock) -> None:
+        self._log = log
+        self._clock = clock
+        self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState())
+        self._index: dict[str, set[str]] = defaultdict(set)
+
+    def recover(self) -> None:
+        catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
+        self._index.clear()
+        for state in self._store.states().values():
+            if state.schedule is not None:
+                self._index_schedule(state.schedule)
+
+    def schedules_for(self, event_key: str) -> set[str]:
+        return set(self._index.get(event_key, ()))
+
+    async def on_schedule_changed(self, record: Record) -> None:
+        change = schedules_pb2.ScheduleChanged()
+        try:
+            change.ParseFromString(record.value)
+        except DecodeError as error:
+            raise MalformedMessage(f"not a ScheduleChanged message: {error}") from error
+        if not change.schedule_id:
+            raise MalformedMessage("schedule_id: must not be empty")
+        schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)
+        self.observe(change.schedule_id, schedule)
+
+    def observe(self, schedule_id: str, schedule: Schedule | None) -> None:
+        previous = self._store.load(matching.stream_name(schedule_id)).state.schedule
+        self._decide(schedule_id, ObserveSchedule(schedule_id, schedule))
+        if previous is not None:
+            self._unindex_schedule(previous)
+        if schedule is not None:
+            self._index_schedule(schedule)
+
+    async def on_notification(self, record: Record) -> None:
+        try:
+            notification = notification_from_bytes(record.value)
+        except InvalidArgument as error:
+            raise MalformedMessage(str(error)) from error
+        self.match(notification)
+
+    def match(self, notification: Notification) -> None:
+        for schedule_id in sorted(self.schedules_for(notification.event_key())):
+            self._decide(schedule_id, MatchNotification(notification))
+
+    def route(self, recorded: RecordedEvent) -> list[Outgoing]:
+        if recorded.type != JobTriggered.__name__ or not recorded.stream.startswith(STREAM_PREFIX):
+            return []
+        event: JobTriggered = TYPES.decode(recorded)
+        message = jobs_pb2.JobTriggered(job=job_to_proto(event.job))
+        return [Outgoing(JOBS, event.job.schedule_id, message.SerializeToString())]
+
+    def _decide(self, schedule_id: str, command: object) -> None:
+        now = self._clock.now()
+        execute(self._store, self._log, matching.stream_name(schedule_id), lambda s: matching.decide(s, command, now))
+
+    def _index_schedule(self, schedule: Schedule) -> None:
+        for key in schedule.trigger.event_keys():
+            self._index[key].add(schedule.id)
+
+    def _unindex_schedule(self, schedule: Schedule) -> None:
+        for key in schedule.trigger.event_keys():
+            self._index[key].discard(schedule.id)

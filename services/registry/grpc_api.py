@@ -1,0 +1,78 @@
+"""gRPC edge of the schedule-registry: ScheduleRegistry, and Notifications for producers."""
+from __future__ import annotations
+
+
+from sluice.bus.port import Producer
+from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
+from sluice.domain.common import PartitionCommitted
+from sluice.domain.schedules import schedule_id_for
+from sluice.runtime.errors import InvalidArgument
+from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
+from sluice.v1 import notifications_pb2, notifications_pb2_grpc, schedules_pb2, schedules_pb2_grpc
+from sluice.wire.common import notification_from_proto, program_from_proto
+from sluice.wire.schedules import schedule_from_proto, schedule_to_proto
+from sluice_services.registry.service import RegistryService
+
+
+class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
+    def __init__(self, registry: RegistryService) -> None:
+        self._registry = registry
+
+    @grpc_errors
+    async def CreateSchedule(self, request, context):
+        proto = request.schedule
+        schedule_id = schedule_id_for(program_from_proto(proto.program), proto.name)
+        return schedule_to_proto(self._registry.create(schedule_from_proto(proto, schedule_id)))
+
+    @grpc_errors
+    async def GetSchedule(self, request, context):
+        return schedule_to_proto(self._registry.get(_require_id(request.id)))
+
+    @grpc_errors
+    async def ListSchedules(self, request, context):
+        found = self._registry.list(request.namespace, request.app)
+        return schedules_pb2.ListSchedulesResponse(schedules=[schedule_to_proto(s) for s in found])
+
+    @grpc_errors
+    async def DeleteSchedule(self, request, context):
+        self._registry.delete(_require_id(request.id))
+        return schedules_pb2.DeleteScheduleResponse()
+
+    @grpc_errors
+    async def EnableSchedule(self, request, context):
+        return schedule_to_proto(self._registry.enable(_require_id(request.id)))
+
+    @grpc_errors
+    async def DisableSchedule(self, request, context):
+        return schedule_to_proto(self._registry.disable(_require_id(request.id)))
+
+
+class NotificationsServicer(notifications_pb2_grpc.NotificationsServicer):
+    """Validates a producer's notification and puts it on its topic; an invalid one is not published."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    @grpc_errors
+    async def Publish(self, request, context):
+        if not request.HasField("notification"):
+            raise InvalidArgument("notification", "is required")
+        notification = notification_from_proto(request.notification)
+        topic = PARTITION_NOTIFICATIONS if isinstance(notification.payload, PartitionCommitted) else PROGRAM_NOTIFICATIONS
+        await self._producer.send(topic, request.notification.SerializeToString(), key=notification.event_key().encode())
+        return notifications_pb2.PublishNotificationResponse(id=notification.id)
+
+
+def _require_id(schedule_id: str) -> str:
+    if not schedule_id:
+        raise InvalidArgument("id", "must not be empty")
+    return schedule_id
+
+
+def bindings(registry: RegistryService, producer: Producer) -> list[GrpcBinding]:
+    return [
+        GrpcBinding(schedules_pb2.DESCRIPTOR.services_by_name["ScheduleRegistry"].full_name,
+                    schedules_pb2_grpc.add_ScheduleRegistryServicer_to_server, ScheduleRegistryServicer(registry)),
+        GrpcBinding(notifications_pb2.DESCRIPTOR.services_by_name["Notifications"].full_name,
+                    notifications_pb2_grpc.add_NotificationsServicer_to_server, NotificationsServicer(producer)),
+    ]

@@ -1,0 +1,171 @@
+"""The schedule-registry over real gRPC on loopback: create/get/list/enable/disable/delete, and bad input."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from sluice.bus.inprocess import InProcessBus
+from sluice.bus.topics import PARTITION_NOTIFICATIONS, SCHEDULES
+from sluice.clock import SimulatedClock
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.runtime.service import run_services
+from sluice.v1 import (
+    notifications_pb2 as npb,
+    notifications_pb2_grpc,
+    schedules_pb2 as spb,
+    schedules_pb2_grpc,
+)
+from sluice_services.composition import registry_spec
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def server(tmp_path):
+    log = SqliteEventLog(tmp_path / "events.db", clock=SimulatedClock())
+    bus = InProcessBus()
+    producer = bus.producer()
+    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_services([registry_spec(log, SimulatedClock(), producer)], bus, log,
+                                            on_ready=ready.set_result, stop=stop))
+    port = await asyncio.wait_for(ready, 10)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    yield channel, bus, log
+    await channel.close()
+    stop.set()
+    await task
+    await producer.close()
+    log.close()
+
+
+def schedule(**changes) -> spb.Schedule:
+    message = spb.Schedule(
+        name="hourly", program=npb.ProgramRef(namespace="experiments", app="clickstream", program="hourly_metrics"),
+        trigger=spb.Trigger(partition=spb.PartitionTrigger(namespace="experiments", dataset="clickstream", count=1)),
+        properties={"experiment": "exp-42"})
+    for path, value in changes.items():
+        target = message
+        *parents, leaf = path.split(".")
+        for parent in parents:
+            target = getattr(target, parent)
+        setattr(target, leaf, value)
+    return message
+
+
+async def create(channel, message):
+    return await schedules_pb2_grpc.ScheduleRegistryStub(channel).CreateSchedule(spb.CreateScheduleRequest(schedule=message))
+
+
+async def test_lifecycle_over_grpc(server):
+    channel, bus, _ = server
+    stub = schedules_pb2_grpc.ScheduleRegistryStub(channel)
+    created = await create(channel, schedule())
+    assert created.id and created.generation == 1 and not created.enabled
+    assert (await stub.GetSchedule(spb.GetScheduleRequest(id=created.id))).name == "hourly"
+    assert (await stub.EnableSchedule(spb.EnableScheduleRequest(id=created.id))).enabled
+    listed = await stub.ListSchedules(spb.ListSchedulesRequest(namespace="experiments"))
+    assert [s.name for s in listed.schedules] == ["hourly"]
+    assert not (await stub.DisableSchedule(spb.DisableScheduleRequest(id=created.id))).enabled
+    await stub.DeleteSchedule(spb.DeleteScheduleRequest(id=created.id))
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.GetSchedule(spb.GetScheduleRequest(id=created.id))
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND
+
+    consumer = bus.consumer("test", [SCHEDULES])
+    changes = []
+    while len(changes) < 4:
+        records = await consumer.poll(timeout=5)
+        assert records, "the outbox did not publish every schedule change"
+        for record in records:
+            change = spb.ScheduleChanged()
+            change.ParseFromString(record.value)
+            changes.append(("deleted" if change.deleted else change.schedule.enabled))
+    assert changes == [False, True, False, "deleted"]
+    await consumer.close()
+
+
+async def test_creating_the_same_name_twice_is_already_exists(server):
+    channel, _, _ = server
+    await create(channel, schedule())
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await create(channel, schedule())
+    assert error.value.code() == grpc.StatusCode.ALREADY_EXISTS
+
+
+@pytest.mark.parametrize("message, field", [
+    (schedule(**{"trigger.partition.dataset": ""}), "schedule.trigger.partition.dataset"),
+    (schedule(**{"trigger.partition.count": 0}), "schedule.trigger.partition.count"),
+    (schedule(**{"trigger.partition.count": -1}), "schedule.trigger.partition.count"),
+    (schedule(name=""), "schedule.name"),
+    (schedule(**{"program.app": ""}), "schedule.program.app"),
+])
+async def test_invalid_schedule_is_invalid_argument_naming_the_field(server, message, field):
+    channel, _, log = server
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await create(channel, message)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.details().startswith(f"{field}:")
+    assert log.head_position() == 0
+
+
+async def test_unknown_trigger_type_is_invalid_argument(server):
+    channel, _, log = server
+    message = schedule()
+    message.ClearField("trigger")
+    message.trigger.ParseFromString(bytes([0x4A, 0x00]))  # field 9: a trigger kind this server does not know
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await create(channel, message)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "schedule.trigger: unknown trigger type" in error.value.details()
+    message.ClearField("trigger")
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await create(channel, message)
+    assert error.value.details().startswith("schedule.trigger: a trigger is required")
+    assert log.head_position() == 0
+
+
+def partition_notification(**changes) -> npb.Notification:
+    message = npb.Notification(id="n-1")
+    message.time.GetCurrentTime()
+    message.partition_committed.namespace = "experiments"
+    message.partition_committed.dataset = "clickstream"
+    message.partition_committed.partitions.add(key={"hour": "09"}, location="/data/x", size_bytes=10, record_count=1)
+    for path, value in changes.items():
+        if value is None:
+            message.ClearField(path) if "." not in path else getattr(message, path.split(".")[0]).ClearField(path.split(".")[1])
+        else:
+            setattr(getattr(message, path.split(".")[0]), path.split(".")[1], value) if "." in path else setattr(message, path, value)
+    return message
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"id": ""}, "notification.id"),
+    ({"time": None}, "notification.time"),
+    ({"partition_committed": None}, "notification.payload"),
+    ({"partition_committed.dataset": ""}, "notification.partition_committed.dataset"),
+    ({"partition_committed.partitions": None}, "notification.partition_committed.partitions"),
+])
+async def test_malformed_notification_is_rejected_and_not_published(server, changes, field):
+    channel, bus, _ = server
+    stub = notifications_pb2_grpc.NotificationsStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.Publish(npb.PublishNotificationRequest(notification=partition_notification(**changes)))
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.details().startswith(f"{field}:")
+    consumer = bus.consumer("probe", [PARTITION_NOTIFICATIONS])
+    assert await consumer.poll(timeout=0.2) == []
+    await consumer.close()
+
+
+async def test_valid_notification_is_published_keyed_by_dataset(server):
+    channel, bus, _ = server
+    stub = notifications_pb2_grpc.NotificationsStub(channel)
+    response = await stub.Publish(npb.PublishNotificationRequest(notification=partition_notification()))
+    assert response.id == "n-1"
+    consumer = bus.consumer("probe", [PARTITION_NOTIFICATIONS])
+    records = await consumer.poll(timeout=2)
+    assert [r.key for r in records] == [b"partition:experiments.clickstream"]
+    await consumer.close()
