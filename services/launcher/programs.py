@@ -46,6 +46,7 @@ class SparkConfig:
     master: str = "local[*]"
     conf: dict[str, str] = field(default_factory=lambda: {
         "spark.ui.enabled": "false",
+        "spark.log.level": "WARN",
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",

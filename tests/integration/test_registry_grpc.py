@@ -132,7 +132,7 @@ def partition_notification(**changes) -> npb.Notification:
     message.time.GetCurrentTime()
     message.partition_committed.namespace = "experiments"
     message.partition_committed.dataset = "clickstream"
-    message.partition_committed.partitions.add(key={"hour": "09"}, location="/data/x", size_bytes=10, record_count=1)
+    message.partition_committed.partitions.add(key=[npb.KeyValue(name="hour", value="09")], location="/data/x", size_bytes=10, record_count=1)
     for path, value in changes.items():
         if value is None:
             message.ClearField(path) if "." not in path else getattr(message, path.split(".")[0]).ClearField(path.split(".")[1])

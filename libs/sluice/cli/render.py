@@ -32,7 +32,12 @@ def duration(start: timestamp_pb2.Timestamp, end: timestamp_pb2.Timestamp) -> st
 
 
 def pairs(mapping) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(mapping.items())) or "-"
+    return ",".join(f"{k}={v}" for k, v in mapping.items()) or "-"
+
+
+def key_text(key) -> str:
+    """A protobuf partition key (repeated KeyValue) as k=v,k=v in key order."""
+    return ",".join(f"{kv.name}={kv.value}" for kv in key) or "-"
 
 
 def lineage_tree(jobs: Sequence[lineage_pb2.LineageJob], runs: Sequence[lineage_pb2.LineageRun]) -> str:

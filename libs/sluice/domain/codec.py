@@ -28,7 +28,7 @@ class EventTypes:
 
 
 def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None) -> NewEvent:
-    data = json.dumps(to_jsonable(event), separators=(",", ":"), sort_keys=True).encode()
+    data = json.dumps(to_jsonable(event), separators=(",", ":")).encode()
     return NewEvent(id=event_id, type=type(event).__name__, data=data, metadata=dict(metadata or {}))
 
 

@@ -39,7 +39,7 @@ def program_from_proto(message: pb.ProgramRef) -> ProgramRef:
 
 def partition_to_proto(partition: PartitionRef) -> pb.PartitionRef:
     return pb.PartitionRef(
-        key=dict(partition.key),
+        key=[pb.KeyValue(name=k, value=v) for k, v in partition.key.items()],
         location=partition.location,
         size_bytes=partition.size_bytes,
         record_count=partition.record_count,
@@ -48,7 +48,7 @@ def partition_to_proto(partition: PartitionRef) -> pb.PartitionRef:
 
 
 def partition_from_proto(message: pb.PartitionRef) -> PartitionRef:
-    return PartitionRef(dict(message.key), message.location, message.size_bytes, message.record_count,
+    return PartitionRef({kv.name: kv.value for kv in message.key}, message.location, message.size_bytes, message.record_count,
                         dict(message.metadata))
 
 
@@ -102,6 +102,9 @@ def _partition_committed_from_proto(message: pb.PartitionCommitted, path: str) -
         where = f"{path}.partitions[{index}]"
         if not partition.key:
             raise InvalidArgument(f"{where}.key", "must have at least one key value")
+        names = [kv.name for kv in partition.key]
+        if any(not name.strip() for name in names) or len(set(names)) != len(names):
+            raise InvalidArgument(f"{where}.key", f"key names must be non-empty and unique, got {names}")
         _require(f"{where}.location", partition.location)
         if partition.size_bytes < 0:
             raise InvalidArgument(f"{where}.size_bytes", "must not be negative")

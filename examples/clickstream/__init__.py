@@ -1,0 +1,1 @@
+"""The clickstream example app: a website experimentation service (US, UK and JP marketplaces)."""
