@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from datetime import datetime
@@ -19,30 +17,12 @@ from zoneinfo import ZoneInfo
 from sluice.cli import render
 from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
+from sluice.localserver import LocalServer
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
 from sluice_examples.clickstream import app
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 
 TERMINAL = {notifications_pb2.COMPLETED, notifications_pb2.FAILED, notifications_pb2.KILLED, notifications_pb2.LOST}
-
-
-def start_standalone(data_dir: Path, max_parallel_runs: int) -> tuple[subprocess.Popen, str]:
-    command = [sys.executable, "-m", "sluice.cli.main", "standalone", "--data-dir", str(data_dir), "--port", "0",
-               "--max-parallel-runs", str(max_parallel_runs)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    line = process.stdout.readline()
-    if " ready on " not in line:
-        process.kill()
-        raise SystemExit(f"sluice standalone did not start: {line.strip() or 'no output'}")
-    return process, line.split(" ready on ")[1].split()[0]
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
 
 
 def publish_hours(client: SluiceClient, data_dir: Path, local_date: str, hours: list[int], rows: int) -> list[dict]:
@@ -81,6 +61,7 @@ def show_output_rows(runs: list) -> None:
     if not locations:
         print("no output partitions")
         return
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     spark = (SparkSession.builder.master("local[1]").appName("sluice-demo-report")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
@@ -121,10 +102,10 @@ def main(argv: list[str] | None = None) -> int:
 
     shutil.rmtree(args.data_dir, ignore_errors=True)
     started = time.monotonic()
-    process, address = start_standalone(args.data_dir, max_parallel_runs=2)
-    print(f"== sluice standalone on {address}, data in {args.data_dir} (pid {process.pid})")
+    server = LocalServer(args.data_dir, args=["--max-parallel-runs", "2"]).start()
+    print(f"== sluice standalone on {server.address}, data in {args.data_dir} (pid {server.pid})")
     try:
-        with SluiceClient(address) as client:
+        with SluiceClient(server.address) as client:
             client.wait_ready()
             for spec in app.schedules():
                 client.create_schedule(schedule_proto(spec))
@@ -161,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             print(render.lineage_tree(client.lineage_jobs(), client.lineage_runs()))
             failed = [r for r in runs if r.status != notifications_pb2.COMPLETED]
     finally:
-        stop(process)
+        server.stop()
     print("\n== Rows produced (dataset clickstream_hourly_metrics, read back with Spark)")
     show_output_rows(runs)
     print(f"\n== Done in {time.monotonic() - started:.0f}s: {len(runs) - len(failed)} runs completed, {len(failed)} failed")

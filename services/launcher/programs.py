@@ -66,7 +66,8 @@ class SparkSubmitter:
                 "--sluice-context", str(context_path)]
 
     async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> asyncio.subprocess.Process:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
         with open(log_path, "ab") as log_file:
             return await asyncio.create_subprocess_exec(
                 *self.command(entry_point, context_path), stdin=asyncio.subprocess.DEVNULL,
