@@ -1,0 +1,102 @@
+"""The `sluice` CLI against a running standalone: readable tables, --json, and one-line errors with exit codes."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sluice.localserver import LocalServer
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with LocalServer(tmp_path_factory.mktemp("cli") / "sluice") as running:
+        yield running
+
+
+def sluice(server, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sluice.cli.main", "--server", server.address, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, code: int, text: str) -> None:
+    assert result.returncode == code, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sluice: error:") and text in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def create_args(name: str, *extra: str) -> list[str]:
+    return ["schedules", "create", "--name", name, "--namespace", "experiments", "--app", "clickstream",
+            "--program", "hourly_metrics", "--dataset", "experiments.cli_only", *extra]
+
+
+def test_schedule_commands(server):
+    created = sluice(server, "--json", *create_args("cli_schedule", "--count", "2", "--property", "experiment=exp-1"))
+    assert created.returncode == 0, created.stderr
+    schedule = json.loads(created.stdout)
+    assert schedule["trigger"]["partition"] == {"namespace": "experiments", "dataset": "cli_only", "count": 2}
+    assert schedule["properties"] == {"experiment": "exp-1"} and not schedule.get("enabled")
+
+    listed = sluice(server, "schedules", "list")
+    assert listed.returncode == 0
+    header, rule, *rows = listed.stdout.splitlines()
+    assert header.split()[:3] == ["ID", "NAME", "PROGRAM"]
+    assert any("cli_schedule" in row and "partition experiments.cli_only x2" in row for row in rows)
+
+    assert json.loads(sluice(server, "--json", "schedules", "enable", schedule["id"]).stdout)["enabled"] is True
+    assert sluice(server, "schedules", "delete", schedule["id"]).stdout.strip() == f"deleted {schedule['id']}"
+    assert_one_line_error(sluice(server, "schedules", "get", schedule["id"]), 1, "NOT_FOUND")
+
+
+@pytest.mark.parametrize("extra, code, text", [
+    (["--count", "0"], 1, "INVALID_ARGUMENT: schedule.trigger.partition.count: must be at least 1"),
+    (["--trigger", "cron"], 2, "--trigger: unknown trigger type 'cron'"),
+    (["--property", "novalue"], 2, "--property: expected KEY=VALUE"),
+])
+def test_schedule_create_bad_input(server, extra, code, text):
+    assert_one_line_error(sluice(server, *create_args("bad", *extra)), code, text)
+
+
+def test_schedule_with_empty_dataset_names_the_field(server):
+    args = create_args("bad")
+    args[args.index("experiments.cli_only")] = "experiments."
+    assert_one_line_error(sluice(server, *args), 1, "schedule.trigger.partition.dataset: must not be empty")
+
+
+def notify_args(*extra: str) -> list[str]:
+    return ["notify", "partition", "--namespace", "experiments", "--dataset", "cli_only", "--location", "/data/p", *extra]
+
+
+def test_notify_partition_publishes(server):
+    result = sluice(server, "--json", *notify_args("--key", "hour=09", "--id", "cli-n-1"))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"id": "cli-n-1"}
+
+
+@pytest.mark.parametrize("extra, code, text", [
+    (["--key", "hour"], 2, "--key: expected KEY=VALUE"),
+    ([], 1, "INVALID_ARGUMENT: notification.partition_committed.partitions[0].key: must have at least one key value"),
+    (["--key", "hour=1", "--size-bytes", "-5"], 1, "partitions[0].size_bytes: must not be negative"),
+])
+def test_notify_partition_bad_input(server, extra, code, text):
+    assert_one_line_error(sluice(server, *notify_args(*extra)), code, text)
+
+
+def test_jobs_runs_and_lineage_listings(server):
+    for args in (["jobs", "list"], ["runs", "list"]):
+        result = sluice(server, *args)
+        assert result.returncode == 0 and result.stdout.splitlines()[0].split()[0] in ("JOB", "RUN")
+    assert json.loads(sluice(server, "--json", "runs", "list").stdout) == []
+    assert sluice(server, "lineage", "show").stdout.strip() == "no lineage recorded"
+
+
+def test_unreachable_server_is_one_line_exit_3():
+    result = subprocess.run([sys.executable, "-m", "sluice.cli.main", "--server", f"127.0.0.1:{free_port()}",
+                             "schedules", "list"], capture_output=True, text=True, timeout=60)
+    assert_one_line_error(result, 3, "cannot reach Sluice at")
