@@ -1,0 +1,86 @@
+"""Malformed bus messages go to the dead-letter topic with the reason and the original bytes; the
+consumer carries on with the next message."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sluice.bus.inprocess import InProcessBus
+from sluice.bus.topics import DEAD_LETTER, JOBS, PARTITION_NOTIFICATIONS, SCHEDULES
+from sluice.clock import SimulatedClock
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
+from sluice.domain.schedules import PartitionTrigger, Schedule
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.runtime.service import run_services
+from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
+from sluice.wire.common import notification_to_proto
+from sluice.wire.schedules import schedule_to_proto
+from sluice_services.composition import matcher_spec
+
+pytestmark = pytest.mark.integration
+
+CLOCK = SimulatedClock()
+SCHEDULE = Schedule("s-1", "hourly", ProgramRef("experiments", "clickstream", "hourly_metrics"),
+                    PartitionTrigger("experiments", "clickstream", 1), enabled=True)
+
+
+def valid_notification() -> bytes:
+    notification = Notification("n-ok", CLOCK.now(), PartitionCommitted("experiments", "clickstream",
+                                                                         (PartitionRef({"hour": "09"}, "/d/09"),)))
+    return notification_to_proto(notification).SerializeToString()
+
+
+def missing_fields() -> bytes:
+    message = notifications_pb2.Notification(id="n-bad")
+    message.time.GetCurrentTime()
+    message.partition_committed.namespace = "experiments"
+    return message.SerializeToString()
+
+
+async def drain(bus, topic: str, count: int) -> list:
+    consumer = bus.consumer(f"probe-{topic}", [topic])
+    records = []
+    while len(records) < count:
+        batch = await consumer.poll(timeout=5)
+        assert batch, f"expected {count} records on {topic}, got {len(records)}"
+        records += batch
+    await consumer.close()
+    return records
+
+
+async def test_poison_messages_are_dead_lettered_and_the_matcher_carries_on(tmp_path):
+    log = SqliteEventLog(tmp_path / "events.db", clock=CLOCK)
+    bus = InProcessBus()
+    stop = asyncio.Event()
+    ready = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(run_services([matcher_spec(log, CLOCK)], bus, log, on_ready=ready.set_result, stop=stop))
+    await asyncio.wait_for(ready, 10)
+    producer = bus.producer()
+    change = schedules_pb2.ScheduleChanged(schedule_id=SCHEDULE.id, schedule=schedule_to_proto(SCHEDULE))
+    await producer.send(SCHEDULES, change.SerializeToString(), key=SCHEDULE.id.encode())
+    poison = {
+        b"\xff\xfe not protobuf": "not a protobuf Notification",
+        missing_fields(): "notification.partition_committed.dataset: must not be empty",
+        notifications_pb2.Notification(id="n-empty").SerializeToString(): "notification.time: is required",
+    }
+    for value in poison:
+        await producer.send(PARTITION_NOTIFICATIONS, value, key=b"partition:experiments.clickstream")
+    await producer.send(SCHEDULES, b"\x08\x96\x01 garbage", key=b"x")
+    await producer.send(PARTITION_NOTIFICATIONS, valid_notification(), key=b"partition:experiments.clickstream")
+
+    dead = await drain(bus, DEAD_LETTER, 4)
+    reasons = {record.value: dict(record.headers)["reason"].decode() for record in dead}
+    for value, reason in poison.items():
+        assert reason in reasons[value]
+    assert dict(dead[0].headers)["source-topic"] == PARTITION_NOTIFICATIONS.encode()
+    assert any(record.value == b"\x08\x96\x01 garbage" for record in dead)
+
+    triggered = await drain(bus, JOBS, 1)
+    job = jobs_pb2.JobTriggered.FromString(triggered[0].value).job
+    assert [n.id for n in job.context.notifications] == ["n-ok"]
+
+    stop.set()
+    await task
+    await producer.close()
+    log.close()
