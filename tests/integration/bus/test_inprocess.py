@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from sluice.bus import TopicPartition, TopicSpec
 from sluice.bus.inprocess import InProcessBus, range_assignment
 from sluice.clock import SimulatedClock
-from tests.integration.bus.contract import BusContract
+from tests.integration.bus.contract import BusContract, DurableBusContract
 
 
 class TestInProcessBusMemory(BusContract):
@@ -16,7 +16,7 @@ class TestInProcessBusMemory(BusContract):
         return InProcessBus()
 
 
-class TestInProcessBusSqlite(BusContract):
+class TestInProcessBusSqlite(DurableBusContract):
     async def make_bus(self, tmp_path) -> InProcessBus:
         return InProcessBus(tmp_path / "bus.db")
 

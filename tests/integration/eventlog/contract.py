@@ -11,8 +11,8 @@ has no Test prefix) and implements the hooks:
             log.close()
             return MyEventLog(..., clock=clock)
 
-`clock` is a SimulatedClock: the adapter must take `recorded_at` from it. A store that cannot
-be reopened (in memory) leaves `reopen` returning None, which skips the durability test.
+`clock` is a SimulatedClock: the adapter must take `recorded_at` from it. A durable store's test
+class subclasses DurableEventLogContract instead, which adds the reopen test.
 """
 from __future__ import annotations
 
@@ -87,9 +87,9 @@ class EventLogContract:
     def make_log(self, tmp_path: Path, clock: Clock) -> EventLog:
         raise NotImplementedError("an adapter's test class returns a fresh, empty log here")
 
-    def reopen(self, log: EventLog, tmp_path: Path, clock: Clock) -> EventLog | None:
-        """Close `log` and open the same store again; None if the store cannot be reopened."""
-        return None
+    def reopen(self, log: EventLog, tmp_path: Path, clock: Clock) -> EventLog:
+        """Close `log` and open the same store again (durable stores only)."""
+        raise NotImplementedError
 
     # -- fixtures ----------------------------------------------------------------------------
 
@@ -485,14 +485,22 @@ class EventLogContract:
 
     # -- durability and lifecycle ------------------------------------------------------------
 
+    def test_close_is_idempotent(self, tmp_path: Path, clock: SimulatedClock) -> None:
+        log = self.make_log(tmp_path, clock)
+        log.append("s", new_events(1), NO_STREAM)
+        log.close()
+        log.close()
+
+
+class DurableEventLogContract(EventLogContract):
+    """The contract of stores that keep their events across a close: their test classes subclass this."""
+
     def test_durable_after_reopen(self, log: EventLog, tmp_path: Path, clock: SimulatedClock) -> None:
         log.append("a", new_events(2), NO_STREAM, checkpoints=[Checkpoint("bus", 7)])
         log.append_batch([StreamAppend("a", new_events(1), 1), StreamAppend("b", new_events(1), NO_STREAM)])
         before = everything(log)
 
         reopened = self.reopen(log, tmp_path, clock)
-        if reopened is None:
-            pytest.skip("this store cannot be reopened (in memory)")
         try:
             assert everything(reopened) == before
             assert reopened.head_position() == before[-1].position
@@ -504,9 +512,3 @@ class EventLogContract:
             assert reopened.read_all(after=before[-1].position)[0].position > before[-1].position
         finally:
             reopened.close()
-
-    def test_close_is_idempotent(self, tmp_path: Path, clock: SimulatedClock) -> None:
-        log = self.make_log(tmp_path, clock)
-        log.append("s", new_events(1), NO_STREAM)
-        log.close()
-        log.close()

@@ -9,14 +9,14 @@ from sluice.clock import Clock, SimulatedClock
 from sluice.eventlog import NO_STREAM, EventLog, WrongExpectedVersion
 from sluice.eventlog.sqlite import SqliteEventLog
 
-from tests.integration.eventlog.contract import EventLogContract, assert_nothing_more, new_events, take
+from tests.integration.eventlog.contract import DurableEventLogContract, EventLogContract, assert_nothing_more, new_events, take
 
 
 def _file(tmp_path: Path) -> Path:
     return tmp_path / "store" / "events.db"  # a parent directory the adapter has to create
 
 
-class TestSqliteFileEventLog(EventLogContract):
+class TestSqliteFileEventLog(DurableEventLogContract):
     def make_log(self, tmp_path: Path, clock: Clock) -> EventLog:
         return SqliteEventLog(_file(tmp_path), clock=clock)
 
