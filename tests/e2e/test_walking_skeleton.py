@@ -3,6 +3,7 @@
 records and the lineage records are checked."""
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -13,9 +14,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from sluice.bus.inprocess import InProcessBus
+from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
 from sluice.localserver import LocalServer
+from sluice.wire.common import notification_from_bytes
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 from tests.e2e.conftest import eventually
@@ -121,3 +125,28 @@ def test_partition_triggered_pyspark_run_end_to_end(tmp_path, spark):
             assert program_runs[run.id].outputs == [f"{NAMESPACE}/clickstream_hourly_metrics"]
         schedule_runs = {r.run_id for r in lineage_runs if r.job_name == parent_name}
         assert schedule_runs == {r.job_id for r in runs}
+
+        # Bus: program-status notifications for every run, and one partition notification per output.
+        statuses, outputs = asyncio.run(read_bus(data_dir / "bus.db"))
+        for run in runs:
+            assert statuses[run.id] == ["RUNNING", "COMPLETED"]
+        assert sorted(outputs) == sorted(r.outputs[0].partition.location for r in runs)
+
+
+async def read_bus(path: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """Read the standalone's durable bus file as another process would."""
+    bus = InProcessBus(path)
+    consumer = bus.consumer("e2e-probe", [PROGRAM_NOTIFICATIONS, PARTITION_NOTIFICATIONS])
+    statuses: dict[str, list[str]] = {}
+    outputs: list[str] = []
+    while records := await consumer.poll(timeout=1):
+        for record in records:
+            notification = notification_from_bytes(record.value)
+            payload = notification.payload
+            if record.topic == PROGRAM_NOTIFICATIONS:
+                statuses.setdefault(payload.run_id, []).append(payload.status.value)
+            elif payload.dataset == "clickstream_hourly_metrics":
+                outputs += [p.location for p in payload.partitions]
+    await consumer.close()
+    await bus.close()
+    return statuses, outputs
