@@ -71,7 +71,7 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
                                settings.partitions_dir, settings.max_parallel_runs)
     return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
                        route=launcher.route, grpc=launcher_grpc.bindings(launcher), recover=launcher.recover,
-                       background=[launcher.resume])
+                       start=launcher.resume)
 
 
 def lineage_spec(log: EventLog, clock: Clock) -> ServiceSpec:

@@ -51,7 +51,7 @@ class LauncherService:
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
 
-    async def resume(self) -> None:
+    def resume(self) -> None:
         """Runs that never started are launched now; runs that were going when the launcher stopped
         are marked LOST (re-attaching to a live process is not done yet)."""
         for run in self.runs():
@@ -59,7 +59,6 @@ class LauncherService:
                 self._spawn(run)
             elif run.status is RunStatus.RUNNING:
                 self._decide(run.id, MarkLost("the launcher restarted while the run was going"))
-        await asyncio.Event().wait()
 
     def runs(self, schedule_id: str = "") -> list[Run]:
         found = [r for r in self._store.states().values() if r is not None]

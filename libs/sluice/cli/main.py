@@ -120,7 +120,10 @@ def _schedule_commands(commands) -> None:
 def _by_id(rpc: str, request_type) -> Callable:
     def handler(client: SluiceClient, args) -> int:
         response = getattr(client.schedules, rpc)(request_type(id=args.id), timeout=10)
-        return _print(args, response) if response.ByteSize() else print(f"{rpc.removesuffix('Schedule').lower()}d {args.id}")
+        if rpc == "DeleteSchedule":
+            print(json.dumps({"deleted": args.id}) if args.json else f"deleted {args.id}")
+            return 0
+        return _print(args, response)
     return handler
 
 

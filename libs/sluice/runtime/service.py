@@ -25,7 +25,10 @@ class ServiceSpec:
     grpc: list[GrpcBinding] = field(default_factory=list)
     recover: Callable[[], None] | None = None
     """Rebuild in-memory state from the log before consuming anything."""
+    start: Callable[[], None] | None = None
+    """Resume work recorded but not finished (called in the event loop, after recover)."""
     background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Tasks that run as long as the service does."""
 
 
 async def run_services(
@@ -51,6 +54,9 @@ async def run_services(
             jobs.append(OutboxRelay(spec.name, event_log, producer, spec.route).run())
         jobs += [start() for start in spec.background]
     tasks = [asyncio.create_task(job) for job in jobs]
+    for spec in specs:
+        if spec.start:
+            spec.start()
     stop = stop or asyncio.Event()
     stopper = asyncio.create_task(stop.wait())
     on_ready(bound)
