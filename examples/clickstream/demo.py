@@ -44,7 +44,7 @@ def wait_for_runs(client: SluiceClient, expected: int, timeout: float) -> list:
     while time.monotonic() < deadline:
         runs = client.list_runs()
         done = [r for r in runs if r.status in TERMINAL]
-        status = f"  runs: {len(runs)} started, {len(done)} finished of {expected}"
+        status = f"  runs: {len(runs)} requested, {len(done)} finished of {expected}"
         if status != last:
             print(status, flush=True)
             last = status
