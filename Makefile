@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast bench proto clean standalone
+.PHONY: env demo test test-fast bench proto clean standalone postgres
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -31,10 +31,14 @@ demo: env
 standalone: env
 	$(PY) -m sluice.cli.main standalone
 
-test: env
+# PostgreSQL server binaries from Debian's packages; the tests start throwaway servers on free ports.
+postgres:
+	sh deploy/postgres/install.sh
+
+test: env postgres
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: env
+test-fast: env postgres
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: env

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# A local single-node Kafka broker (KRaft, broker + controller) for development: no Docker.
+#
+#   deploy/kafka/broker.sh up      fetch the jars, format storage (first time), start, wait until ready
+#   deploy/kafka/broker.sh down    stop it (SIGTERM, then SIGKILL after $KAFKA_STOP_TIMEOUT s)
+#   deploy/kafka/broker.sh status  print pid and bootstrap address; exit 1 when not running
+#
+# Bound to 127.0.0.1 on $KAFKA_PORT (default: a free port) and $KAFKA_CONTROLLER_PORT (default: a
+# free port). The bootstrap address goes to deploy/kafka/.cache/broker.address, the pid to
+# broker.pid, data and log to deploy/kafka/.cache/broker/. Every `up` formats empty storage unless
+# KAFKA_KEEP_DATA=1 (then the previous topics and offsets stay, and start-up waits ~9 s for the
+# previous run's broker registration to expire). Heap: $KAFKA_HEAP_OPTS (default -Xmx512m -Xms128m).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache="$here/.cache"
+state="$cache/broker"
+pid_file="$cache/broker.pid"
+address_file="$cache/broker.address"
+log_file="$state/broker.log"
+
+running_pid() {  # the pid of our broker if it is alive (a recycled pid is not ours)
+    [[ -f "$pid_file" ]] || return 1
+    local pid
+    pid="$(cat "$pid_file")"
+    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "kafka.Kafka" \
+        && echo "$pid"
+}
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+up() {
+    if pid="$(running_pid)"; then
+        echo "kafka: already running (pid $pid) at $(cat "$address_file")"
+        return 0
+    fi
+    "$here/fetch.sh"
+    command -v java >/dev/null || { echo "kafka: java (17+) is required" >&2; exit 1; }
+    local port="${KAFKA_PORT:-$(free_port)}" controller_port="${KAFKA_CONTROLLER_PORT:-$(free_port)}"
+    local cp="$cache/libs/*" log4j="-Dlog4j2.configurationFile=file:$here/log4j2.properties"
+    [[ "${KAFKA_KEEP_DATA:-0}" == 1 ]] || rm -rf "$state/data"
+    mkdir -p "$state/data"
+    sed -e "s|\${PORT}|$port|g" -e "s|\${CONTROLLER_PORT}|$controller_port|g" -e "s|\${LOG_DIRS}|$state/data|g" \
+        "$here/server.properties.in" >"$state/server.properties"
+    if [[ ! -f "$state/data/meta.properties" ]]; then
+        local cluster_id
+        cluster_id="-"  # 16 random bytes, URL-safe base64 without padding, not starting with "-" (as Kafka's Uuid)
+        while [[ "$cluster_id" == -* ]]; do
+            cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+        done
+        java "$log4j" -cp "$cp" kafka.tools.StorageTool format -t "$cluster_id" -c "$state/server.properties" >"$state/format.log" 2>&1 \
+            || { cat "$state/format.log" >&2; echo "kafka: formatting $state/data failed" >&2; exit 1; }
+    fi
+    : >"$log_file"
+    # shellcheck disable=SC2086  # KAFKA_HEAP_OPTS holds several options
+    setsid nohup java ${KAFKA_HEAP_OPTS:--Xmx512m -Xms128m} -Djava.awt.headless=true "$log4j" \
+        -cp "$cp" kafka.Kafka "$state/server.properties" >>"$log_file" 2>&1 </dev/null &
+    local pid=$!
+    echo "$pid" >"$pid_file"
+    echo "127.0.0.1:$port" >"$address_file"
+    local deadline=$((SECONDS + ${KAFKA_START_TIMEOUT:-90}))
+    until grep -q "Kafka Server started" "$log_file"; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            tail -n 40 "$log_file" >&2
+            rm -f "$pid_file" "$address_file"
+            echo "kafka: the broker exited during start-up; log: $log_file" >&2
+            exit 1
+        fi
+        if ((SECONDS > deadline)); then
+            tail -n 40 "$log_file" >&2
+            echo "kafka: not ready after ${KAFKA_START_TIMEOUT:-90}s; stopping it; log: $log_file" >&2
+            down >&2
+            exit 1
+        fi
+        sleep 0.2
+    done
+    echo "kafka: running (pid $pid) at 127.0.0.1:$port; log: ${log_file#"$PWD/"}"
+}
+
+down() {
+    local pid
+    if ! pid="$(running_pid)"; then
+        rm -f "$pid_file" "$address_file"
+        echo "kafka: not running"
+        return 0
+    fi
+    kill -TERM "$pid"
+    local deadline=$((SECONDS + ${KAFKA_STOP_TIMEOUT:-30}))
+    while kill -0 "$pid" 2>/dev/null; do
+        if ((SECONDS > deadline)); then
+            kill -KILL "$pid" 2>/dev/null || true
+            break
+        fi
+        sleep 0.2
+    done
+    rm -f "$pid_file" "$address_file"
+    echo "kafka: stopped (pid $pid)"
+}
+
+status() {
+    local pid
+    if pid="$(running_pid)"; then
+        echo "kafka: running (pid $pid) at $(cat "$address_file")"
+    else
+        echo "kafka: not running"
+        return 1
+    fi
+}
+
+case "${1:-}" in
+    up) up ;;
+    down) down ;;
+    status) status ;;
+    *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

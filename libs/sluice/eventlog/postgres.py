@@ -1,0 +1,286 @@
+"""PostgreSQL adapter of the event-log port (psycopg 3): one connection per instance, behind a lock.
+
+Positions and the late-commit problem. A position comes from an identity sequence, which hands
+out values BEFORE commit and never waits for anyone: with two concurrent writers, A can take
+position 11, B position 12, and B commit first. A reader that then sees 12 and moves its cursor
+past it would skip 11 forever once A commits. `read_all(after)` must never do that.
+
+The technique here: every append takes ONE transaction-scoped advisory lock (`_APPEND_LOCK`)
+before it takes a position, and holds it until its transaction ends. PostgreSQL makes a commit
+visible to new snapshots before it releases that transaction's locks, so the next writer only
+gets its positions after the previous writer's events are visible (or rolled back). Positions
+are therefore handed out in commit order, a reader's snapshot always holds a gap-free prefix of
+the committed log (gaps only where a transaction rolled back, and those never fill), and the
+plain `WHERE position > after` is correct. Appends run at READ COMMITTED, so the version check
+after the lock sees every earlier append; UNIQUE (stream, version) backs it up.
+
+Why not the transaction-id horizon (store pg_current_xact_id() per row, return only rows whose
+xid < pg_snapshot_xmin(pg_current_snapshot()))? Transaction ids and positions are not handed
+out in the same order: a transaction holding an OLDER xid can take a LATER position, commit, and
+pass the horizon while a younger transaction still holds the earlier position. That technique
+is only gap-free when readers order and resume by (xid, position), which the port's single
+integer position cursor cannot express. The price of the lock is that appends, across all
+streams, are serialised (one round trip chain per append, ~1 ms locally); reads never wait.
+
+Subscribers are woken at once by appends through this instance and poll (poll_interval) for
+appends made by other instances and processes.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from contextlib import contextmanager
+from datetime import timezone
+from typing import Any, AsyncIterator, Iterator, Sequence
+
+import psycopg
+from psycopg import IsolationLevel
+
+from sluice.clock import Clock, SystemClock
+from sluice.eventlog.port import (
+    ANY_VERSION,
+    NO_STREAM,
+    Checkpoint,
+    DuplicateEventId,
+    NewEvent,
+    RecordedEvent,
+    StreamAppend,
+    WrongExpectedVersion,
+)
+
+_APPEND_LOCK = int.from_bytes(b"sluiceEL", "big")
+"""The advisory lock key every append (and the schema set-up) holds until its transaction ends."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    -- taken under _APPEND_LOCK; CACHE 1 because values cached per session would break commit order
+    position    BIGINT      GENERATED ALWAYS AS IDENTITY (CACHE 1) PRIMARY KEY,
+    id          TEXT        NOT NULL CONSTRAINT events_id_unique UNIQUE,
+    stream      TEXT        NOT NULL,
+    version     BIGINT      NOT NULL,
+    type        TEXT        NOT NULL,
+    data        BYTEA       NOT NULL,
+    metadata    TEXT        NOT NULL,                   -- JSON object, str -> str
+    recorded_at TIMESTAMPTZ NOT NULL,
+    CONSTRAINT events_stream_version_unique UNIQUE (stream, version)  -- serves read_stream, stream_version
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    name  TEXT   PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+"""
+_COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
+_SUBSCRIBE_BATCH = 500
+
+
+class PostgresEventLog:
+    """The EventLog port over PostgreSQL. Thread-safe; several instances (processes) may share a database."""
+
+    def __init__(self, dsn: str, *, clock: Clock | None = None, poll_interval: float = 0.05) -> None:
+        self._clock = clock or SystemClock()
+        self._poll_interval = poll_interval
+        self._lock = threading.Lock()
+        self._closed = False
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._waiters_lock = threading.Lock()
+        self._conn = _connect(dsn)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        expected_version: int,
+        *,
+        checkpoints: Sequence[Checkpoint] = (),
+    ) -> int:
+        return self.append_batch([StreamAppend(stream, events, expected_version)], checkpoints=checkpoints)[0]
+
+    def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
+        with self._transaction() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
+            versions = self._write(cur, appends, checkpoints)
+        if any(append.events for append in appends):
+            self._notify_subscribers()
+        return versions
+
+    def _write(self, cur: psycopg.Cursor[Any], appends: Sequence[StreamAppend],
+               checkpoints: Sequence[Checkpoint]) -> list[int]:
+        """The body of an append's transaction, under _APPEND_LOCK (tests hold the transaction open here)."""
+        _check_unique_ids(cur, [event.id for append in appends for event in append.events])
+        recorded_at = self._clock.now().astimezone(timezone.utc)
+        versions: list[int] = []
+        for append in appends:
+            cur.execute("SELECT COALESCE(MAX(version), %s) FROM events WHERE stream = %s", (NO_STREAM, append.stream))
+            actual = cur.fetchone()[0]
+            _check_expected_version(append.stream, append.expected_version, actual)
+            if append.events:
+                cur.executemany(
+                    "INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    [(event.id, append.stream, actual + offset, event.type, bytes(event.data),
+                      json.dumps(dict(event.metadata)), recorded_at)
+                     for offset, event in enumerate(append.events, start=1)],
+                )
+            versions.append(actual + len(append.events))
+        _upsert_checkpoints(cur, checkpoints)
+        return versions
+
+    def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        with self._transaction() as cur:
+            _upsert_checkpoints(cur, [checkpoint])
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM events WHERE stream = %s AND version >= %s ORDER BY version",
+            (stream, from_version),
+        )
+        return [_to_event(row) for row in rows]
+
+    def stream_version(self, stream: str) -> int:
+        return self._query("SELECT COALESCE(MAX(version), %s) FROM events WHERE stream = %s", (NO_STREAM, stream))[0][0]
+
+    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        # Gap-free without further care: positions are taken in commit order (module docstring).
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM events WHERE position > %s ORDER BY position LIMIT %s", (after, limit)
+        )
+        return [_to_event(row) for row in rows]
+
+    def head_position(self) -> int:
+        return self._query("SELECT COALESCE(MAX(position), 0) FROM events")[0][0]
+
+    def read_checkpoint(self, name: str) -> int | None:
+        rows = self._query("SELECT value FROM checkpoints WHERE name = %s", (name,))
+        return rows[0][0] if rows else None
+
+    # -- subscribing -------------------------------------------------------------------------
+
+    async def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
+        wake = asyncio.Event()
+        waiter = (asyncio.get_running_loop(), wake)
+        with self._waiters_lock:
+            self._waiters.add(waiter)
+        try:
+            position = after
+            while not self._closed:
+                wake.clear()  # before reading: an append after the read sets it again
+                batch = await self._read_batch(position)
+                for event in batch:
+                    position = event.position
+                    yield event
+                if not batch:
+                    await self._wait(wake)
+        finally:
+            with self._waiters_lock:
+                self._waiters.discard(waiter)
+
+    async def _read_batch(self, after: int) -> list[RecordedEvent]:
+        """Read off the event loop, so a writer holding the lock never blocks the loop."""
+        try:
+            return await asyncio.to_thread(self.read_all, after, _SUBSCRIBE_BATCH)
+        except psycopg.Error:
+            if self._closed:  # closed while reading: the subscription simply ends
+                return []
+            raise
+
+    async def _wait(self, wake: asyncio.Event) -> None:
+        """Until an append through this instance, or one poll interval (appends by other instances)."""
+        try:
+            await asyncio.wait_for(wake.wait(), self._poll_interval)
+        except TimeoutError:
+            pass
+
+    def _notify_subscribers(self) -> None:
+        with self._waiters_lock:
+            waiters = list(self._waiters)
+        for loop, wake in waiters:
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # that loop is closed; its subscriber is gone
+                pass
+
+    # -- lifecycle and plumbing --------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+        self._notify_subscribers()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+            yield cur
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
+    # autocommit: single reads need no transaction; writes open one with conn.transaction().
+    conn = psycopg.connect(dsn, autocommit=True)
+    try:
+        # READ COMMITTED whatever the server's default: each statement of an append after the
+        # lock must see the appends committed before it (a snapshot from before the lock would not).
+        conn.isolation_level = IsolationLevel.READ_COMMITTED
+        conn.execute("SET TIME ZONE 'UTC'")  # recorded_at comes back as UTC
+        with conn.transaction():  # concurrent CREATE TABLE IF NOT EXISTS can race: serialise it
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
+            conn.execute(_SCHEMA)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_unique_ids(cur: psycopg.Cursor[Any], ids: list[str]) -> None:
+    seen: set[str] = set()
+    for event_id in ids:
+        if event_id in seen:
+            raise DuplicateEventId(event_id)
+        seen.add(event_id)
+    if ids:  # under _APPEND_LOCK no other append can insert one of these ids before we commit
+        cur.execute("SELECT id FROM events WHERE id = ANY(%s)", (ids,))
+        existing = {row[0] for row in cur.fetchall()}
+        if existing:
+            raise DuplicateEventId(next(event_id for event_id in ids if event_id in existing))
+
+
+def _check_expected_version(stream: str, expected: int, actual: int) -> None:
+    if expected == ANY_VERSION:
+        return
+    if expected < NO_STREAM:
+        raise ValueError(f"invalid expected version {expected} for stream {stream!r}")
+    if expected != actual:  # NO_STREAM == -1 == the version of a stream without events
+        raise WrongExpectedVersion(stream, expected, actual)
+
+
+def _upsert_checkpoints(cur: psycopg.Cursor[Any], checkpoints: Sequence[Checkpoint]) -> None:
+    if checkpoints:
+        cur.executemany(
+            "INSERT INTO checkpoints (name, value) VALUES (%s, %s)"
+            " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            [(checkpoint.name, checkpoint.value) for checkpoint in checkpoints],
+        )
+
+
+def _to_event(row: tuple[Any, ...]) -> RecordedEvent:
+    position, id_, stream, version, type_, data, metadata, recorded_at = row
+    return RecordedEvent(
+        id=id_,
+        stream=stream,
+        version=version,
+        position=position,
+        type=type_,
+        data=bytes(data),
+        metadata=json.loads(metadata),
+        recorded_at=recorded_at.astimezone(timezone.utc),
+    )

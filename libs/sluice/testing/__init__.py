@@ -1,0 +1,1 @@
+"""Helpers for tests and local development (throwaway servers); not used by the services."""
