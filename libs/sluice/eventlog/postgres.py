@@ -27,7 +27,6 @@ appends made by other instances and processes.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ import psycopg
 from psycopg import IsolationLevel
 
 from sluice.clock import Clock, SystemClock
+from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
     ANY_VERSION,
     NO_STREAM,
@@ -71,7 +71,6 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 """
 _COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
-_SUBSCRIBE_BATCH = 500
 
 
 class PostgresEventLog:
@@ -79,11 +78,9 @@ class PostgresEventLog:
 
     def __init__(self, dsn: str, *, clock: Clock | None = None, poll_interval: float = 0.05) -> None:
         self._clock = clock or SystemClock()
-        self._poll_interval = poll_interval
         self._lock = threading.Lock()
         self._closed = False
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
-        self._waiters_lock = threading.Lock()
+        self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, psycopg.Error)
         self._conn = _connect(dsn)
 
     # -- writing -----------------------------------------------------------------------------
@@ -103,7 +100,7 @@ class PostgresEventLog:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
             versions = self._write(cur, appends, checkpoints)
         if any(append.events for append in appends):
-            self._notify_subscribers()
+            self._subscribers.notify()
         return versions
 
     def _write(self, cur: psycopg.Cursor[Any], appends: Sequence[StreamAppend],
@@ -160,49 +157,8 @@ class PostgresEventLog:
 
     # -- subscribing -------------------------------------------------------------------------
 
-    async def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        wake = asyncio.Event()
-        waiter = (asyncio.get_running_loop(), wake)
-        with self._waiters_lock:
-            self._waiters.add(waiter)
-        try:
-            position = after
-            while not self._closed:
-                wake.clear()  # before reading: an append after the read sets it again
-                batch = await self._read_batch(position)
-                for event in batch:
-                    position = event.position
-                    yield event
-                if not batch:
-                    await self._wait(wake)
-        finally:
-            with self._waiters_lock:
-                self._waiters.discard(waiter)
-
-    async def _read_batch(self, after: int) -> list[RecordedEvent]:
-        """Read off the event loop, so a writer holding the lock never blocks the loop."""
-        try:
-            return await asyncio.to_thread(self.read_all, after, _SUBSCRIBE_BATCH)
-        except psycopg.Error:
-            if self._closed:  # closed while reading: the subscription simply ends
-                return []
-            raise
-
-    async def _wait(self, wake: asyncio.Event) -> None:
-        """Until an append through this instance, or one poll interval (appends by other instances)."""
-        try:
-            await asyncio.wait_for(wake.wait(), self._poll_interval)
-        except TimeoutError:
-            pass
-
-    def _notify_subscribers(self) -> None:
-        with self._waiters_lock:
-            waiters = list(self._waiters)
-        for loop, wake in waiters:
-            try:
-                loop.call_soon_threadsafe(wake.set)
-            except RuntimeError:  # that loop is closed; its subscriber is gone
-                pass
+    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
+        return self._subscribers.follow(after)
 
     # -- lifecycle and plumbing --------------------------------------------------------------
 
@@ -212,7 +168,7 @@ class PostgresEventLog:
                 return
             self._closed = True
             self._conn.close()
-        self._notify_subscribers()
+        self._subscribers.notify()
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:

@@ -6,7 +6,6 @@ once by appends made through this instance and poll for appends from other proce
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sqlite3
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Sequence
 
 from sluice.clock import Clock, SystemClock
+from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
     ANY_VERSION,
     NO_STREAM,
@@ -46,7 +46,6 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 """
 _COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
-_SUBSCRIBE_BATCH = 500
 
 
 class SqliteEventLog:
@@ -60,11 +59,9 @@ class SqliteEventLog:
         poll_interval: float = 0.05,
     ) -> None:
         self._clock = clock or SystemClock()
-        self._poll_interval = poll_interval
         self._lock = threading.Lock()
         self._closed = False
-        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
-        self._waiters_lock = threading.Lock()
+        self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, sqlite3.ProgrammingError)
         self._conn = _connect(os.fspath(path))
 
     # -- writing -----------------------------------------------------------------------------
@@ -85,7 +82,7 @@ class SqliteEventLog:
             versions = [_append_stream(conn, append, recorded_at) for append in appends]
             _upsert_checkpoints(conn, checkpoints)
         if any(append.events for append in appends):
-            self._notify_subscribers()
+            self._subscribers.notify()
         return versions
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -119,49 +116,8 @@ class SqliteEventLog:
 
     # -- subscribing -------------------------------------------------------------------------
 
-    async def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        wake = asyncio.Event()
-        waiter = (asyncio.get_running_loop(), wake)
-        with self._waiters_lock:
-            self._waiters.add(waiter)
-        try:
-            position = after
-            while not self._closed:
-                wake.clear()  # before reading: an append after the read sets it again
-                batch = await self._read_batch(position)
-                for event in batch:
-                    position = event.position
-                    yield event
-                if not batch:
-                    await self._wait(wake)
-        finally:
-            with self._waiters_lock:
-                self._waiters.discard(waiter)
-
-    async def _read_batch(self, after: int) -> list[RecordedEvent]:
-        """Read off the event loop, so a writer holding the lock never blocks the loop."""
-        try:
-            return await asyncio.to_thread(self.read_all, after, _SUBSCRIBE_BATCH)
-        except sqlite3.ProgrammingError:
-            if self._closed:  # closed while reading: the subscription simply ends
-                return []
-            raise
-
-    async def _wait(self, wake: asyncio.Event) -> None:
-        """Until an append in this process, or one poll interval (appends by other processes)."""
-        try:
-            await asyncio.wait_for(wake.wait(), self._poll_interval)
-        except TimeoutError:
-            pass
-
-    def _notify_subscribers(self) -> None:
-        with self._waiters_lock:
-            waiters = list(self._waiters)
-        for loop, wake in waiters:
-            try:
-                loop.call_soon_threadsafe(wake.set)
-            except RuntimeError:  # that loop is closed; its subscriber is gone
-                pass
+    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
+        return self._subscribers.follow(after)
 
     # -- lifecycle and plumbing --------------------------------------------------------------
 
@@ -171,7 +127,7 @@ class SqliteEventLog:
                 return
             self._closed = True
             self._conn.close()
-        self._notify_subscribers()
+        self._subscribers.notify()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
