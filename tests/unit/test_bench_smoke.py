@@ -1,0 +1,60 @@
+"""The benchmarks run, in-process and tiny, and print well-formed figures (bench/, `make bench`)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import BENCHMARKS
+from bench.__main__ import main
+
+REQUIRED = {"bench", "metric", "value", "unit", "target"}
+
+
+def figures(capsys, argv: list[str]) -> list[dict]:
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines, "no figures printed"
+    for line in lines:
+        assert set(line) == REQUIRED, line
+        assert isinstance(line["metric"], str) and line["metric"]
+        assert isinstance(line["unit"], str) and line["unit"]
+        assert isinstance(line["value"], (int, float)) and line["value"] > 0, line
+        assert line["target"] is None or isinstance(line["target"], (int, float))
+    return lines
+
+
+def test_matcher_prints_its_figures(capsys):
+    lines = figures(capsys, ["matcher", "--runs", "1", "--schedules", "50", "--datasets", "10",
+                             "--notifications", "200"])
+    assert {line["bench"] for line in lines} == {"matcher"}
+    assert {line["metric"] for line in lines} == {
+        "notifications_per_s", "memory_per_schedule", "schedules_registered_per_s"}
+
+
+def test_e2e_latency_prints_its_figures(capsys):
+    lines = figures(capsys, ["e2e-latency", "--runs", "1", "--schedules", "5", "--notifications", "100",
+                             "--rates", "500"])
+    assert {line["bench"] for line in lines} == {"e2e-latency"}
+    assert {line["metric"] for line in lines} == {"latency_p50@500/s", "latency_p99@500/s", "throughput@500/s"}
+
+
+def test_runs_report_the_median_of_each_metric(capsys, monkeypatch):
+    from bench import Figure, matcher
+
+    values = iter([3.0, 1.0, 2.0])
+    monkeypatch.setattr(matcher, "run", lambda options: [Figure("x", next(values), "u", None)])
+    (line,) = figures(capsys, ["matcher", "--runs", "3"])
+    assert line == {"bench": "matcher", "metric": "x", "value": 2.0, "unit": "u", "target": None}
+
+
+def test_list_and_unknown_names(capsys):
+    assert main(["--list"]) == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == list(BENCHMARKS)
+    assert main(["no-such-bench"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_:
+        main(["--runs", "0"])
+    assert exit_.value.code == 2
