@@ -4,7 +4,7 @@ Stage 1 looks up the schedules interested in a notification's event key; stage 2
 schedule's job state in its own stream (a single writer per schedule)."""
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 from google.protobuf.message import DecodeError
 
@@ -14,10 +14,10 @@ from sluice.clock import Clock
 from sluice.domain import matching
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import Notification
-from sluice.domain.matching import JobTriggered, MatcherState, MatchNotification, ObserveSchedule
+from sluice.domain.matching import JobTriggered, MatcherState, MatchNotification, NotificationMatched, ObserveSchedule
 from sluice.domain.schedules import Schedule
-from sluice.eventlog.port import EventLog, RecordedEvent
-from sluice.runtime.aggregates import AggregateStore, catch_up, execute
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
+from sluice.runtime.aggregates import AggregateStore, catch_up, execute, execute_batch
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.v1 import jobs_pb2, schedules_pb2
@@ -27,6 +27,8 @@ from sluice.wire.schedules import schedule_from_proto
 
 STREAM_PREFIX = "matcher-"
 TYPES = EventTypes(matching.EVENTS)
+RECENT_NOTIFICATIONS = 100_000
+"""How many ids of notifications that had an effect are remembered, to ignore a producer's resend."""
 
 
 class MatcherService:
@@ -35,9 +37,13 @@ class MatcherService:
         self._clock = clock
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState())
         self._index: dict[str, set[str]] = defaultdict(set)
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._next_offsets: dict[str, int] = {}
 
     def recover(self) -> None:
-        catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
+        self._recent.clear()
+        self._next_offsets.clear()
+        catch_up(self._log, self._store, STREAM_PREFIX, TYPES, on_event=self._remember_matched)
         self._index.clear()
         for state in self._store.states().values():
             if state.schedule is not None:
@@ -66,15 +72,44 @@ class MatcherService:
             self._index_schedule(schedule)
 
     async def on_notification(self, record: Record) -> None:
+        """The consumed offset is stored with the events it caused, so a redelivery is skipped."""
+        consumed = f"matcher:{record.topic}:{record.partition}"
+        if record.offset < self._next_offset(consumed):
+            return
         try:
             notification = notification_from_bytes(record.value)
         except InvalidArgument as error:
             raise MalformedMessage(str(error)) from error
-        self.match(notification)
+        self.match(notification, Checkpoint(consumed, record.offset + 1))
 
-    def match(self, notification: Notification) -> None:
-        for schedule_id in sorted(self.schedules_for(notification.event_key())):
-            self._decide(schedule_id, MatchNotification(notification))
+    def match(self, notification: Notification, consumed: Checkpoint | None = None) -> None:
+        """Every schedule the notification concerns decides; all their events are appended at once."""
+        if notification.id in self._recent:
+            return
+        now = self._clock.now()
+        command = MatchNotification(notification)
+        streams = [matching.stream_name(s) for s in sorted(self.schedules_for(notification.event_key()))]
+        decided = execute_batch(self._store, self._log, streams, lambda _, state: matching.decide(state, command, now),
+                                checkpoints=[consumed] if consumed else [])
+        if decided:
+            self._remember(notification.id)
+            if consumed:
+                self._next_offsets[consumed.name] = consumed.value
+
+    def _next_offset(self, checkpoint: str) -> int:
+        if checkpoint not in self._next_offsets:
+            self._next_offsets[checkpoint] = self._log.read_checkpoint(checkpoint) or 0
+        return self._next_offsets[checkpoint]
+
+    def _remember_matched(self, event: object) -> None:
+        if isinstance(event, NotificationMatched):
+            self._remember(event.notification.id)
+
+    def _remember(self, notification_id: str) -> None:
+        self._recent[notification_id] = None
+        self._recent.move_to_end(notification_id)
+        if len(self._recent) > RECENT_NOTIFICATIONS:
+            self._recent.popitem(last=False)
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
         if recorded.type != JobTriggered.__name__ or not recorded.stream.startswith(STREAM_PREFIX):

@@ -8,7 +8,8 @@ import typing
 from datetime import datetime
 from functools import cache
 from types import NoneType, UnionType
-from typing import Any, Iterable, Mapping
+from collections.abc import Mapping
+from typing import Any, Iterable
 
 from sluice.eventlog.port import NewEvent, RecordedEvent
 
@@ -64,7 +65,7 @@ def from_jsonable(hint: Any, value: Any) -> Any:
         args = typing.get_args(hint)
         item = args[0] if args else Any
         return tuple(from_jsonable(item, v) for v in value)
-    if origin in (dict, Mapping, typing.Mapping) or hint in (dict, Mapping):
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
         args = typing.get_args(hint)
         item = args[1] if args else Any
         return {k: from_jsonable(item, v) for k, v in value.items()}

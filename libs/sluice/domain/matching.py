@@ -13,10 +13,6 @@ from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.schedules import PartitionTrigger, Schedule
 from sluice.ids import derived_id
 
-RECENT_NOTIFICATIONS = 1024
-"""How many notification ids a schedule remembers to ignore redeliveries."""
-
-
 def stream_name(schedule_id: str) -> str:
     return f"matcher-{schedule_id}"
 
@@ -91,7 +87,6 @@ class MatcherState:
     schedule: Schedule | None = None
     pending: PendingJob | None = None
     jobs_created: int = 0
-    recent_notification_ids: tuple[str, ...] = ()
 
 
 def decide(state: MatcherState, command: object, now: datetime) -> list[MatcherEvent]:
@@ -120,7 +115,9 @@ def _observe(state: MatcherState, schedule: Schedule, now: datetime) -> list[Mat
 
 def _match(state: MatcherState, notification: Notification, now: datetime) -> list[MatcherEvent]:
     schedule = state.schedule
-    if schedule is None or not schedule.enabled or notification.id in state.recent_notification_ids:
+    if schedule is None or not schedule.enabled:
+        return []
+    if state.pending is not None and any(n.id == notification.id for n in state.pending.notifications):
         return []
     if not _matches(schedule.trigger, notification):
         return []
@@ -168,9 +165,7 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
         case JobCreated(job_id, _, _, at):
             return replace(state, pending=PendingJob(job_id, at), jobs_created=state.jobs_created + 1)
         case NotificationMatched(_, notification):
-            pending = replace(state.pending, notifications=(*state.pending.notifications, notification))
-            recent = (*state.recent_notification_ids, notification.id)[-RECENT_NOTIFICATIONS:]
-            return replace(state, pending=pending, recent_notification_ids=recent)
+            return replace(state, pending=replace(state.pending, notifications=(*state.pending.notifications, notification)))
         case JobTriggered() | JobDiscarded():
             return replace(state, pending=None)
     raise TypeError(f"unknown event {event!r}")

@@ -2,6 +2,7 @@
 launcher's events. Disposable: rebuilt from the log at start."""
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -48,6 +49,8 @@ class JobsView:
     async def follow(self, log: EventLog) -> None:
         async for recorded in log.subscribe(0):
             self.apply(recorded)
+            if recorded.position % 100 == 0:
+                await asyncio.sleep(0)  # a long catch-up must not starve the other services in the loop
 
     def apply(self, recorded: RecordedEvent) -> None:
         if recorded.type not in TYPES:

@@ -81,27 +81,44 @@ def execute(
     checkpoints: Sequence[Checkpoint] = (),
 ) -> tuple[S, list[Any]]:
     """decide against the current state and append; on a concurrent writer, reload and decide again."""
-    for _ in range(MAX_CONFLICT_RETRIES):
-        events = list(decide(store.load(stream).state))
-        if not events and not checkpoints:
-            return store.load(stream).state, []
-        append = store.prepare(stream, events)
-        try:
-            version = log.append(stream, append.events, append.expected_version, checkpoints=checkpoints)
-        except WrongExpectedVersion:
-            store.forget(stream)
-            continue
-        return store.commit(stream, events, version), events
-    raise RuntimeError(f"stream {stream}: gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
+    decided = execute_batch(store, log, [stream], lambda _, state: decide(state), checkpoints=checkpoints)
+    return store.load(stream).state, decided.get(stream, [])
 
+
+def execute_batch(
+    store: AggregateStore[S],
+    log: EventLog,
+    streams: Sequence[str],
+    decide: Callable[[str, S], Sequence[Any]],
+    *,
+    checkpoints: Sequence[Checkpoint] = (),
+) -> dict[str, list[Any]]:
+    """decide for several streams and append every resulting event in one transaction, with the
+    checkpoints (written only when there is something to append)."""
+    for _ in range(MAX_CONFLICT_RETRIES):
+        decided = {stream: events for stream in streams if (events := list(decide(stream, store.load(stream).state)))}
+        if not decided:
+            return {}
+        appends = [store.prepare(stream, events) for stream, events in decided.items()]
+        try:
+            versions = log.append_batch(appends, checkpoints=checkpoints)
+        except WrongExpectedVersion as conflict:
+            store.forget(conflict.stream)
+            continue
+        for (stream, events), version in zip(decided.items(), versions):
+            store.commit(stream, events, version)
+        return decided
+    raise RuntimeError(f"streams {list(streams)[:3]}...: gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
 
 
 def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, types: EventTypes,
-             batch: int = 10_000) -> None:
+             on_event: Callable[[Any], None] = lambda event: None, batch: int = 10_000) -> None:
     """Fold every stream with the prefix into the store's cache (service recovery)."""
     after = 0
     while records := log.read_all(after, batch):
         for recorded in records:
             if recorded.stream.startswith(stream_prefix) and recorded.type in types:
-                store.observe(recorded.stream, recorded.version, types.decode(recorded))
+                event = types.decode(recorded)
+                store.observe(recorded.stream, recorded.version, event)
+                on_event(event)
         after = records[-1].position

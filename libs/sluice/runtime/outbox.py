@@ -1,7 +1,9 @@
 """The outbox relay: committed events of the log are published to the bus, never uncommitted ones.
 
 Publishing is at-least-once (a crash between send and checkpoint republishes); every message
-carries the event id in the `sluice-event-id` header so consumers drop duplicates."""
+carries the event id in the `sluice-event-id` header so consumers drop duplicates. The position is
+saved after every publish, and only every CHECKPOINT_EVERY events that publish nothing (another
+service's events): re-reading those after a restart publishes nothing."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +16,7 @@ from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
 log = logging.getLogger(__name__)
 
 EVENT_ID_HEADER = "sluice-event-id"
+CHECKPOINT_EVERY = 256
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,15 @@ class OutboxRelay:
 
     async def run(self) -> None:
         after = self._log.read_checkpoint(self._checkpoint) or 0
+        unsaved = 0
         async for event in self._log.subscribe(after):
-            for message in self._route(event):
+            messages = self._route(event)
+            for message in messages:
                 await self._producer.send(
                     message.topic, message.value, key=message.key.encode(),
                     headers=[(EVENT_ID_HEADER, event.id.encode())],
                 )
-            self._log.save_checkpoint(Checkpoint(self._checkpoint, event.position))
+            unsaved += 1
+            if messages or unsaved >= CHECKPOINT_EVERY:
+                self._log.save_checkpoint(Checkpoint(self._checkpoint, event.position))
+                unsaved = 0

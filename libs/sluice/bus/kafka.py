@@ -1,0 +1,297 @@
+"""The Kafka adapter of the bus port (distributed mode), on aiokafka.
+
+Decisions:
+- The aiokafka clients start inside the running event loop: producer() and consumer() are
+  synchronous in the port, so a producer starts at its first send, and a consumer starts joining
+  its group at once when a loop is running (else at its first poll or commit). One bus serves one loop.
+- create_topics uses the admin client: an existing topic is left as it is (TOPIC_ALREADY_EXISTS is
+  not an error), a compacted one gets cleanup.policy=compact. It returns once every topic is in
+  the broker's metadata, so a send right after it finds the topic.
+- Producers: acks=all with idempotence, so a send returns (partition, offset) once the record is
+  on every in-sync replica and a retried batch is never written twice. aiokafka's default
+  partitioner is Kafka's murmur2 (kafka_partition); keyless records go to a random partition.
+  A topic the broker does not know raises UnknownTopic at once (one metadata request that does not
+  auto-create) instead of aiokafka's wait of request_timeout_ms for it to appear.
+- Consumers: the classic group protocol with the range assignor (the one the in-process bus uses),
+  enable_auto_commit=False, auto_offset_reset="earliest". The subscription is made after start, so
+  a topic created later joins the assignment at the next metadata refresh (metadata_max_age_ms).
+  Heartbeats every `heartbeat_interval_ms` let members notice a rebalance quickly.
+- Commit errors (a partition not assigned, a group that rebalanced meanwhile) raise CommitFailed.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import TopicPartition as KafkaTopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.errors import (
+    CommitFailedError,
+    ConsumerStoppedError,
+    IllegalStateError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
+from aiokafka.protocol.metadata import MetadataRequest
+
+from sluice.bus.port import CommitFailed, Record, TopicPartition, TopicSpec, UnknownTopic
+
+__all__ = ["KafkaBus", "KafkaConsumer", "KafkaProducer"]
+
+
+class KafkaBus:
+    """The Bus port over a Kafka cluster; see the module docstring for the decisions it makes."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        client_id: str = "sluice",
+        replication_factor: int = 1,
+        heartbeat_interval_ms: int = 1000,
+        session_timeout_ms: int = 10_000,
+        metadata_max_age_ms: int = 30_000,
+        topic_ready_timeout: float = 30.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.replication_factor = replication_factor
+        self.topic_ready_timeout = topic_ready_timeout
+        self._consumer_options = dict(
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            session_timeout_ms=session_timeout_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+        )
+        self._admin: AIOKafkaAdminClient | None = None
+        self._producers: list[KafkaProducer] = []
+        self._consumers: list[KafkaConsumer] = []
+        self._closed = False
+
+    async def create_topics(self, topics: Sequence[TopicSpec]) -> None:
+        self._check_open()
+        if not topics:
+            return
+        admin = await self._admin_client()
+        new = [
+            NewTopic(spec.name, spec.partitions, self.replication_factor,
+                     topic_configs={"cleanup.policy": "compact"} if spec.compacted else None)
+            for spec in topics
+        ]
+        response = await admin.create_topics(new)
+        for name, code, message in ((t[0], t[1], t[2] if len(t) > 2 else None) for t in response.topic_errors):
+            if code not in (0, TopicAlreadyExistsError.errno):
+                raise for_code(code)(f"creating topic {name!r} failed: {message or 'no message'}")
+        await self._wait_visible(admin, [spec.name for spec in topics])
+
+    def producer(self) -> KafkaProducer:
+        self._check_open()
+        producer = KafkaProducer(self)
+        self._producers.append(producer)
+        return producer
+
+    def consumer(self, group_id: str, topics: Sequence[str]) -> KafkaConsumer:
+        self._check_open()
+        consumer = KafkaConsumer(self, group_id, tuple(topics))
+        self._consumers.append(consumer)
+        return consumer
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for consumer in self._consumers:
+            await consumer.close()
+        for producer in self._producers:
+            await producer.close()
+        if self._admin is not None:
+            await self._admin.close()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the bus is closed")
+
+    async def _admin_client(self) -> AIOKafkaAdminClient:
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=f"{self.client_id}-admin")
+            await admin.start()
+            self._admin = admin
+        return self._admin
+
+    async def _wait_visible(self, admin: AIOKafkaAdminClient, names: list[str]) -> None:
+        """Until the broker's metadata has every topic with a leader for each partition."""
+        deadline = time.monotonic() + self.topic_ready_timeout
+        while True:
+            described = await admin.describe_topics(names)
+            ready = {
+                t["topic"] for t in described
+                if t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
+            }
+            if ready >= set(names):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topics {sorted(set(names) - ready)} not ready after {self.topic_ready_timeout}s")
+            await asyncio.sleep(0.05)
+
+
+class KafkaProducer:
+    def __init__(self, bus: KafkaBus) -> None:
+        self._bus = bus
+        self._starting: asyncio.Task[AIOKafkaProducer] | None = None
+        self._closed = False
+
+    async def send(
+        self, topic: str, value: bytes, *, key: bytes | None = None, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> tuple[int, int]:
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        producer = await self._started()
+        if producer.client.cluster.partitions_for_topic(topic) is None:
+            await _require_topic(producer, topic)
+        metadata = await producer.send_and_wait(topic, value, key=key, headers=[(n, bytes(v)) for n, v in headers])
+        return metadata.partition, metadata.offset
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._starting is not None:
+            try:
+                producer = await self._starting
+            except Exception:
+                return
+            await producer.stop()
+
+    async def _started(self) -> AIOKafkaProducer:
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        return await asyncio.shield(self._starting)
+
+    async def _start(self) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self._bus.bootstrap, client_id=self._bus.client_id,
+            acks="all", enable_idempotence=True,
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
+        return producer
+
+
+async def _require_topic(producer: AIOKafkaProducer, topic: str) -> None:
+    """UnknownTopic when the broker does not know `topic` (asking it does not create it)."""
+    client = producer.client
+    response = await client.send(client.get_random_node(), MetadataRequest([topic], allow_auto_topic_creation=False))
+    for entry in response.to_object()["topics"]:
+        if entry["topic"] == topic and entry["error_code"] == UnknownTopicOrPartitionError.errno:
+            raise UnknownTopic(f"topic {topic!r} does not exist; create it with create_topics first")
+
+
+class KafkaConsumer:
+    """One member of a consumer group; the group coordinator assigns its partitions."""
+
+    def __init__(self, bus: KafkaBus, group_id: str, topics: tuple[str, ...]) -> None:
+        self._bus = bus
+        self.group_id = group_id
+        self.topics = topics
+        self._starting: asyncio.Task[AIOKafkaConsumer] | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._closed = False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: joins at the first poll or commit
+        self._start_soon()
+
+    def assignment(self) -> set[TopicPartition]:
+        if self._consumer is None or self._closed:
+            return set()
+        return {TopicPartition(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+    async def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
+        if self._closed:
+            raise RuntimeError(f"consumer of group {self.group_id!r} is closed")
+        deadline = time.monotonic() + timeout
+        starting = self._start_soon()
+        if not starting.done():
+            await asyncio.wait([starting], timeout=timeout)
+            if not starting.done():
+                return []
+        consumer = starting.result()
+        if max_records <= 0:
+            return []
+        remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+        try:
+            batches = await consumer.getmany(timeout_ms=remaining_ms, max_records=max_records)
+        except ConsumerStoppedError:
+            if self._closed:
+                return []  # closed while this poll waited
+            raise
+        return [
+            Record(r.topic, r.partition, r.offset, r.key, r.value,
+                   tuple((name, bytes(value or b"")) for name, value in r.headers), r.timestamp)
+            for records in batches.values() for r in records
+        ]
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        if self._closed:
+            raise CommitFailed(f"the consumer has left group {self.group_id!r}")
+        consumer = await asyncio.shield(self._start_soon())
+        assigned = self.assignment()
+        if offsets is None:
+            if not assigned:
+                return  # nothing polled, nothing to commit
+            explicit = None
+        else:
+            foreign = sorted(set(offsets) - assigned)
+            if foreign:
+                raise CommitFailed(
+                    f"this member of group {self.group_id!r} is not assigned {foreign}"
+                    f" (assigned: {sorted(assigned)}); the group may have rebalanced"
+                )
+            if not offsets:
+                return
+            explicit = {KafkaTopicPartition(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
+        try:
+            await consumer.commit(explicit)
+        except (CommitFailedError, IllegalStateError) as error:
+            raise CommitFailed(f"commit in group {self.group_id!r} failed: {error}") from error
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._starting is None:
+            return
+        try:
+            consumer = await self._starting
+        except Exception:
+            return
+        await consumer.stop()  # leaves the group: its partitions go to the remaining members
+
+    def _start_soon(self) -> asyncio.Task[AIOKafkaConsumer]:
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        return self._starting
+
+    async def _start(self) -> AIOKafkaConsumer:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._bus.bootstrap, client_id=self._bus.client_id, group_id=self.group_id,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            partition_assignment_strategy=(RangePartitionAssignor,), **self._bus._consumer_options,
+        )
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
+        consumer.subscribe(list(self.topics))  # after start: a missing topic does not block the join
+        self._consumer = consumer
+        return consumer

@@ -1,0 +1,229 @@
+"""A throwaway Kafka broker for tests and development: `with KafkaBroker() as kafka: kafka.bootstrap`.
+
+It runs the jars that deploy/kafka/fetch.sh copies from Maven Central into deploy/kafka/.cache/libs
+(the Kafka version is in deploy/kafka/pom.xml), with no Docker and no Kafka shell scripts: a fresh
+temporary directory gets a server.properties from deploy/kafka/server.properties.in (a single-node
+KRaft broker + controller on 127.0.0.1, two free ports, auto-create off, internal topics with one
+replica), `kafka.tools.StorageTool format` formats it under a new cluster id, and
+`java -cp 'libs/*' kafka.Kafka server.properties` serves it until the block ends; then the broker
+is stopped by its pid (SIGTERM, SIGKILL if it hangs) and the directory removed.
+
+Needs Java 17; with Maven (`mvn`) on the PATH the jars are fetched on first use (`make kafka-fetch`).
+The repository is found from this file, or from $SLUICE_KAFKA_DIR (the folder holding fetch.sh).
+"""
+from __future__ import annotations
+
+import base64
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+READY_LINE = "Kafka Server started"
+DEFAULT_HEAP_OPTS = "-Xmx512m -Xms128m"
+FETCH_HINT = "run `make kafka-fetch` (deploy/kafka/fetch.sh: Maven copies the broker's jars from Maven Central)"
+
+
+class KafkaNotInstalled(RuntimeError):
+    """Java or the broker's jars are missing and cannot be fetched here."""
+
+
+class KafkaBroker:
+    def __init__(
+        self,
+        *,
+        kafka_dir: str | os.PathLike[str] | None = None,
+        fetch: bool = True,
+        overrides: Mapping[str, object] | None = None,
+        heap_opts: str | None = None,
+        start_timeout: float = 90.0,
+        stop_timeout: float = 20.0,
+    ) -> None:
+        self.kafka_dir = Path(kafka_dir) if kafka_dir else find_kafka_dir()
+        self.fetch = fetch
+        self.overrides = dict(overrides or {})
+        self.heap_opts = heap_opts or os.environ.get("KAFKA_HEAP_OPTS") or DEFAULT_HEAP_OPTS
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.port = 0
+        self.controller_port = 0
+        self.cluster_id = ""
+        self.dir: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        if not self.port:
+            raise RuntimeError("the broker is not running")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def libs(self) -> Path:
+        return self.kafka_dir / ".cache" / "libs"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> KafkaBroker:
+        java = self._prepare()
+        self.dir = Path(tempfile.mkdtemp(prefix="sluice-kafka-"))
+        try:
+            for _attempt in range(3):  # a free port may be taken between finding and binding it
+                if self._launch(java):
+                    return self
+            raise RuntimeError(f"the Kafka broker did not start; its log:\n{self.log_tail()}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM by pid (a controlled shutdown), SIGKILL if it hangs; then remove the directory."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        self.port = 0
+        directory, self.dir = self.dir, None
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = (self.dir / "broker.log").read_text(errors="replace") if self.dir else ""
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _prepare(self) -> str:
+        """Java's path, once the jars are in place (fetched when Maven is here)."""
+        java = shutil.which("java")
+        if java is None:
+            raise KafkaNotInstalled("the Kafka broker needs Java 17+ (`java` is not on the PATH)")
+        fetch_sh = self.kafka_dir / "fetch.sh"
+        if self.fetch and shutil.which("mvn") and fetch_sh.exists():
+            result = subprocess.run(["bash", str(fetch_sh)], stdin=subprocess.DEVNULL, capture_output=True)
+            if result.returncode != 0:
+                output = (result.stdout + result.stderr).decode(errors="replace")
+                raise KafkaNotInstalled(f"{fetch_sh} failed ({result.returncode}):\n{output}")
+        if not list(self.libs.glob("kafka_2.13-*.jar")):
+            raise KafkaNotInstalled(f"no Kafka jars in {self.libs}; {FETCH_HINT}")
+        return java
+
+    def _java(self, java: str, *args: str) -> list[str]:
+        log4j = self.kafka_dir / "log4j2.properties"
+        return [java, *self.heap_opts.split(), "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile=file:{log4j}", "-cp", f"{self.libs}/*", *args]
+
+    def _launch(self, java: str) -> bool:
+        """Format fresh storage and start the broker on free ports; True once it serves, False if it exited."""
+        assert self.dir is not None
+        data = self.dir / "data"
+        shutil.rmtree(data, ignore_errors=True)
+        self.port, self.controller_port = _free_ports(2)
+        self.cluster_id = new_cluster_id()
+        properties = self.dir / "server.properties"
+        properties.write_text(self._properties(data))
+        formatted = subprocess.run(
+            self._java(java, "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(properties)),
+            cwd=self.dir, stdin=subprocess.DEVNULL, capture_output=True,
+        )
+        if formatted.returncode != 0:
+            output = (formatted.stdout + formatted.stderr).decode(errors="replace")
+            raise RuntimeError(f"formatting the Kafka storage failed ({formatted.returncode}):\n{output}")
+        log_path = self.dir / "broker.log"
+        with open(log_path, "ab") as log:
+            self._process = subprocess.Popen(
+                self._java(java, "kafka.Kafka", str(properties)),
+                cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        deadline = time.monotonic() + self.start_timeout
+        position, started = 0, False
+        while time.monotonic() < deadline:
+            with open(log_path, "rb") as log:  # scan what was appended since the last look
+                log.seek(max(position - len(READY_LINE), 0))
+                started = started or READY_LINE.encode() in log.read()
+                position = log.tell()
+            if started and _accepts(self.port):
+                return True
+            if self._process.poll() is not None:
+                self._process = None
+                if b"Address already in use" in log_path.read_bytes():
+                    return False
+                raise RuntimeError(f"the Kafka broker exited during start-up; its log:\n{self.log_tail()}")
+            time.sleep(0.1)
+        raise TimeoutError(f"the Kafka broker was not ready within {self.start_timeout}s; its log:\n{self.log_tail()}")
+
+    def _properties(self, data: Path) -> str:
+        template = string.Template((self.kafka_dir / "server.properties.in").read_text())
+        text = template.substitute(PORT=self.port, CONTROLLER_PORT=self.controller_port, LOG_DIRS=data)
+        extra = "".join(f"{key}={value}\n" for key, value in self.overrides.items())
+        return f"{text}\n# overrides\n{extra}" if extra else text
+
+
+def find_kafka_dir() -> Path:
+    """$SLUICE_KAFKA_DIR, else deploy/kafka of the repository this file is in."""
+    override = os.environ.get("SLUICE_KAFKA_DIR")
+    directory = Path(override) if override else Path(__file__).resolve().parents[3] / "deploy" / "kafka"
+    if not (directory / "server.properties.in").exists():
+        raise KafkaNotInstalled(f"{directory} holds no server.properties.in; set SLUICE_KAFKA_DIR to deploy/kafka")
+    return directory
+
+
+def new_cluster_id() -> str:
+    """Like Kafka's Uuid.randomUuid(): 16 random bytes, URL-safe base64 without padding, no leading '-'."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:  # held open together, so the ports differ
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: if this (test) process dies without stopping us, shut down."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
