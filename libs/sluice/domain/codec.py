@@ -34,8 +34,11 @@ def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None)
 
 
 def to_jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    names = _dataclass_field_names(type(value))
+    if names is not None:
+        return {name: to_jsonable(getattr(value, name)) for name in names}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, datetime):
@@ -45,6 +48,11 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [to_jsonable(v) for v in value]
     return value
+
+
+@cache
+def _dataclass_field_names(cls: type) -> tuple[str, ...] | None:
+    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
 
 
 def from_jsonable(hint: Any, value: Any) -> Any:
