@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast bench proto clean standalone postgres
+.PHONY: env demo test test-fast bench proto clean standalone postgres kafka-fetch kafka-up kafka-down
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -35,8 +35,19 @@ standalone: env
 postgres:
 	sh deploy/postgres/install.sh
 
-test: env postgres
+test: env postgres kafka-fetch
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The Kafka broker's jars from Maven Central into deploy/kafka/.cache/libs (skips when up to date).
+kafka-fetch:
+	bash deploy/kafka/fetch.sh
+
+# A local single-node KRaft broker on 127.0.0.1 for development; its address: deploy/kafka/.cache/broker.address.
+kafka-up: kafka-fetch
+	bash deploy/kafka/broker.sh up
+
+kafka-down:
+	bash deploy/kafka/broker.sh down
 
 test-fast: env postgres
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

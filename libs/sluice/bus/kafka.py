@@ -119,7 +119,11 @@ class KafkaBus:
     async def _admin_client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
             admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=f"{self.client_id}-admin")
-            await admin.start()
+            try:
+                await admin.start()
+            except BaseException:
+                await admin.close()
+                raise
             self._admin = admin
         return self._admin
 
