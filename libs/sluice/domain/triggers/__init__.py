@@ -24,8 +24,8 @@ from sluice.domain.triggers.specs import (
     TimeTrigger,
     Trigger,
     event_keys,
-    is_time_driven,
     leaves,
+    time_alone_can_satisfy,
 )
 from sluice.domain.triggers.state import LeafState, TriggerState, matched_notifications, observe, start
 from sluice.domain.triggers.validation import MAX_DEPTH, validate_trigger
@@ -34,7 +34,7 @@ __all__ = [
     "TERMINAL_STATUSES", "MAX_DEPTH",
     "Trigger", "TimeTrigger", "PartitionTrigger", "DataSizeTrigger", "ProgramStatusTrigger",
     "QuietPeriodTrigger", "ElapsedTrigger", "AndTrigger", "OrTrigger", "FrozenMap",
-    "validate_trigger", "event_keys", "is_time_driven", "leaves",
+    "validate_trigger", "event_keys", "time_alone_can_satisfy", "leaves",
     "LeafState", "TriggerState", "start", "observe", "matched_notifications",
     "Evaluation", "evaluate",
     "CronError", "next_fire", "next_fire_times",

@@ -211,9 +211,16 @@ def event_keys(trigger: Trigger) -> frozenset[str]:
     return frozenset(key for leaf in leaves(trigger) for key in event_key(leaf))
 
 
-def is_time_driven(trigger: Trigger) -> bool:
-    """Whether time alone can satisfy some leaf (time, elapsed): a job must wait from the start."""
-    return any(isinstance(leaf, (TimeTrigger, ElapsedTrigger)) for leaf in leaves(trigger))
+def time_alone_can_satisfy(trigger: Trigger) -> bool:
+    """Whether the trigger can fire with no notification at all (time and elapsed leaves, combined
+    so): the matcher then keeps a job waiting from the moment the schedule is enabled; otherwise
+    a job starts waiting at the first notification that matches it."""
+    match trigger:
+        case AndTrigger(all_of):
+            return all(time_alone_can_satisfy(child) for child in all_of)
+        case OrTrigger(any_of):
+            return any(time_alone_can_satisfy(child) for child in any_of)
+    return isinstance(trigger, (TimeTrigger, ElapsedTrigger))
 
 
 def require_aware(value: datetime) -> datetime:
