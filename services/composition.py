@@ -36,6 +36,10 @@ class Settings:
     spark: SparkConfig = field(default_factory=SparkConfig)
     apps_dir: Path = DEFAULT_APPS_DIR
     max_parallel_runs: int = 2
+    event_log: str = ""
+    """URL of the event log; empty: SQLite under data_dir (see sluice_services.adapters)."""
+    bus: str = ""
+    """URL of the bus; empty: the durable in-process bus under data_dir."""
 
     @property
     def partitions_dir(self) -> Path:

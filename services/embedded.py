@@ -1,13 +1,13 @@
-"""Embedded mode: services in one process on the SQLite event log and the in-process bus under data_dir."""
+"""Runs services in this process on the configured event log and bus (by default the SQLite log and
+the durable in-process bus under data_dir: embedded mode)."""
 from __future__ import annotations
 
 import asyncio
 from typing import Callable
 
-from sluice.bus.inprocess import InProcessBus
 from sluice.clock import Clock, SystemClock
-from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
+from sluice_services.adapters import open_bus, open_event_log
 from sluice_services.composition import SERVICES, Settings, build
 
 
@@ -21,8 +21,8 @@ async def run_embedded(
 ) -> None:
     clock = clock or SystemClock()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    log = SqliteEventLog(settings.data_dir / "events.db", clock=clock)
-    bus = InProcessBus(settings.data_dir / "bus.db", clock=clock)
+    log = open_event_log(settings.event_log, settings.data_dir, clock)
+    bus = open_bus(settings.bus, settings.data_dir, clock)
     producer = bus.producer()
     try:
         specs = build(names, log, bus, clock, settings, producer)

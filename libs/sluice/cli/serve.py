@@ -4,9 +4,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
+
+from sluice.runtime.errors import InvalidArgument
 
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +19,10 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spark-master", default="local[*]", help="Spark master URL for programs (default local[*])")
     parser.add_argument("--apps-dir", type=Path, default=None, help="where programs live: <apps-dir>/<app>/<program>.py")
     parser.add_argument("--max-parallel-runs", type=int, default=2, help="programs running at once (default 2)")
+    parser.add_argument("--event-log", default=os.environ.get("SLUICE_EVENT_LOG", ""), metavar="URL",
+                        help="sqlite:///path or postgresql://... (env SLUICE_EVENT_LOG; default <data-dir>/events.db)")
+    parser.add_argument("--bus", default=os.environ.get("SLUICE_BUS", ""), metavar="URL",
+                        help="inprocess:///path or kafka://host:port (env SLUICE_BUS; default <data-dir>/bus.db)")
     parser.add_argument("--log-level", default="WARNING")
 
 
@@ -30,7 +37,7 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
         return 2
     settings = Settings(data_dir=args.data_dir, host=args.host, port=args.port,
                         spark=SparkConfig(master=args.spark_master), apps_dir=args.apps_dir or DEFAULT_APPS_DIR,
-                        max_parallel_runs=args.max_parallel_runs)
+                        max_parallel_runs=args.max_parallel_runs, event_log=args.event_log, bus=args.bus)
     label = "standalone" if len(names) > 1 else names[0]
 
     def ready(port: int) -> None:
@@ -45,6 +52,9 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
 
     try:
         asyncio.run(main())
+    except InvalidArgument as error:
+        print(f"sluice: error: {error}", file=sys.stderr)
+        return 2
     except OSError as error:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 1

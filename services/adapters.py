@@ -1,0 +1,41 @@
+"""Choosing adapters by URL: the event log and the bus a process runs on.
+
+| setting   | URL                                   | adapter                               |
+|-----------|---------------------------------------|---------------------------------------|
+| event log | (empty) or sqlite:///path/events.db   | SQLite file (default: <data-dir>/events.db) |
+| event log | postgresql://user@host:port/db        | PostgreSQL                            |
+| bus       | (empty) or inprocess:///path/bus.db   | durable in-process bus (default: <data-dir>/bus.db) |
+| bus       | kafka://host:port[,host:port]         | Kafka                                 |
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sluice.bus.port import Bus
+from sluice.clock import Clock
+from sluice.eventlog.port import EventLog
+from sluice.runtime.errors import InvalidArgument
+
+
+def open_event_log(url: str, data_dir: Path, clock: Clock) -> EventLog:
+    if not url or url.startswith("sqlite://"):
+        from sluice.eventlog.sqlite import SqliteEventLog
+
+        return SqliteEventLog(url.removeprefix("sqlite://") or data_dir / "events.db", clock=clock)
+    if url.startswith(("postgresql://", "postgres://")):
+        from sluice.eventlog.postgres import PostgresEventLog
+
+        return PostgresEventLog(url, clock=clock)
+    raise InvalidArgument("--event-log", f"unsupported URL {url!r} (sqlite:///path or postgresql://...)")
+
+
+def open_bus(url: str, data_dir: Path, clock: Clock) -> Bus:
+    if not url or url.startswith("inprocess://"):
+        from sluice.bus.inprocess import InProcessBus
+
+        return InProcessBus(url.removeprefix("inprocess://") or data_dir / "bus.db", clock=clock)
+    if url.startswith("kafka://"):
+        from sluice.bus.kafka import KafkaBus
+
+        return KafkaBus(url.removeprefix("kafka://"))
+    raise InvalidArgument("--bus", f"unsupported URL {url!r} (inprocess:///path or kafka://host:port)")
