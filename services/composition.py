@@ -59,7 +59,8 @@ def matcher_spec(log: EventLog, clock: Clock) -> ServiceSpec:
         PARTITION_NOTIFICATIONS: matcher.on_notification,
         PROGRAM_NOTIFICATIONS: matcher.on_notification,
     })
-    return ServiceSpec("matcher", [subscription], route=matcher.route, recover=matcher.recover)
+    return ServiceSpec("matcher", [subscription], route=matcher.route, recover=matcher.recover,
+                       background=[matcher.run_timers])
 
 
 def checker_spec(log: EventLog, clock: Clock) -> ServiceSpec:

@@ -1,10 +1,15 @@
 """The trigger-matcher: a reverse index from event keys to schedules, and each schedule's pending job.
 
 Stage 1 looks up the schedules interested in a notification's event key; stage 2 updates each
-schedule's job state in its own stream (a single writer per schedule)."""
+schedule's job state in its own stream (a single writer per schedule). Triggers that time can
+satisfy (cron, quiet period, elapsed) set one timer per schedule at the pending job's exact
+wake-up time; `fire_due()` runs what is due by the injected clock."""
 from __future__ import annotations
 
+import asyncio
+import heapq
 from collections import OrderedDict, defaultdict
+from datetime import datetime
 
 from google.protobuf.message import DecodeError
 
@@ -14,7 +19,15 @@ from sluice.clock import Clock
 from sluice.domain import matching
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import Notification
-from sluice.domain.matching import JobTriggered, MatcherState, MatchNotification, NotificationMatched, ObserveSchedule
+from sluice.domain import triggers
+from sluice.domain.matching import (
+    CheckTime,
+    JobTriggered,
+    MatcherState,
+    MatchNotification,
+    NotificationMatched,
+    ObserveSchedule,
+)
 from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute, execute_batch
@@ -27,6 +40,8 @@ from sluice.wire.schedules import schedule_from_proto
 
 STREAM_PREFIX = "matcher-"
 TYPES = EventTypes(matching.EVENTS)
+MAX_TIMER_SLEEP = 1.0
+"""Seconds the timer loop sleeps at most, so a clock that jumps (or a simulated one) is noticed."""
 RECENT_NOTIFICATIONS = 100_000
 """How many ids of notifications that had an effect are remembered, to ignore a producer's resend."""
 
@@ -39,15 +54,21 @@ class MatcherService:
         self._index: dict[str, set[str]] = defaultdict(set)
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._next_offsets: dict[str, int] = {}
+        self._wake_at: dict[str, datetime] = {}
+        self._timers: list[tuple[datetime, str]] = []
+        self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
         self._recent.clear()
         self._next_offsets.clear()
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES, on_event=self._remember_matched)
         self._index.clear()
-        for state in self._store.states().values():
+        self._wake_at.clear()
+        self._timers.clear()
+        for stream, state in self._store.states().items():
             if state.schedule is not None:
                 self._index_schedule(state.schedule)
+                self._set_timer(stream.removeprefix(STREAM_PREFIX), state)
 
     def schedules_for(self, event_key: str) -> set[str]:
         return set(self._index.get(event_key, ()))
@@ -95,6 +116,45 @@ class MatcherService:
             self._remember(notification.id)
             if consumed:
                 self._next_offsets[consumed.name] = consumed.value
+            for stream in decided:
+                self._set_timer(stream.removeprefix(STREAM_PREFIX), self._store.load(stream).state)
+
+    def fire_due(self) -> int:
+        """Re-evaluate every pending job whose wake-up time has come; how many were due."""
+        now = self._clock.now()
+        due = 0
+        while self._timers and self._timers[0][0] <= now:
+            when, schedule_id = heapq.heappop(self._timers)
+            if self._wake_at.get(schedule_id) != when:
+                continue  # superseded by a later decision
+            del self._wake_at[schedule_id]
+            due += 1
+            self._decide(schedule_id, CheckTime())
+        return due
+
+    def next_wake_at(self) -> datetime | None:
+        return min(self._wake_at.values(), default=None)
+
+    async def run_timers(self) -> None:
+        while True:
+            self.fire_due()
+            self._timers_changed.clear()
+            next_at = self.next_wake_at()
+            delay = MAX_TIMER_SLEEP if next_at is None else (next_at - self._clock.now()).total_seconds()
+            try:
+                await asyncio.wait_for(self._timers_changed.wait(), max(0.0, min(delay, MAX_TIMER_SLEEP)))
+            except TimeoutError:
+                pass
+
+    def _set_timer(self, schedule_id: str, state: MatcherState) -> None:
+        when = matching.wake_at(state, self._clock.now())
+        if when is None:
+            self._wake_at.pop(schedule_id, None)
+            return
+        if self._wake_at.get(schedule_id) != when:
+            self._wake_at[schedule_id] = when
+            heapq.heappush(self._timers, (when, schedule_id))
+            self._timers_changed.set()
 
     def _next_offset(self, checkpoint: str) -> int:
         if checkpoint not in self._next_offsets:
@@ -120,12 +180,14 @@ class MatcherService:
 
     def _decide(self, schedule_id: str, command: object) -> None:
         now = self._clock.now()
-        execute(self._store, self._log, matching.stream_name(schedule_id), lambda s: matching.decide(s, command, now))
+        state, _ = execute(self._store, self._log, matching.stream_name(schedule_id),
+                           lambda s: matching.decide(s, command, now))
+        self._set_timer(schedule_id, state)
 
     def _index_schedule(self, schedule: Schedule) -> None:
-        for key in schedule.trigger.event_keys():
+        for key in triggers.event_keys(schedule.trigger):
             self._index[key].add(schedule.id)
 
     def _unindex_schedule(self, schedule: Schedule) -> None:
-        for key in schedule.trigger.event_keys():
+        for key in triggers.event_keys(schedule.trigger):
             self._index[key].discard(schedule.id)

@@ -89,3 +89,15 @@ def test_schedule_ids_are_unique_per_app_and_name():
     assert schedule_id_for(PROGRAM, "a") == schedule_id_for(PROGRAM, "a")
     assert schedule_id_for(PROGRAM, "a") != schedule_id_for(PROGRAM, "b")
     assert schedule_id_for(PROGRAM, "a") != schedule_id_for(ProgramRef("experiments", "other", "hourly_metrics"), "a")
+
+
+def test_events_written_before_a_defaulted_field_existed_still_decode():
+    from sluice.domain.codec import EventTypes
+    from sluice.domain.schedules import EVENTS
+    from sluice.eventlog.port import RecordedEvent
+
+    old = (b'{"schedule":{"id":"s","name":"s","program":{"namespace":"n","app":"a","program":"p"},'
+           b'"trigger":{"namespace":"n","dataset":"d","count":2},"properties":{},"timeout_seconds":0,'
+           b'"priority":0,"enabled":false,"generation":1,"description":""},"at":"2026-11-22T10:00:00+00:00"}')
+    event = EventTypes(EVENTS).decode(RecordedEvent("e", "schedule-s", 0, 1, "ScheduleCreated", old, {}, NOW))
+    assert event.schedule.trigger == PartitionTrigger("n", "d", 2)

@@ -83,12 +83,23 @@ def from_jsonable(hint: Any, value: Any) -> Any:
 def _from_union(options: list[Any], value: Any) -> Any:
     if len(options) == 1:
         return from_jsonable(options[0], value)
-    # Unions of dataclasses are tagged by their fields' names: the first whose fields all match wins.
-    for option in options:
-        if dataclasses.is_dataclass(option) and isinstance(value, dict):
-            if set(value) == set(_field_hints(option)):
-                return from_jsonable(option, value)
+    # Unions of dataclasses are told apart by their fields' names: an exact match wins; else the one
+    # option whose required fields are all present and that knows every key (an event written
+    # before a field with a default was added).
+    if isinstance(value, dict):
+        classes = [o for o in options if dataclasses.is_dataclass(o)]
+        keys = set(value)
+        exact = [o for o in classes if keys == set(_field_hints(o))]
+        compatible = exact or [o for o in classes if _required_fields(o) <= keys <= set(_field_hints(o))]
+        if len(compatible) == 1:
+            return from_jsonable(compatible[0], value)
     raise ValueError(f"cannot decode {value!r} as any of {options}")
+
+
+@cache
+def _required_fields(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls)
+                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
 @cache

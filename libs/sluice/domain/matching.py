@@ -8,9 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from sluice.domain.common import Notification, PartitionCommitted
+from sluice.domain import triggers
+from sluice.domain.common import Notification
 from sluice.domain.jobs import Job, TriggerContext
-from sluice.domain.schedules import PartitionTrigger, Schedule
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import TriggerState
 from sluice.ids import derived_id
 
 def stream_name(schedule_id: str) -> str:
@@ -27,6 +29,11 @@ class ObserveSchedule:
 @dataclass(frozen=True)
 class MatchNotification:
     notification: Notification
+
+
+@dataclass(frozen=True)
+class CheckTime:
+    """The clock reached a pending job's wake-up time (cron fire, quiet period, elapsed time)."""
 
 
 # Events
@@ -48,6 +55,8 @@ class JobCreated:
     schedule_id: str
     generation: int
     at: datetime
+    waiting_since: datetime | None = None
+    """When the job's trigger started counting time (a cron window's start); `at` when absent."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,7 @@ MatcherEvent = ScheduleObserved | ScheduleForgotten | JobCreated | NotificationM
 class PendingJob:
     job_id: str
     created_at: datetime
-    notifications: tuple[Notification, ...] = ()
+    trigger: TriggerState
 
 
 @dataclass(frozen=True)
@@ -96,10 +105,21 @@ def decide(state: MatcherState, command: object, now: datetime) -> list[MatcherE
                 return []
             return [*_discard_pending(state, "schedule deleted", now), ScheduleForgotten(schedule_id, now)]
         case ObserveSchedule(_, schedule):
-            return _observe(state, schedule, now)
+            return _then_wait_for_time(state, _observe(state, schedule, now), now)
         case MatchNotification(notification):
-            return _match(state, notification, now)
+            return _then_wait_for_time(state, _match(state, notification, now), now)
+        case CheckTime():
+            return _then_wait_for_time(state, _check_time(state, now), now)
     raise TypeError(f"unknown command {command!r}")
+
+
+def wake_at(state: MatcherState, now: datetime) -> datetime | None:
+    """When the pending job's trigger may become satisfied by time alone: the matcher's one timer.
+    A trigger already satisfied (time passed while the matcher was down) is due now."""
+    if state.pending is None or state.schedule is None or not state.schedule.enabled:
+        return None
+    evaluation = triggers.evaluate(state.schedule.trigger, state.pending.trigger, now)
+    return now if evaluation.satisfied else evaluation.wake_at
 
 
 def _observe(state: MatcherState, schedule: Schedule, now: datetime) -> list[MatcherEvent]:
@@ -117,37 +137,53 @@ def _match(state: MatcherState, notification: Notification, now: datetime) -> li
     schedule = state.schedule
     if schedule is None or not schedule.enabled:
         return []
-    if state.pending is not None and any(n.id == notification.id for n in state.pending.notifications):
-        return []
-    if not _matches(schedule.trigger, notification):
-        return []
-    events: list[MatcherEvent] = []
     pending = state.pending
+    created: list[MatcherEvent] = []
     if pending is None:
         job_id = derived_id("job", schedule.id, str(state.jobs_created + 1))
-        pending = PendingJob(job_id, now)
-        events.append(JobCreated(job_id, schedule.id, schedule.generation, now))
-    events.append(NotificationMatched(pending.job_id, notification, now))
-    notifications = (*pending.notifications, notification)
-    if _satisfied(schedule.trigger, notifications):
-        context = TriggerContext(schedule.id, schedule.name, dict(schedule.properties), notifications)
-        job = Job(pending.job_id, schedule.id, schedule.generation, schedule.program, context, pending.created_at,
-                  schedule.priority)
-        events.append(JobTriggered(job, now))
-    return events
+        pending = PendingJob(job_id, now, triggers.start(schedule.trigger, now))
+        created = [JobCreated(job_id, schedule.id, schedule.generation, now)]
+    observed = triggers.observe(schedule.trigger, pending.trigger, notification, now)
+    if observed is pending.trigger:
+        return []  # not for this trigger, or already counted
+    matched = NotificationMatched(pending.job_id, notification, now)
+    return [*created, matched, *_fire_if_satisfied(schedule, replace(pending, trigger=observed), now)]
 
 
-def _matches(trigger: PartitionTrigger, notification: Notification) -> bool:
-    payload = notification.payload
-    return (
-        isinstance(payload, PartitionCommitted)
-        and payload.namespace == trigger.namespace
-        and payload.dataset == trigger.dataset
-    )
+def _check_time(state: MatcherState, now: datetime) -> list[MatcherEvent]:
+    if state.schedule is None or state.pending is None or not state.schedule.enabled:
+        return []
+    return _fire_if_satisfied(state.schedule, state.pending, now)
 
 
-def _satisfied(trigger: PartitionTrigger, notifications: tuple[Notification, ...]) -> bool:
-    return sum(len(n.payload.partitions) for n in notifications) >= trigger.count
+def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime) -> list[MatcherEvent]:
+    evaluation = triggers.evaluate(schedule.trigger, pending.trigger, now)
+    if not evaluation.satisfied:
+        return []
+    context = TriggerContext(schedule.id, schedule.name, dict(schedule.properties),
+                             triggers.matched_notifications(schedule.trigger, pending.trigger),
+                             evaluation.logical_time)
+    job = Job(pending.job_id, schedule.id, schedule.generation, schedule.program, context, pending.created_at,
+              schedule.priority)
+    return [JobTriggered(job, now)]
+
+
+def _then_wait_for_time(state: MatcherState, events: list[MatcherEvent], now: datetime) -> list[MatcherEvent]:
+    """A schedule whose trigger time alone can satisfy (cron, elapsed) always has a job waiting:
+    from the moment it is enabled, and again right after each fire. The next job's time window
+    starts at the fire it follows, so no cron fire is skipped."""
+    after = state
+    for event in events:
+        after = evolve(after, event)
+    schedule = after.schedule
+    if schedule is None or not schedule.enabled or after.pending is not None:
+        return events
+    if not triggers.time_alone_can_satisfy(schedule.trigger):
+        return events
+    fired = next((e for e in reversed(events) if isinstance(e, JobTriggered)), None)
+    since = (fired.job.context.logical_time or now) if fired else now
+    job_id = derived_id("job", schedule.id, str(after.jobs_created + 1))
+    return [*events, JobCreated(job_id, schedule.id, schedule.generation, now, waiting_since=since)]
 
 
 def _discard_pending(state: MatcherState, reason: str, now: datetime) -> list[MatcherEvent]:
@@ -162,10 +198,12 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
             return replace(state, schedule=schedule)
         case ScheduleForgotten():
             return replace(state, schedule=None, pending=None)
-        case JobCreated(job_id, _, _, at):
-            return replace(state, pending=PendingJob(job_id, at), jobs_created=state.jobs_created + 1)
-        case NotificationMatched(_, notification):
-            return replace(state, pending=replace(state.pending, notifications=(*state.pending.notifications, notification)))
+        case JobCreated(job_id, _, _, at, waiting_since):
+            pending = PendingJob(job_id, at, triggers.start(state.schedule.trigger, waiting_since or at))
+            return replace(state, pending=pending, jobs_created=state.jobs_created + 1)
+        case NotificationMatched(_, notification, at):
+            observed = triggers.observe(state.schedule.trigger, state.pending.trigger, notification, at)
+            return replace(state, pending=replace(state.pending, trigger=observed))
         case JobTriggered() | JobDiscarded():
             return replace(state, pending=None)
     raise TypeError(f"unknown event {event!r}")

@@ -6,23 +6,9 @@ from datetime import datetime
 from typing import Mapping
 
 from sluice.domain.common import ProgramRef
+from sluice.domain.triggers import PartitionTrigger, Trigger, validate_trigger
 from sluice.ids import derived_id
 from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
-
-
-@dataclass(frozen=True)
-class PartitionTrigger:
-    """Fires when `count` new partitions of `namespace.dataset` have committed."""
-
-    namespace: str
-    dataset: str
-    count: int = 1
-
-    def event_keys(self) -> tuple[str, ...]:
-        return (f"partition:{self.namespace}.{self.dataset}",)
-
-
-Trigger = PartitionTrigger
 
 
 @dataclass(frozen=True)
@@ -162,20 +148,7 @@ def validate(schedule: Schedule) -> None:
     _require_name("schedule.program.program", schedule.program.program)
     if schedule.timeout_seconds < 0:
         raise InvalidArgument("schedule.timeout", "must not be negative")
-    validate_trigger("schedule.trigger", schedule.trigger)
-
-
-def validate_trigger(path: str, trigger: object) -> None:
-    match trigger:
-        case PartitionTrigger(namespace, dataset, count):
-            _require_name(f"{path}.partition.namespace", namespace)
-            _require_name(f"{path}.partition.dataset", dataset)
-            if count < 1:
-                raise InvalidArgument(f"{path}.partition.count", f"must be at least 1, got {count}")
-        case None:
-            raise InvalidArgument(path, "a trigger is required (one of: partition)")
-        case _:
-            raise InvalidArgument(path, f"unknown trigger type {type(trigger).__name__}")
+    validate_trigger(schedule.trigger, "schedule.trigger")
 
 
 def _require_name(path: str, value: str) -> None:

@@ -1,10 +1,23 @@
 from __future__ import annotations
 
+from typing import Mapping
+
 from google.protobuf import duration_pb2, unknown_fields
 
-from sluice.domain.schedules import PartitionTrigger, Schedule, validate
+from sluice.domain.schedules import Schedule, validate
+from sluice.domain.triggers import (
+    AndTrigger,
+    DataSizeTrigger,
+    ElapsedTrigger,
+    OrTrigger,
+    PartitionTrigger,
+    ProgramStatusTrigger,
+    QuietPeriodTrigger,
+    TimeTrigger,
+    Trigger,
+)
 from sluice.runtime.errors import InvalidArgument
-from sluice.v1 import schedules_pb2 as pb
+from sluice.v1 import notifications_pb2 as npb, schedules_pb2 as pb
 from sluice.wire.common import program_from_proto, program_to_proto
 
 
@@ -41,16 +54,67 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str) -> Schedule:
     return schedule
 
 
-def trigger_to_proto(trigger: PartitionTrigger) -> pb.Trigger:
-    return pb.Trigger(partition=pb.PartitionTrigger(namespace=trigger.namespace, dataset=trigger.dataset,
-                                                    count=trigger.count))
+def trigger_to_proto(trigger: Trigger) -> pb.Trigger:
+    match trigger:
+        case PartitionTrigger(namespace, dataset, count, filter):
+            return pb.Trigger(partition=pb.PartitionTrigger(namespace=namespace, dataset=dataset, count=count,
+                                                            filter=_filter_to_proto(filter)))
+        case TimeTrigger(cron, zone):
+            return pb.Trigger(time=pb.TimeTrigger(cron=cron, zone=zone))
+        case DataSizeTrigger(namespace, dataset, min_bytes, filter):
+            return pb.Trigger(data_size=pb.DataSizeTrigger(namespace=namespace, dataset=dataset, min_bytes=min_bytes,
+                                                           filter=_filter_to_proto(filter)))
+        case ProgramStatusTrigger(namespace, app, program, statuses, count):
+            return pb.Trigger(program_status=pb.ProgramStatusTrigger(
+                namespace=namespace, app=app, program=program,
+                statuses=[npb.RunStatus.Value(s) for s in statuses], count=count))
+        case QuietPeriodTrigger(namespace, dataset, quiet_seconds, filter):
+            return pb.Trigger(quiet_period=pb.QuietPeriodTrigger(namespace=namespace, dataset=dataset,
+                                                                 quiet_seconds=quiet_seconds,
+                                                                 filter=_filter_to_proto(filter)))
+        case ElapsedTrigger(seconds):
+            return pb.Trigger(elapsed=pb.ElapsedTrigger(seconds=seconds))
+        case AndTrigger(all_of):
+            return pb.Trigger(**{"and": pb.AndTrigger(all_of=[trigger_to_proto(t) for t in all_of])})
+        case OrTrigger(any_of):
+            return pb.Trigger(**{"or": pb.OrTrigger(any_of=[trigger_to_proto(t) for t in any_of])})
+    raise TypeError(f"unknown trigger {trigger!r}")
 
 
-def trigger_from_proto(message: pb.Trigger, path: str) -> PartitionTrigger:
+def trigger_from_proto(message: pb.Trigger, path: str) -> Trigger:
+    """The domain trigger; it is validated with the schedule (InvalidArgument names the field)."""
     kind = message.WhichOneof("kind")
-    if kind == "partition":
-        p = message.partition
-        return PartitionTrigger(p.namespace, p.dataset, p.count)
+    value = getattr(message, kind) if kind else None
+    match kind:
+        case "partition":
+            return PartitionTrigger(value.namespace, value.dataset, value.count, _filter_from_proto(value.filter))
+        case "time":
+            return TimeTrigger(value.cron, value.zone or "UTC")
+        case "data_size":
+            return DataSizeTrigger(value.namespace, value.dataset, value.min_bytes, _filter_from_proto(value.filter))
+        case "program_status":
+            statuses = tuple(npb.RunStatus.Name(s) for s in value.statuses)
+            return ProgramStatusTrigger(value.namespace, value.app, value.program, statuses, value.count)
+        case "quiet_period":
+            return QuietPeriodTrigger(value.namespace, value.dataset, value.quiet_seconds,
+                                      _filter_from_proto(value.filter))
+        case "elapsed":
+            return ElapsedTrigger(value.seconds)
+        case "and":
+            return AndTrigger(tuple(trigger_from_proto(t, f"{path}.and.all_of[{i}]") for i, t in enumerate(value.all_of)))
+        case "or":
+            return OrTrigger(tuple(trigger_from_proto(t, f"{path}.or.any_of[{i}]") for i, t in enumerate(value.any_of)))
     if len(unknown_fields.UnknownFieldSet(message)):
-        raise InvalidArgument(path, "unknown trigger type (supported: partition)")
-    raise InvalidArgument(path, "a trigger is required (supported: partition)")
+        raise InvalidArgument(path, f"unknown trigger type (supported: {', '.join(KINDS)})")
+    raise InvalidArgument(path, f"a trigger is required (one of: {', '.join(KINDS)})")
+
+
+KINDS = ("partition", "time", "data_size", "program_status", "quiet_period", "elapsed", "and", "or")
+
+
+def _filter_to_proto(filter: Mapping[str, tuple[str, ...]]) -> dict[str, pb.AllowedValues]:
+    return {key: pb.AllowedValues(values=list(values)) for key, values in filter.items()}
+
+
+def _filter_from_proto(filter) -> dict[str, tuple[str, ...]]:
+    return {key: tuple(allowed.values) for key, allowed in filter.items()}

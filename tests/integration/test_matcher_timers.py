@@ -1,0 +1,97 @@
+"""The matcher's timers on a simulated clock: cron fires (none lost across downtime), elapsed and
+quiet-period triggers, program-status triggers. No sleeping: the clock is advanced and due timers fired."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from sluice.clock import SimulatedClock
+from sluice.domain.common import (
+    Notification,
+    PartitionCommitted,
+    PartitionRef,
+    ProgramRef,
+    ProgramStatusChanged,
+    RunStatus,
+)
+from sluice.domain.matching import JobTriggered
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import ElapsedTrigger, OrTrigger, PartitionTrigger, ProgramStatusTrigger, QuietPeriodTrigger, TimeTrigger
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.domain.codec import EventTypes
+from sluice.domain import matching
+from sluice_services.matcher.service import MatcherService
+
+T0 = datetime(2026, 11, 22, 0, 10, tzinfo=timezone.utc)
+PROGRAM = ProgramRef("experiments", "clickstream", "hourly_metrics")
+TYPES = EventTypes(matching.EVENTS)
+
+
+def setup(tmp_path, trigger) -> tuple[SimulatedClock, SqliteEventLog, MatcherService]:
+    clock = SimulatedClock(T0)
+    log = SqliteEventLog(tmp_path / "events.db", clock=clock)
+    matcher = MatcherService(log, clock)
+    matcher.observe("s-1", Schedule("s-1", "sched", PROGRAM, trigger, enabled=True))
+    return clock, log, matcher
+
+
+def fired(log) -> list[JobTriggered]:
+    return [TYPES.decode(r) for r in log.read_all(0, 10_000) if r.type == "JobTriggered"]
+
+
+def partition(n: int) -> Notification:
+    return Notification(f"n-{n}", T0, PartitionCommitted("experiments", "clickstream", (PartitionRef({"hour": str(n)}, f"/d/{n}"),)))
+
+
+def test_cron_in_a_zone_fires_at_the_right_instant_and_catches_up_after_downtime(tmp_path):
+    clock, log, matcher = setup(tmp_path, TimeTrigger("0 * * * *", "Asia/Tokyo"))
+    assert matcher.next_wake_at() == datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
+    clock.advance(timedelta(minutes=49))
+    assert matcher.fire_due() == 0 and fired(log) == []
+    clock.advance(timedelta(minutes=1))
+    assert matcher.fire_due() == 1
+    assert [e.job.context.logical_time for e in fired(log)] == [datetime(2026, 11, 22, 1, tzinfo=timezone.utc)]
+
+    clock.advance(timedelta(hours=3, minutes=30))  # the service was down across three fire times
+    restarted = MatcherService(log, clock)
+    restarted.recover()
+    restarted.fire_due()
+    assert [e.job.context.logical_time.hour for e in fired(log)] == [1, 2, 3, 4]
+    assert len({e.job.id for e in fired(log)}) == 4
+    assert restarted.next_wake_at() == datetime(2026, 11, 22, 5, tzinfo=timezone.utc)
+
+
+def test_or_with_elapsed_fires_with_what_exists_after_the_timeout(tmp_path):
+    trigger = OrTrigger((PartitionTrigger("experiments", "clickstream", 3), ElapsedTrigger(600)))
+    clock, log, matcher = setup(tmp_path, trigger)
+    matcher.match(partition(1))
+    clock.advance(timedelta(seconds=599))
+    matcher.fire_due()
+    assert fired(log) == []
+    clock.advance(timedelta(seconds=1))
+    matcher.fire_due()
+    (event,) = fired(log)
+    assert [n.id for n in event.job.context.notifications] == ["n-1"]
+
+
+def test_quiet_period_fires_after_the_last_chunk_of_a_burst(tmp_path):
+    clock, log, matcher = setup(tmp_path, QuietPeriodTrigger("experiments", "clickstream", 600))
+    matcher.match(partition(1))
+    clock.advance(timedelta(minutes=5))
+    matcher.match(partition(2))
+    clock.advance(timedelta(minutes=9))
+    matcher.fire_due()
+    assert fired(log) == []  # only 9 minutes since the second chunk
+    assert matcher.next_wake_at() == T0 + timedelta(minutes=15)
+    clock.advance(timedelta(minutes=1))
+    matcher.fire_due()
+    assert [n.id for n in fired(log)[0].job.context.notifications] == ["n-1", "n-2"]
+
+
+def test_program_status_trigger_hands_over_the_triggering_run(tmp_path):
+    upstream = ProgramRef("experiments", "clickstream", "ingest")
+    clock, log, matcher = setup(tmp_path, ProgramStatusTrigger("experiments", "clickstream", "ingest", ("COMPLETED",), 1))
+    matcher.match(Notification("st-1", T0, ProgramStatusChanged(upstream, "run-9", RunStatus.FAILED)))
+    assert fired(log) == []
+    matcher.match(Notification("st-2", T0, ProgramStatusChanged(upstream, "run-10", RunStatus.COMPLETED)))
+    (event,) = fired(log)
+    assert [n.payload.run_id for n in event.job.context.notifications] == ["run-10"]
