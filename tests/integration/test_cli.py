@@ -58,9 +58,32 @@ def test_schedule_commands(server):
     (["--count", "0"], 1, "INVALID_ARGUMENT: schedule.trigger.partition.count: must be at least 1"),
     (["--trigger", "cron"], 2, "--trigger: unknown trigger type 'cron'"),
     (["--property", "novalue"], 2, "--property: expected KEY=VALUE"),
+    (["--trigger", "time", "--cron", "0 25 * * *"], 1, "INVALID_ARGUMENT: schedule.trigger.time.cron"),
+    (["--trigger", "time", "--cron", "0 2 * * *", "--zone", "Mars/Base"], 1, "schedule.trigger.time.zone"),
+    (["--trigger", "program-status", "--upstream", "a.b"], 2, "--upstream: expected NAMESPACE.APP.PROGRAM"),
 ])
 def test_schedule_create_bad_input(server, extra, code, text):
     assert_one_line_error(sluice(server, *create_args("bad", *extra)), code, text)
+
+
+def test_time_and_composite_schedules(server, tmp_path):
+    timed = sluice(server, "--json", *create_args("nightly", "--trigger", "time", "--cron", "0 2 * * *",
+                                                  "--zone", "Asia/Tokyo"))
+    assert timed.returncode == 0, timed.stderr
+    assert json.loads(timed.stdout)["trigger"] == {"time": {"cron": "0 2 * * *", "zone": "Asia/Tokyo"}}
+    spec = tmp_path / "daily.json"
+    spec.write_text(json.dumps({
+        "name": "daily_or_late", "program": {"namespace": "experiments", "app": "clickstream", "program": "daily"},
+        "trigger": {"or": {"any_of": [
+            {"partition": {"namespace": "experiments", "dataset": "hourly", "count": 24,
+                           "filter": {"marketplace": {"values": ["JP"]}}}},
+            {"time": {"cron": "0 2 * * *", "zone": "Asia/Tokyo"}}]}}}))
+    composite = sluice(server, "schedules", "create", "--file", str(spec))
+    assert composite.returncode == 0, composite.stderr
+    listed = sluice(server, "schedules", "list", "--app", "clickstream").stdout
+    assert "(partition experiments.hourly x24) OR (time '0 2 * * *' Asia/Tokyo)" in listed
+    spec.write_text('{"name": "x", "trigger": {"sometimes": {}}}')
+    assert_one_line_error(sluice(server, "schedules", "create", "--file", str(spec)), 2, "--file: not a Schedule")
 
 
 def test_schedule_with_empty_dataset_names_the_field(server):

@@ -35,14 +35,18 @@ def main(argv: list[str] | None = None) -> int:
         with SluiceClient(args.server) as client:
             return args.handler(client, args) or 0
     except UsageError as error:
-        print(f"sluice: error: {error}", file=sys.stderr)
+        print(f"sluice: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
     except grpc.RpcError as error:
         if error.code() == grpc.StatusCode.UNAVAILABLE:
             print(f"sluice: error: cannot reach Sluice at {args.server} (is `sluice standalone` running?)", file=sys.stderr)
             return 3
-        print(f"sluice: error: {error.code().name}: {error.details()}", file=sys.stderr)
+        print(f"sluice: error: {error.code().name}: {_one_line(error.details() or '')}", file=sys.stderr)
         return 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,14 +96,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _schedule_commands(commands) -> None:
     schedules = commands.add_parser("schedules", help="manage schedules").add_subparsers(metavar="ACTION")
-    create = schedules.add_parser("create", help="create a schedule with a partition trigger")
-    create.add_argument("--name", required=True)
-    create.add_argument("--namespace", required=True, help="the program's namespace")
-    create.add_argument("--app", required=True)
-    create.add_argument("--program", required=True)
-    create.add_argument("--trigger", default="partition", help="trigger type (supported: partition)")
-    create.add_argument("--dataset", required=True, help="[NAMESPACE.]DATASET whose partitions trigger it")
-    create.add_argument("--count", type=int, default=1, help="partitions needed to fire (default 1)")
+    create = schedules.add_parser("create", help="create a schedule",
+                                  description="One trigger kind by flags, or any schedule (AND/OR composites) from "
+                                              "--file: the Schedule message as protobuf JSON.")
+    create.add_argument("--file", type=argparse.FileType("r"), help="a Schedule as JSON (then no other options)")
+    create.add_argument("--name")
+    create.add_argument("--namespace", help="the program's namespace")
+    create.add_argument("--app")
+    create.add_argument("--program")
+    create.add_argument("--trigger", default="partition", help=f"trigger type: {', '.join(TRIGGER_TYPES)}")
+    create.add_argument("--dataset", help="[NAMESPACE.]DATASET (partition, data-size, quiet-period)")
+    create.add_argument("--count", type=int, default=1, help="partitions or runs needed to fire (default 1)")
+    create.add_argument("--filter", action="append", default=[], metavar="K=V1|V2", help="allowed key values (repeat)")
+    create.add_argument("--min-bytes", type=int, default=0, help="data-size: bytes of new data")
+    create.add_argument("--quiet-seconds", type=int, default=0, help="quiet-period: seconds without new data")
+    create.add_argument("--seconds", type=int, default=0, help="elapsed: seconds waited")
+    create.add_argument("--cron", help="time: 5 or 6 field cron expression")
+    create.add_argument("--zone", default="UTC", help="time: IANA zone (default UTC)")
+    create.add_argument("--upstream", help="program-status: NAMESPACE.APP.PROGRAM")
+    create.add_argument("--status", action="append", default=[], help="program-status: COMPLETED|FAILED|KILLED (repeat)")
     create.add_argument("--property", action="append", default=[], metavar="K=V", help="runtime argument (repeat)")
     create.add_argument("--enabled", action="store_true", help="start enabled (default: disabled)")
     create.add_argument("--description", default="")
@@ -127,16 +142,62 @@ def _by_id(rpc: str, request_type) -> Callable:
     return handler
 
 
+TRIGGER_TYPES = ("partition", "time", "data-size", "quiet-period", "elapsed", "program-status")
+
+
 def _create_schedule(client: SluiceClient, args) -> int:
-    if args.trigger != "partition":
-        raise UsageError(f"--trigger: unknown trigger type {args.trigger!r} (supported: partition)")
-    dataset_ns, _, dataset = args.dataset.rpartition(".")
-    trigger = schedules_pb2.Trigger(partition=schedules_pb2.PartitionTrigger(
-        namespace=dataset_ns or args.namespace, dataset=dataset, count=args.count))
+    if args.file:
+        try:
+            schedule = json_format.Parse(args.file.read(), schedules_pb2.Schedule())
+        except json_format.ParseError as error:
+            raise UsageError(f"--file: not a Schedule: {error}") from error
+        return _print(args, client.create_schedule(schedule))
+    for option in ("name", "namespace", "app", "program"):
+        if not getattr(args, option):
+            raise UsageError(f"--{option} is required (or --file)")
     schedule = schedules_pb2.Schedule(
         name=args.name, program=notifications_pb2.ProgramRef(namespace=args.namespace, app=args.app, program=args.program),
-        properties=_pairs(args.property, "--property"), trigger=trigger, enabled=args.enabled, description=args.description)
+        properties=_pairs(args.property, "--property"), trigger=_trigger(args), enabled=args.enabled,
+        description=args.description)
     return _print(args, client.create_schedule(schedule))
+
+
+def _trigger(args) -> schedules_pb2.Trigger:
+    kind = args.trigger
+    if kind not in TRIGGER_TYPES:
+        raise UsageError(f"--trigger: unknown trigger type {kind!r} (supported: {', '.join(TRIGGER_TYPES)})")
+    if kind == "time":
+        return schedules_pb2.Trigger(time=schedules_pb2.TimeTrigger(cron=args.cron or "", zone=args.zone))
+    if kind == "elapsed":
+        return schedules_pb2.Trigger(elapsed=schedules_pb2.ElapsedTrigger(seconds=args.seconds))
+    if kind == "program-status":
+        parts = (args.upstream or "").split(".")
+        if len(parts) != 3:
+            raise UsageError(f"--upstream: expected NAMESPACE.APP.PROGRAM, got {args.upstream!r}")
+        namespace, app, program = parts
+        return schedules_pb2.Trigger(program_status=schedules_pb2.ProgramStatusTrigger(
+            namespace=namespace, app=app, program=program, count=args.count,
+            statuses=[notifications_pb2.RunStatus.Value(s) for s in _statuses(args.status)]))
+    dataset_ns, _, dataset = (args.dataset or "").rpartition(".")
+    where = dict(namespace=dataset_ns or args.namespace, dataset=dataset, filter=_filters(args.filter))
+    if kind == "data-size":
+        return schedules_pb2.Trigger(data_size=schedules_pb2.DataSizeTrigger(min_bytes=args.min_bytes, **where))
+    if kind == "quiet-period":
+        return schedules_pb2.Trigger(quiet_period=schedules_pb2.QuietPeriodTrigger(quiet_seconds=args.quiet_seconds,
+                                                                                    **where))
+    return schedules_pb2.Trigger(partition=schedules_pb2.PartitionTrigger(count=args.count, **where))
+
+
+def _statuses(values: list[str]) -> list[str]:
+    unknown = [v for v in values if v not in ("COMPLETED", "FAILED", "KILLED")]
+    if unknown:
+        raise UsageError(f"--status: unknown status {unknown[0]!r} (COMPLETED, FAILED or KILLED)")
+    return values or ["COMPLETED"]
+
+
+def _filters(values: list[str]) -> dict[str, schedules_pb2.AllowedValues]:
+    return {key: schedules_pb2.AllowedValues(values=allowed.split("|"))
+            for key, allowed in _pairs(values, "--filter").items()}
 
 
 def _list_schedules(client: SluiceClient, args) -> int:
@@ -185,9 +246,24 @@ def _job_state(job) -> str:
 
 
 def _trigger_text(trigger: schedules_pb2.Trigger) -> str:
-    if trigger.WhichOneof("kind") == "partition":
-        p = trigger.partition
-        return f"partition {p.namespace}.{p.dataset} x{p.count}"
+    kind = trigger.WhichOneof("kind")
+    value = getattr(trigger, kind) if kind else None
+    match kind:
+        case "partition":
+            return f"partition {value.namespace}.{value.dataset} x{value.count}"
+        case "time":
+            return f"time '{value.cron}' {value.zone}"
+        case "data_size":
+            return f"data-size {value.namespace}.{value.dataset} >= {value.min_bytes} B"
+        case "quiet_period":
+            return f"quiet {value.namespace}.{value.dataset} {value.quiet_seconds}s"
+        case "elapsed":
+            return f"elapsed {value.seconds}s"
+        case "program_status":
+            return f"status {value.namespace}.{value.app}.{value.program} x{value.count}"
+        case "and" | "or":
+            children = value.all_of if kind == "and" else value.any_of
+            return f" {kind.upper()} ".join(f"({_trigger_text(t)})" for t in children)
     return "?"
 
 
