@@ -25,6 +25,12 @@ class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
         return schedule_to_proto(self._registry.create(schedule_from_proto(proto, schedule_id)))
 
     @grpc_errors
+    async def UpdateSchedule(self, request, context):
+        proto = request.schedule
+        schedule_id = proto.id or schedule_id_for(program_from_proto(proto.program), proto.name)
+        return schedule_to_proto(self._registry.update(schedule_from_proto(proto, schedule_id)))
+
+    @grpc_errors
     async def GetSchedule(self, request, context):
         return schedule_to_proto(self._registry.get(_require_id(request.id)))
 

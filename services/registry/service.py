@@ -12,6 +12,7 @@ from sluice.domain.schedules import (
     EnableSchedule,
     Schedule,
     ScheduleState,
+    UpdateSchedule,
 )
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
@@ -35,6 +36,9 @@ class RegistryService:
 
     def create(self, schedule: Schedule) -> Schedule:
         return self._execute(schedule.id, CreateSchedule(schedule))
+
+    def update(self, schedule: Schedule) -> Schedule:
+        return self._execute(schedule.id, UpdateSchedule(schedule))
 
     def delete(self, schedule_id: str) -> None:
         self._execute(schedule_id, DeleteSchedule(schedule_id))

@@ -101,3 +101,17 @@ def test_events_written_before_a_defaulted_field_existed_still_decode():
            b'"priority":0,"enabled":false,"generation":1,"description":""},"at":"2026-11-22T10:00:00+00:00"}')
     event = EventTypes(EVENTS).decode(RecordedEvent("e", "schedule-s", 0, 1, "ScheduleCreated", old, {}, NOW))
     assert event.schedule.trigger == PartitionTrigger("n", "d", 2)
+
+
+def test_update_is_a_new_generation_and_a_no_op_when_nothing_changed():
+    from sluice.domain.schedules import ScheduleUpdated, UpdateSchedule
+
+    state = fold([ScheduleCreated(schedule(generation=1), NOW)])
+    changed = schedule(properties={"experiment": "exp-2"})
+    assert decide(state, UpdateSchedule(changed), NOW) == [ScheduleUpdated(schedule(properties={"experiment": "exp-2"},
+                                                                                     generation=2), NOW)]
+    assert decide(state, UpdateSchedule(schedule()), NOW) == []
+    with pytest.raises(NotFound):
+        decide(ScheduleState(), UpdateSchedule(schedule()), NOW)
+    with pytest.raises(InvalidArgument):
+        decide(state, UpdateSchedule(schedule(trigger=PartitionTrigger("experiments", "clickstream", 0))), NOW)

@@ -42,6 +42,13 @@ class CreateSchedule:
 
 
 @dataclass(frozen=True)
+class UpdateSchedule:
+    """Replace the schedule as a new generation: its pending jobs are discarded, trigger state starts over."""
+
+    schedule: Schedule
+
+
+@dataclass(frozen=True)
 class DeleteSchedule:
     schedule_id: str
 
@@ -64,6 +71,12 @@ class ScheduleCreated:
 
 
 @dataclass(frozen=True)
+class ScheduleUpdated:
+    schedule: Schedule
+    at: datetime
+
+
+@dataclass(frozen=True)
 class ScheduleDeleted:
     schedule_id: str
     at: datetime
@@ -81,8 +94,8 @@ class ScheduleDisabled:
     at: datetime
 
 
-EVENTS = (ScheduleCreated, ScheduleDeleted, ScheduleEnabled, ScheduleDisabled)
-ScheduleEvent = ScheduleCreated | ScheduleDeleted | ScheduleEnabled | ScheduleDisabled
+EVENTS = (ScheduleCreated, ScheduleUpdated, ScheduleDeleted, ScheduleEnabled, ScheduleDisabled)
+ScheduleEvent = ScheduleCreated | ScheduleUpdated | ScheduleDeleted | ScheduleEnabled | ScheduleDisabled
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,12 @@ def decide(state: ScheduleState, command: object, now: datetime) -> list[Schedul
             if state.exists:
                 raise AlreadyExists(f"schedule {schedule.name!r} already exists in app {schedule.program.app!r}")
             return [ScheduleCreated(replace(schedule, generation=state.generation + 1), now)]
+        case UpdateSchedule(schedule):
+            validate(schedule)
+            current = _require(state, schedule.id)
+            replacement = replace(schedule, generation=current.generation + 1)
+            return [] if replacement == replace(current, generation=current.generation + 1) else [
+                ScheduleUpdated(replacement, now)]
         case DeleteSchedule(schedule_id):
             _require(state, schedule_id)
             return [ScheduleDeleted(schedule_id, now)]
@@ -117,7 +136,7 @@ def decide(state: ScheduleState, command: object, now: datetime) -> list[Schedul
 
 def evolve(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
     match event:
-        case ScheduleCreated(schedule):
+        case ScheduleCreated(schedule) | ScheduleUpdated(schedule):
             return ScheduleState(schedule, schedule.generation)
         case ScheduleDeleted():
             return ScheduleState(None, state.generation)
