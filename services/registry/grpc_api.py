@@ -5,7 +5,8 @@ from __future__ import annotations
 from sluice.bus.port import Producer
 from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.domain.common import PartitionCommitted
-from sluice.domain.schedules import schedule_id_for
+from sluice.domain.apps import DeployApp, ProgramSpec
+from sluice.domain.schedules import ScheduleCreated, ScheduleDeleted, ScheduleUpdated, schedule_id_for
 from sluice.runtime.errors import InvalidArgument
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import notifications_pb2, notifications_pb2_grpc, schedules_pb2, schedules_pb2_grpc
@@ -17,6 +18,25 @@ from sluice_services.registry.service import RegistryService
 class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
     def __init__(self, registry: RegistryService) -> None:
         self._registry = registry
+
+    @grpc_errors
+    async def DeployApp(self, request, context):
+        programs = tuple(ProgramSpec(p.name, p.entry_point, p.description) for p in request.programs)
+        deployed = [schedule_from_proto(s, schedule_id_for(program_from_proto(s.program), s.name), f"app.schedules[{i}]")
+                    for i, s in enumerate(request.schedules)]
+        update = request.update_schedules if request.HasField("update_schedules") else True
+        plan = self._registry.deploy(DeployApp(request.namespace, request.app, programs, tuple(deployed), update))
+        response = schedules_pb2.DeployAppResponse()
+        for events in plan.values():
+            for event in events:
+                match event:
+                    case ScheduleCreated(schedule):
+                        response.created.append(schedule.name)
+                    case ScheduleUpdated(schedule):
+                        response.updated.append(schedule.name)
+                    case ScheduleDeleted(schedule_id):
+                        response.deleted.append(self._registry.name_of(schedule_id))
+        return response
 
     @grpc_errors
     async def CreateSchedule(self, request, context):

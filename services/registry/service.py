@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from sluice.bus.topics import SCHEDULES
 from sluice.clock import Clock
-from sluice.domain import schedules
+from sluice.domain import apps, schedules
+from sluice.domain.apps import AppState, DeployApp
 from sluice.domain.codec import EventTypes
+from sluice.domain.common import ProgramRef
+from sluice.domain.triggers import validate_trigger
 from sluice.domain.schedules import (
     CreateSchedule,
     DeleteSchedule,
@@ -14,8 +17,8 @@ from sluice.domain.schedules import (
     ScheduleState,
     UpdateSchedule,
 )
-from sluice.eventlog.port import EventLog, RecordedEvent
-from sluice.runtime.aggregates import AggregateStore, catch_up, execute
+from sluice.eventlog.port import EventLog, RecordedEvent, WrongExpectedVersion
+from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, catch_up, execute
 from sluice.runtime.errors import NotFound
 from sluice.runtime.outbox import Outgoing
 from sluice.v1 import schedules_pb2
@@ -23,6 +26,8 @@ from sluice.wire.schedules import schedule_to_proto
 
 STREAM_PREFIX = "schedule-"
 TYPES = EventTypes(schedules.EVENTS)
+APP_PREFIX = "app-"
+APP_TYPES = EventTypes(apps.EVENTS)
 
 
 class RegistryService:
@@ -30,14 +35,51 @@ class RegistryService:
         self._log = log
         self._clock = clock
         self._store: AggregateStore[ScheduleState] = AggregateStore(log, TYPES, schedules.evolve, ScheduleState())
+        self._apps: AggregateStore[AppState] = AggregateStore(log, APP_TYPES, apps.evolve, AppState())
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
+        catch_up(self._log, self._apps, APP_PREFIX, APP_TYPES)
 
     def create(self, schedule: Schedule) -> Schedule:
+        self._check_upstream_programs(schedule)
         return self._execute(schedule.id, CreateSchedule(schedule))
 
+    def deploy(self, command: DeployApp) -> dict[str, list]:
+        """Deploy an app with its programs and schedules; every stream it touches in one append."""
+        deploying = {(command.namespace, command.app, p.name) for p in command.programs}
+        for index, schedule in enumerate(command.schedules):
+            self._check_upstream_programs(schedule, deploying, f"app.schedules[{index}].trigger")
+        now = self._clock.now()
+        app_stream = apps.stream_name(command.namespace, command.app)
+        for _ in range(MAX_CONFLICT_RETRIES):
+            existing = {s.id: self._store.load(schedules.stream_name(s.id)).state
+                        for s in self.list(command.namespace, command.app)}
+            plan = apps.plan_deployment(self._apps.load(app_stream).state, existing, command, now)
+            stores = {stream: self._apps if stream == app_stream else self._store for stream in plan}
+            appends = [stores[stream].prepare(stream, events) for stream, events in plan.items()]
+            try:
+                versions = self._log.append_batch(appends)
+            except WrongExpectedVersion as conflict:
+                stores[conflict.stream].forget(conflict.stream)
+                continue
+            for (stream, events), version in zip(plan.items(), versions):
+                stores[stream].commit(stream, events, version)
+            return plan
+        raise RuntimeError(f"deploying {app_stream}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
+
+    def _check_upstream_programs(self, schedule: Schedule, deploying: set[tuple[str, str, str]] = frozenset(),
+                                 path: str = "schedule.trigger") -> None:
+        """A program-status trigger must name a deployed program (or one deployed with it)."""
+        def known(program: ProgramRef) -> bool:
+            key = (program.namespace, program.app, program.program)
+            app = self._apps.load(apps.stream_name(program.namespace, program.app)).state
+            return key in deploying or app.has_program(program.program)
+
+        validate_trigger(schedule.trigger, path, known_program=known)
+
     def update(self, schedule: Schedule) -> Schedule:
+        self._check_upstream_programs(schedule)
         return self._execute(schedule.id, UpdateSchedule(schedule))
 
     def delete(self, schedule_id: str) -> None:
@@ -54,6 +96,14 @@ class RegistryService:
         if schedule is None:
             raise NotFound(f"schedule {schedule_id} does not exist")
         return schedule
+
+    def name_of(self, schedule_id: str) -> str:
+        """The name a schedule had, also after its deletion (from its stream's history)."""
+        for recorded in reversed(self._log.read_stream(schedules.stream_name(schedule_id))):
+            event = TYPES.decode(recorded)
+            if isinstance(event, (schedules.ScheduleCreated, schedules.ScheduleUpdated)):
+                return event.schedule.name
+        return schedule_id
 
     def list(self, namespace: str = "", app: str = "") -> list[Schedule]:
         found = [s.schedule for s in self._store.states().values() if s.schedule is not None]

@@ -123,3 +123,37 @@ def test_unreachable_server_is_one_line_exit_3():
     result = subprocess.run([sys.executable, "-m", "sluice.cli.main", "--server", f"127.0.0.1:{free_port()}",
                              "schedules", "list"], capture_output=True, text=True, timeout=60)
     assert_one_line_error(result, 3, "cannot reach Sluice at")
+
+
+def test_apps_deploy_with_and_without_update_schedules(server, tmp_path):
+    def app_file(schedules: list[tuple[str, int]]) -> str:
+        path = tmp_path / "app.json"
+        path.write_text(json.dumps({
+            "namespace": "shop", "app": "orders", "programs": [{"name": "ingest"}, {"name": "report"}],
+            "schedules": [{"name": name, "program": {"namespace": "shop", "app": "orders", "program": "report"},
+                           "trigger": {"partition": {"namespace": "shop", "dataset": "orders", "count": count}}}
+                          for name, count in schedules]}))
+        return str(path)
+
+    first = sluice(server, "apps", "deploy", app_file([("a", 1), ("b", 1)]))
+    assert first.stdout.strip() == "deployed shop.orders: created 2, updated 0, deleted 0 schedule(s)", first.stderr
+    frozen = sluice(server, "--json", "apps", "deploy", "--no-update-schedules", app_file([("a", 3)]))
+    assert json.loads(frozen.stdout) == {}
+    changed = sluice(server, "--json", "apps", "deploy", app_file([("a", 3), ("c", 1)]))
+    assert json.loads(changed.stdout) == {"created": ["c"], "updated": ["a"], "deleted": ["b"]}
+
+
+@pytest.mark.parametrize("schedule, text", [
+    ({"name": "x", "program": {"namespace": "shop", "app": "orders", "program": "missing"},
+      "trigger": {"partition": {"namespace": "shop", "dataset": "d", "count": 1}}},
+     "INVALID_ARGUMENT: app.schedules[0].program.program: 'missing' is not a program of the app"),
+    ({"name": "x", "program": {"namespace": "shop", "app": "orders", "program": "report"},
+      "trigger": {"programStatus": {"namespace": "shop", "app": "billing", "program": "invoice",
+                                    "statuses": ["COMPLETED"], "count": 1}}},
+     "INVALID_ARGUMENT: app.schedules[0].trigger.program_status.program: unknown program shop.billing.invoice"),
+])
+def test_apps_deploy_bad_input_names_the_field(server, tmp_path, schedule, text):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"namespace": "shop", "app": "orders", "programs": [{"name": "report"}],
+                                "schedules": [schedule]}))
+    assert_one_line_error(sluice(server, "apps", "deploy", str(path)), 1, text)

@@ -62,3 +62,39 @@ async def test_disabled_schedules_do_not_launch_and_enabling_listens_again(sched
     await scheduler.partitions("ns", "feed", *hours(2))
     assert [launch.partition_keys for launch in scheduler.launches] == [hours(2)]
     assert scheduler.launches[0].at == T0
+
+
+def app_schedule(name: str, count: int, program: str = "workflow") -> Schedule:
+    return Schedule("", name, ProgramRef("ns", "app", program), PartitionTrigger("ns", "feed", count), {"v": name},
+                    enabled=True)
+
+
+async def test_scenario_3_redeployment_honours_update_schedules(scheduler):
+    await scheduler.deploy("ns", "app", ("workflow",), (app_schedule("keep", 1), app_schedule("change", 1),
+                                                        app_schedule("drop", 1)))
+    original = {s.name: s for s in scheduler.registry.list("ns", "app")}
+
+    # Not allowed to update schedules: the original set stays, and only it launches.
+    await scheduler.deploy("ns", "app", ("workflow",), (app_schedule("keep", 1), app_schedule("change", 2),
+                                                        app_schedule("new", 1)), update_schedules=False)
+    assert {s.name: s for s in scheduler.registry.list("ns", "app")} == original
+    await scheduler.partitions("ns", "feed", {"hour": "01"})
+    assert sorted(launch.properties["v"] for launch in scheduler.launches) == ["change", "drop", "keep"]
+
+    # Allowed: removed ones are deleted, changed ones replaced (a new generation), new ones created.
+    plan = await scheduler.deploy("ns", "app", ("workflow",), (app_schedule("keep", 1), app_schedule("change", 2),
+                                                               app_schedule("new", 1)))
+    schedules = {s.name: s for s in scheduler.registry.list("ns", "app")}
+    assert sorted(schedules) == ["change", "keep", "new"]
+    assert schedules["keep"] == original["keep"]
+    assert schedules["change"].generation == 2 and schedules["change"].trigger.count == 2
+    assert len(plan) == 4  # the app, "change", "new" and "drop"
+    scheduler.launches.clear()
+    await scheduler.partitions("ns", "feed", {"hour": "02"})
+    assert sorted(launch.properties["v"] for launch in scheduler.launches) == ["keep", "new"]
+
+
+async def test_removing_a_program_deletes_its_schedules_even_without_update(scheduler):
+    await scheduler.deploy("ns", "app", ("workflow", "old"), (app_schedule("w", 1), app_schedule("o", 1, "old")))
+    await scheduler.deploy("ns", "app", ("workflow",), (), update_schedules=False)
+    assert [s.name for s in scheduler.registry.list("ns", "app")] == ["w"]

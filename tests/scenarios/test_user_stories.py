@@ -51,8 +51,9 @@ async def test_story_3_runs_only_when_data_arrives(scheduler):
 
 
 async def test_story_4_b_runs_after_a_succeeds_and_not_after_a_fails(scheduler):
-    await scheduler.create(schedule("a", PartitionTrigger("ns", "feed", 1), program="a"))
-    await scheduler.create(schedule("b-after-a", ProgramStatusTrigger("ns", "app", "a", ("COMPLETED",), 1), program="b"))
+    await scheduler.deploy("ns", "app", ("a", "b"), (
+        schedule("a", PartitionTrigger("ns", "feed", 1), program="a"),
+        schedule("b-after-a", ProgramStatusTrigger("ns", "app", "a", ("COMPLETED",), 1), program="b")))
     await scheduler.partitions("ns", "feed", {"day": "1"})
     await scheduler.finish(scheduler.launches[0], RunStatus.FAILED)
     assert [launch.job.program.program for launch in scheduler.launches] == ["a"]

@@ -23,6 +23,7 @@ from sluice.domain.common import (
     ProgramStatusChanged,
     RunStatus,
 )
+from sluice.domain.apps import DeployApp, ProgramSpec
 from sluice.domain.jobs import Job
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.eventlog.sqlite import SqliteEventLog
@@ -73,6 +74,13 @@ class SimulatedScheduler:
         created = self.registry.create(_with_id(schedule))
         await self.pump()
         return created
+
+    async def deploy(self, namespace: str, app: str, programs: tuple[str, ...], schedules: tuple[Schedule, ...] = (),
+                     update_schedules: bool = True) -> dict[str, list]:
+        plan = self.registry.deploy(DeployApp(namespace, app, tuple(ProgramSpec(p) for p in programs),
+                                              tuple(_with_id(s) for s in schedules), update_schedules))
+        await self.pump()
+        return plan
 
     async def update(self, schedule: Schedule) -> Schedule:
         updated = self.registry.update(_with_id(schedule))

@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=lambda a: run_server(a, (a.service,)), server_mode=True)
 
     _schedule_commands(commands)
+    apps = commands.add_parser("apps", help="deploy apps").add_subparsers(metavar="ACTION")
+    deploy = apps.add_parser("deploy", help="deploy an app with its programs and schedules",
+                             description="FILE holds a DeployAppRequest as JSON: namespace, app, programs, schedules.")
+    deploy.add_argument("file", type=argparse.FileType("r"))
+    deploy.add_argument("--no-update-schedules", dest="update_schedules", action="store_false",
+                        help="leave existing schedules alone (only schedules of removed programs are deleted)")
+    deploy.set_defaults(handler=_deploy_app)
     notify = commands.add_parser("notify", help="publish a notification").add_subparsers(metavar="KIND")
     partition = notify.add_parser("partition", help="a transaction committed partitions of a dataset")
     partition.add_argument("--namespace", required=True)
@@ -198,6 +205,21 @@ def _statuses(values: list[str]) -> list[str]:
 def _filters(values: list[str]) -> dict[str, schedules_pb2.AllowedValues]:
     return {key: schedules_pb2.AllowedValues(values=allowed.split("|"))
             for key, allowed in _pairs(values, "--filter").items()}
+
+
+def _deploy_app(client: SluiceClient, args) -> int:
+    try:
+        request = json_format.Parse(args.file.read(), schedules_pb2.DeployAppRequest())
+    except json_format.ParseError as error:
+        raise UsageError(f"{args.file.name}: not a DeployAppRequest: {error}") from error
+    if not args.update_schedules:
+        request.update_schedules = False
+    response = client.schedules.DeployApp(request, timeout=30)
+    if args.json:
+        return _print(args, response)
+    print(f"deployed {request.namespace}.{request.app}: created {len(response.created)}, "
+          f"updated {len(response.updated)}, deleted {len(response.deleted)} schedule(s)")
+    return 0
 
 
 def _list_schedules(client: SluiceClient, args) -> int:

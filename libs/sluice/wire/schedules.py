@@ -36,13 +36,13 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
     )
 
 
-def schedule_from_proto(message: pb.Schedule, schedule_id: str) -> Schedule:
+def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "schedule") -> Schedule:
     """Convert a client's schedule; the result is validated and InvalidArgument names the field."""
     schedule = Schedule(
         id=schedule_id,
         name=message.name,
         program=program_from_proto(message.program),
-        trigger=trigger_from_proto(message.trigger, "schedule.trigger"),
+        trigger=trigger_from_proto(message.trigger, f"{path}.trigger"),
         properties=dict(message.properties),
         timeout_seconds=message.timeout.seconds,
         priority=message.priority,
@@ -50,7 +50,10 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str) -> Schedule:
         generation=message.generation,
         description=message.description,
     )
-    validate(schedule)
+    try:
+        validate(schedule)
+    except InvalidArgument as error:
+        raise InvalidArgument(error.field.replace("schedule", path, 1), error.message) from error
     return schedule
 
 
