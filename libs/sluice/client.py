@@ -71,8 +71,9 @@ class SluiceClient:
                                     PartitionCommitted(namespace, dataset, tuple(partitions)))
         return self.publish(notification_to_proto(notification))
 
-    def list_jobs(self, schedule_id: str = "") -> list[jobs_pb2.Job]:
-        return list(self.jobs.ListJobs(jobs_pb2.ListJobsRequest(schedule_id=schedule_id), timeout=self._timeout).jobs)
+    def list_jobs(self, schedule_id: str = "", pending_only: bool = False) -> list[jobs_pb2.Job]:
+        request = jobs_pb2.ListJobsRequest(schedule_id=schedule_id, pending_only=pending_only)
+        return list(self.jobs.ListJobs(request, timeout=self._timeout).jobs)
 
     def list_runs(self, schedule_id: str = "") -> list[runs_pb2.Run]:
         return list(self.runs.ListRuns(runs_pb2.ListRunsRequest(schedule_id=schedule_id), timeout=self._timeout).runs)

@@ -1,6 +1,7 @@
 """gRPC edge of the constraint-checker: job inspection."""
 from __future__ import annotations
 
+from sluice.domain.jobs import JobState
 from sluice.readmodels.jobs import JobsView, JobView
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
@@ -14,7 +15,10 @@ class JobsServicer(jobs_pb2_grpc.JobsServicer):
 
     @grpc_errors
     async def ListJobs(self, request, context):
-        return jobs_pb2.ListJobsResponse(jobs=[_to_proto(v) for v in self._view.list(request.schedule_id)])
+        found = self._view.list(request.schedule_id)
+        if request.pending_only:
+            found = [v for v in found if v.state not in (JobState.LAUNCHED, JobState.DISCARDED)]
+        return jobs_pb2.ListJobsResponse(jobs=[_to_proto(v) for v in found])
 
 
 def _to_proto(view: JobView) -> jobs_pb2.Job:
@@ -24,6 +28,9 @@ def _to_proto(view: JobView) -> jobs_pb2.Job:
         message = jobs_pb2.Job(id=view.id, schedule_id=view.schedule_id, state=jobs_pb2.JobState.Value(view.state.value),
                                reason=view.reason, created_at=timestamp_to_proto(view.created_at))
     message.updated_at.CopyFrom(timestamp_to_proto(view.updated_at))
+    message.run_id = view.run_id
+    message.history.extend(jobs_pb2.JobTransition(state=jobs_pb2.JobState.Value(t.state.value),
+                                                  at=timestamp_to_proto(t.at), cause=t.cause) for t in view.history)
     return message
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -157,3 +158,24 @@ def test_apps_deploy_bad_input_names_the_field(server, tmp_path, schedule, text)
     path.write_text(json.dumps({"namespace": "shop", "app": "orders", "programs": [{"name": "report"}],
                                 "schedules": [schedule]}))
     assert_one_line_error(sluice(server, "apps", "deploy", str(path)), 1, text)
+
+
+def test_jobs_pending_and_history_with_causes(server):
+    created = json.loads(sluice(server, "--json", *create_args("history_demo", "--count", "2", "--enabled")).stdout)
+    assert sluice(server, *notify_args("--key", "hour=01")).returncode == 0
+
+    def pending() -> list[dict]:
+        return json.loads(sluice(server, "--json", "jobs", "list", "--pending", "--schedule", created["id"]).stdout)
+
+    deadline = time.monotonic() + 30
+    while not pending() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [job["state"] for job in pending()] == ["PENDING_TRIGGER"]
+
+    sluice(server, "schedules", "disable", created["id"])
+    while pending() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    history = sluice(server, "jobs", "history", "--schedule", created["id"]).stdout.splitlines()
+    assert history[0].split() == ["JOB", "AT", "STATE", "CAUSE"]
+    assert [" ".join(line.split()[3:]) for line in history[2:]] == [
+        "PENDING_TRIGGER first matching notification", "DISCARDED schedule disabled"]

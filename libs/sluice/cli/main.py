@@ -86,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     jobs = commands.add_parser("jobs", help="inspect jobs").add_subparsers(metavar="ACTION")
     jobs_list = jobs.add_parser("list")
     jobs_list.add_argument("--schedule", default="", help="only this schedule id")
+    jobs_list.add_argument("--pending", action="store_true", help="only jobs not launched or discarded yet")
     jobs_list.set_defaults(handler=_list_jobs)
+    jobs_history = jobs.add_parser("history", help="every transition of a schedule's jobs, with its cause")
+    jobs_history.add_argument("--schedule", required=True)
+    jobs_history.set_defaults(handler=_job_history)
     runs = commands.add_parser("runs", help="inspect runs").add_subparsers(metavar="ACTION")
     runs_list = runs.add_parser("list")
     runs_list.add_argument("--schedule", default="")
@@ -238,10 +242,16 @@ def _notify_partition(client: SluiceClient, args) -> int:
 
 
 def _list_jobs(client: SluiceClient, args) -> int:
-    found = client.list_jobs(args.schedule)
+    found = client.list_jobs(args.schedule, args.pending)
     rows = [(j.id[:8], j.schedule_id[:8], _job_state(j), render.when(j.created_at),
              render.when(j.updated_at), j.reason or "-") for j in found]
     return _print_many(args, found, render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "REASON"), rows))
+
+
+def _job_history(client: SluiceClient, args) -> int:
+    found = client.list_jobs(args.schedule)
+    rows = [(j.id[:8], render.when(t.at), _job_state_name(t.state), t.cause) for j in found for t in j.history]
+    return _print_many(args, found, render.table(("JOB", "AT", "STATE", "CAUSE"), rows))
 
 
 def _list_runs(client: SluiceClient, args) -> int:
@@ -264,7 +274,11 @@ def _show_lineage(client: SluiceClient, args) -> int:
 
 
 def _job_state(job) -> str:
-    return jobs_pb2.JobState.Name(job.state)
+    return _job_state_name(job.state)
+
+
+def _job_state_name(state: int) -> str:
+    return jobs_pb2.JobState.Name(state)
 
 
 def _trigger_text(trigger: schedules_pb2.Trigger) -> str:
