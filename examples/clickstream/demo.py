@@ -77,6 +77,14 @@ def show_output_rows(runs: list) -> None:
         spark.stop()
 
 
+def deploy_request() -> schedules_pb2.DeployAppRequest:
+    return schedules_pb2.DeployAppRequest(
+        namespace=app.NAMESPACE, app=app.APP,
+        programs=[schedules_pb2.ProgramSpec(name=p.program, entry_point=p.entry_point, description=p.description)
+                  for p in app.programs()],
+        schedules=[schedule_proto(spec) for spec in app.schedules()])
+
+
 def schedule_proto(spec: app.ScheduleSpec) -> schedules_pb2.Schedule:
     trigger = schedules_pb2.PartitionTrigger(namespace=spec.trigger.namespace, dataset=spec.trigger.dataset,
                                              count=spec.trigger.count)
@@ -107,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with SluiceClient(server.address) as client:
             client.wait_ready()
-            for spec in app.schedules():
-                client.create_schedule(schedule_proto(spec))
+            deployed = client.schedules.DeployApp(deploy_request(), timeout=30)
+            print(f"\n== App {app.NAMESPACE}.{app.APP} deployed: {len(deployed.created)} schedule(s) created")
             schedules = client.list_schedules(app.NAMESPACE)
             print("\n== Schedules registered")
             print(render.table(("NAME", "PROGRAM", "TRIGGER", "ENABLED", "PROPERTIES"),
