@@ -33,7 +33,8 @@ from pathlib import Path
 from bench import Figure, option, progress
 from sluice.clock import SystemClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
-from sluice.domain.schedules import PartitionTrigger, Schedule, schedule_id_for
+from sluice.domain.schedules import Schedule, schedule_id_for
+from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.matcher.service import MatcherService
 

@@ -10,7 +10,8 @@ from sluice.bus.inprocess import InProcessBus
 from sluice.bus.topics import DEAD_LETTER, JOBS, PARTITION_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
-from sluice.domain.schedules import PartitionTrigger, Schedule
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2

@@ -8,7 +8,8 @@ from sluice.bus.topics import PARTITION_NOTIFICATIONS
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.matching import JobTriggered
-from sluice.domain.schedules import PartitionTrigger, Schedule
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.wire.common import notification_to_proto
 from sluice_services.matcher.service import MatcherService

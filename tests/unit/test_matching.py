@@ -12,7 +12,8 @@ from sluice.domain.matching import (
     decide,
     evolve,
 )
-from sluice.domain.schedules import PartitionTrigger, Schedule
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import PartitionTrigger
 
 T0 = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
 PROGRAM = ProgramRef("experiments", "clickstream", "hourly_metrics")

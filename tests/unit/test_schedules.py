@@ -8,7 +8,6 @@ from sluice.domain.schedules import (
     DeleteSchedule,
     DisableSchedule,
     EnableSchedule,
-    PartitionTrigger,
     Schedule,
     ScheduleCreated,
     ScheduleDeleted,
@@ -19,6 +18,7 @@ from sluice.domain.schedules import (
     fold,
     schedule_id_for,
 )
+from sluice.domain.triggers import PartitionTrigger
 from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
 
 NOW = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Mapping
 
 from sluice.domain.common import ProgramRef
-from sluice.domain.triggers import PartitionTrigger, Trigger, validate_trigger
+from sluice.domain.triggers import Trigger, validate_trigger
 from sluice.ids import derived_id
 from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
 

@@ -28,15 +28,15 @@ appends made by other instances and processes.
 from __future__ import annotations
 
 import json
-import threading
 from contextlib import contextmanager
 from datetime import timezone
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import psycopg
 from psycopg import IsolationLevel
 
 from sluice.clock import Clock, SystemClock
+from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
     ANY_VERSION,
@@ -44,7 +44,6 @@ from sluice.eventlog.port import (
     Checkpoint,
     DuplicateEventId,
     NewEvent,
-    RecordedEvent,
     StreamAppend,
     WrongExpectedVersion,
 )
@@ -70,16 +69,14 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     value BIGINT NOT NULL
 );
 """
-_COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
-
-
-class PostgresEventLog:
+class PostgresEventLog(SqlEventLogBase):
     """The EventLog port over PostgreSQL. Thread-safe; several instances (processes) may share a database."""
+
+    PLACEHOLDER = "%s"
 
     def __init__(self, dsn: str, *, clock: Clock | None = None, poll_interval: float = 0.05) -> None:
         self._clock = clock or SystemClock()
-        self._lock = threading.Lock()
-        self._closed = False
+        super().__init__()
         self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, psycopg.Error)
         self._conn = _connect(dsn)
 
@@ -129,55 +126,10 @@ class PostgresEventLog:
         with self._transaction() as cur:
             _upsert_checkpoints(cur, [checkpoint])
 
-    # -- reading -----------------------------------------------------------------------------
-
-    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
-        rows = self._query(
-            f"SELECT {_COLUMNS} FROM events WHERE stream = %s AND version >= %s ORDER BY version",
-            (stream, from_version),
-        )
-        return [_to_event(row) for row in rows]
-
-    def stream_version(self, stream: str) -> int:
-        return self._query("SELECT COALESCE(MAX(version), %s) FROM events WHERE stream = %s", (NO_STREAM, stream))[0][0]
-
-    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        # Gap-free without further care: positions are taken in commit order (module docstring).
-        rows = self._query(
-            f"SELECT {_COLUMNS} FROM events WHERE position > %s ORDER BY position LIMIT %s", (after, limit)
-        )
-        return [_to_event(row) for row in rows]
-
-    def head_position(self) -> int:
-        return self._query("SELECT COALESCE(MAX(position), 0) FROM events")[0][0]
-
-    def read_checkpoint(self, name: str) -> int | None:
-        rows = self._query("SELECT value FROM checkpoints WHERE name = %s", (name,))
-        return rows[0][0] if rows else None
-
-    # -- subscribing -------------------------------------------------------------------------
-
-    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        return self._subscribers.follow(after)
-
-    # -- lifecycle and plumbing --------------------------------------------------------------
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._conn.close()
-        self._subscribers.notify()
-
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
         with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
             yield cur
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
@@ -226,17 +178,3 @@ def _upsert_checkpoints(cur: psycopg.Cursor[Any], checkpoints: Sequence[Checkpoi
             " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
             [(checkpoint.name, checkpoint.value) for checkpoint in checkpoints],
         )
-
-
-def _to_event(row: tuple[Any, ...]) -> RecordedEvent:
-    position, id_, stream, version, type_, data, metadata, recorded_at = row
-    return RecordedEvent(
-        id=id_,
-        stream=stream,
-        version=version,
-        position=position,
-        type=type_,
-        data=bytes(data),
-        metadata=json.loads(metadata),
-        recorded_at=recorded_at.astimezone(timezone.utc),
-    )

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from sluice.clock import Clock, SystemClock
+from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
     ANY_VERSION,
@@ -23,7 +23,6 @@ from sluice.eventlog.port import (
     Checkpoint,
     DuplicateEventId,
     NewEvent,
-    RecordedEvent,
     StreamAppend,
     WrongExpectedVersion,
 )
@@ -45,11 +44,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     value INTEGER NOT NULL
 );
 """
-_COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
-
-
-class SqliteEventLog:
+class SqliteEventLog(SqlEventLogBase):
     """The EventLog port over SQLite. Thread-safe: one connection behind a lock."""
+
+    @staticmethod
+    def _timestamp(stored: str) -> datetime:
+        return datetime.fromisoformat(stored)
 
     def __init__(
         self,
@@ -59,8 +59,7 @@ class SqliteEventLog:
         poll_interval: float = 0.05,
     ) -> None:
         self._clock = clock or SystemClock()
-        self._lock = threading.Lock()
-        self._closed = False
+        super().__init__()
         self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, sqlite3.ProgrammingError)
         self._conn = _connect(os.fspath(path))
 
@@ -89,46 +88,6 @@ class SqliteEventLog:
         with self._transaction() as conn:
             _upsert_checkpoints(conn, [checkpoint])
 
-    # -- reading -----------------------------------------------------------------------------
-
-    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
-        rows = self._query(
-            f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version >= ? ORDER BY version",
-            (stream, from_version),
-        )
-        return [_to_event(row) for row in rows]
-
-    def stream_version(self, stream: str) -> int:
-        return self._query("SELECT COALESCE(MAX(version), ?) FROM events WHERE stream = ?", (NO_STREAM, stream))[0][0]
-
-    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        rows = self._query(
-            f"SELECT {_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?", (after, limit)
-        )
-        return [_to_event(row) for row in rows]
-
-    def head_position(self) -> int:
-        return self._query("SELECT COALESCE(MAX(position), 0) FROM events")[0][0]
-
-    def read_checkpoint(self, name: str) -> int | None:
-        rows = self._query("SELECT value FROM checkpoints WHERE name = ?", (name,))
-        return rows[0][0] if rows else None
-
-    # -- subscribing -------------------------------------------------------------------------
-
-    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        return self._subscribers.follow(after)
-
-    # -- lifecycle and plumbing --------------------------------------------------------------
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._conn.close()
-        self._subscribers.notify()
-
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
@@ -140,10 +99,6 @@ class SqliteEventLog:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -195,18 +150,4 @@ def _upsert_checkpoints(conn: sqlite3.Connection, checkpoints: Sequence[Checkpoi
     conn.executemany(
         "INSERT INTO checkpoints (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
         [(checkpoint.name, checkpoint.value) for checkpoint in checkpoints],
-    )
-
-
-def _to_event(row: tuple[Any, ...]) -> RecordedEvent:
-    position, id_, stream, version, type_, data, metadata, recorded_at = row
-    return RecordedEvent(
-        id=id_,
-        stream=stream,
-        version=version,
-        position=position,
-        type=type_,
-        data=bytes(data),
-        metadata=json.loads(metadata),
-        recorded_at=datetime.fromisoformat(recorded_at),
     )

@@ -1,0 +1,70 @@
+"""What the SQL adapters share: the read side, subscriptions and closing. They differ in how they
+write, in their placeholder style and in how a stored timestamp comes back."""
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator, Sequence
+
+from sluice.eventlog.port import NO_STREAM, RecordedEvent
+from sluice.eventlog.subscription import Subscribers
+
+COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
+
+
+class SqlEventLogBase:
+    """Subclasses set `_conn` and `_subscribers` in their constructor and `PLACEHOLDER` ("?" or "%s")."""
+
+    PLACEHOLDER = "?"
+    _conn: Any
+    _subscribers: Subscribers
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
+        rows = self._query(f"SELECT {COLUMNS} FROM events WHERE stream = {{p}} AND version >= {{p}} ORDER BY version",
+                           (stream, from_version))
+        return [self._to_event(row) for row in rows]
+
+    def stream_version(self, stream: str) -> int:
+        return self._query("SELECT COALESCE(MAX(version), {p}) FROM events WHERE stream = {p}", (NO_STREAM, stream))[0][0]
+
+    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        # Gap-free as it is: every adapter makes positions visible in commit order (see its docstring).
+        rows = self._query(f"SELECT {COLUMNS} FROM events WHERE position > {{p}} ORDER BY position LIMIT {{p}}",
+                           (after, limit))
+        return [self._to_event(row) for row in rows]
+
+    def head_position(self) -> int:
+        return self._query("SELECT COALESCE(MAX(position), 0) FROM events")[0][0]
+
+    def read_checkpoint(self, name: str) -> int | None:
+        rows = self._query("SELECT value FROM checkpoints WHERE name = {p}", (name,))
+        return rows[0][0] if rows else None
+
+    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
+        return self._subscribers.follow(after)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+        self._subscribers.notify()
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql.format(p=self.PLACEHOLDER), params).fetchall()
+
+    @staticmethod
+    def _timestamp(stored: Any) -> datetime:
+        return stored.astimezone(timezone.utc)
+
+    def _to_event(self, row: tuple[Any, ...]) -> RecordedEvent:
+        position, id_, stream, version, type_, data, metadata, recorded_at = row
+        return RecordedEvent(id=id_, stream=stream, version=version, position=position, type=type_, data=bytes(data),
+                             metadata=json.loads(metadata), recorded_at=self._timestamp(recorded_at))
