@@ -40,6 +40,9 @@ class Settings:
     """URL of the event log; empty: SQLite under data_dir (see sluice_services.adapters)."""
     bus: str = ""
     """URL of the bus; empty: the durable in-process bus under data_dir."""
+    metrics_port: int | None = None
+    """HTTP port of GET /metrics and /healthz on `host`; 0 picks a free one; None serves no metrics."""
+    log_level: str = "WARNING"
 
     @property
     def partitions_dir(self) -> Path:

@@ -23,6 +23,8 @@ class LocalServer:
         self._env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
         self.address = ""
+        self.metrics_address = ""
+        """HOST:PORT of GET /metrics when started with --metrics-port, else empty."""
 
     def start(self) -> "LocalServer":
         self.process = subprocess.Popen(self._argv, stdout=subprocess.PIPE, text=True, env=self._env)
@@ -32,6 +34,8 @@ class LocalServer:
             self.process.wait()
             raise ServerDidNotStart(f"{' '.join(self._argv[3:5])} did not start: {line.strip() or 'no output'}")
         self.address = line.split(" ready on ")[1].split()[0]
+        if " metrics on " in line:
+            self.metrics_address = line.split(" metrics on ")[1].split()[0]
         return self
 
     def stop(self, timeout: float = 20.0) -> int:

@@ -1,57 +1,57 @@
-"""`sluice standalone` and `sluice serve SERVICE` (also `python -m sluice_services.<name>`)."""
+"""`sluice standalone` and `sluice serve SERVICE` (also `python -m sluice_services.<name>`).
+
+Options left out on the command line come from the environment (SLUICE_<OPTION>), then from the
+--config file, then from the defaults (see sluice_services.config)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sluice.runtime.errors import InvalidArgument
 
+if TYPE_CHECKING:
+    from sluice_services.composition import Settings
+
 
 def add_server_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", type=Path, default=Path(".sluice"), help="event log, bus and data (default .sluice)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=50051, help="gRPC port; 0 picks a free one (default 50051)")
-    parser.add_argument("--spark-master", default="local[*]", help="Spark master URL for programs (default local[*])")
-    parser.add_argument("--apps-dir", type=Path, default=None, help="where programs live: <apps-dir>/<app>/<program>.py")
-    parser.add_argument("--max-parallel-runs", type=int, default=2, help="programs running at once (default 2)")
-    parser.add_argument("--event-log", default=os.environ.get("SLUICE_EVENT_LOG", ""), metavar="URL",
-                        help="sqlite:///path or postgresql://... (env SLUICE_EVENT_LOG; default <data-dir>/events.db)")
-    parser.add_argument("--bus", default=os.environ.get("SLUICE_BUS", ""), metavar="URL",
-                        help="inprocess:///path or kafka://host:port (env SLUICE_BUS; default <data-dir>/bus.db)")
-    parser.add_argument("--log-level", default="WARNING")
+    """Every default is None: "not given", so the environment and the --config file can fill it in."""
+    option = parser.add_argument
+    option("--config", type=Path, metavar="FILE",
+           help="TOML file: [sluice] options and [services.<name>] overrides (env SLUICE_CONFIG)")
+    option("--data-dir", type=Path, help="event log, bus and data (env SLUICE_DATA_DIR; default .sluice)")
+    option("--host", help="address to bind, gRPC and metrics (env SLUICE_HOST; default 127.0.0.1)")
+    option("--port", type=int, help="gRPC port; 0 picks a free one (env SLUICE_PORT; default 50051)")
+    option("--metrics-port", type=int, metavar="PORT",
+           help="serve GET /metrics and /healthz over HTTP on this port; 0 picks a free one "
+                "(env SLUICE_METRICS_PORT; default: no metrics endpoint)")
+    option("--spark-master", help="Spark master URL for programs (env SLUICE_SPARK_MASTER; default local[*])")
+    option("--apps-dir", type=Path,
+           help="where programs live: <apps-dir>/<app>/<program>.py (env SLUICE_APPS_DIR; default examples/)")
+    option("--max-parallel-runs", type=int, help="programs running at once (env SLUICE_MAX_PARALLEL_RUNS; default 2)")
+    option("--event-log", metavar="URL",
+           help="sqlite:///path or postgresql://... (env SLUICE_EVENT_LOG; default <data-dir>/events.db)")
+    option("--bus", metavar="URL",
+           help="inprocess:///path or kafka://host:port (env SLUICE_BUS; default <data-dir>/bus.db)")
+    option("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL (env SLUICE_LOG_LEVEL; default WARNING)")
 
 
 def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
-    from sluice_services.composition import DEFAULT_APPS_DIR, Settings
-    from sluice_services.embedded import run_embedded
-    from sluice_services.launcher.programs import SparkConfig
+    from sluice_services.config import ConfigError, load_settings
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.max_parallel_runs < 1:
-        print("sluice: error: --max-parallel-runs must be at least 1", file=sys.stderr)
-        return 2
-    settings = Settings(data_dir=args.data_dir, host=args.host, port=args.port,
-                        spark=SparkConfig(master=args.spark_master), apps_dir=args.apps_dir or DEFAULT_APPS_DIR,
-                        max_parallel_runs=args.max_parallel_runs, event_log=args.event_log, bus=args.bus)
     label = "standalone" if len(names) > 1 else names[0]
-
-    def ready(port: int) -> None:
-        print(f"sluice {label} ready on {settings.host}:{port} (data in {settings.data_dir})", flush=True)
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_embedded(settings, names, on_ready=ready, stop=stop)
-
     try:
-        asyncio.run(main())
+        settings = load_settings(args, label)
+    except ConfigError as error:
+        print(f"sluice: error: {error}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(_serve(settings, names, label))
     except InvalidArgument as error:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 2
@@ -59,6 +59,25 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+async def _serve(settings: "Settings", names: tuple[str, ...], label: str) -> None:
+    from sluice_services.embedded import run_embedded
+
+    metrics_at: list[str] = []
+
+    def metrics_ready(port: int) -> None:
+        metrics_at.append(f" metrics on {settings.host}:{port}")
+
+    def ready(port: int) -> None:
+        print(f"sluice {label} ready on {settings.host}:{port}{''.join(metrics_at)} (data in {settings.data_dir})",
+              flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await run_embedded(settings, names, on_ready=ready, stop=stop, on_metrics_ready=metrics_ready)
 
 
 def serve_main(name: str) -> None:

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
 
 from sluice.bus.port import Bus, Producer, Record
 from sluice.bus.topics import DEAD_LETTER
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.runtime.metrics import Registry
 
 log = logging.getLogger(__name__)
 
@@ -23,27 +25,63 @@ class Subscription:
     handlers: Mapping[str, Handler]  # topic -> handler
 
 
-async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, poll_timeout: float = 0.2) -> None:
+MALFORMED, HANDLER_FAILED = "malformed", "handler_failed"
+
+
+class ConsumerMetrics:
+    """Messages handled, handling time and dead-lettered messages per topic and consumer group."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.handled = registry.counter(
+            "sluice_consumer_messages_total", "Bus messages handled (dead-lettered ones included).", ("topic", "group"))
+        self.seconds = registry.histogram(
+            "sluice_consumer_handling_seconds", "Time to handle one bus message, retries included.", ("topic", "group"))
+        self.dead_lettered = registry.counter(
+            "sluice_consumer_dead_lettered_total", "Bus messages sent to the dead-letter topic, by reason class.",
+            ("topic", "group", "reason"))
+
+    def start(self, subscription: Subscription) -> None:
+        """Every series this subscription can produce, at zero: a rate over a missing series is no rate."""
+        for topic in subscription.handlers:
+            self.handled.labels(topic, subscription.group)
+            self.seconds.labels(topic, subscription.group)
+            for reason in (MALFORMED, HANDLER_FAILED):
+                self.dead_lettered.labels(topic, subscription.group, reason)
+
+    def record(self, topic: str, group: str, seconds: float, dead_letter_reason: str | None) -> None:
+        self.handled.labels(topic, group).inc()
+        self.seconds.labels(topic, group).observe(seconds)
+        if dead_letter_reason:
+            self.dead_lettered.labels(topic, group, dead_letter_reason).inc()
+
+
+async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, poll_timeout: float = 0.2,
+                  metrics: Registry | None = None) -> None:
+    instruments = ConsumerMetrics(metrics or Registry())
+    instruments.start(subscription)
     consumer = bus.consumer(subscription.group, list(subscription.handlers))
     try:
         while True:
             records = await consumer.poll(timeout=poll_timeout)
             for record in records:
-                await _handle(record, subscription.handlers[record.topic], dead_letter, subscription.group)
+                started = time.perf_counter()
+                reason = await _handle(record, subscription.handlers[record.topic], dead_letter, subscription.group)
+                instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
             if records:
                 await consumer.commit()
     finally:
         await consumer.close()
 
 
-async def _handle(record: Record, handler: Handler, dead_letter: Producer, group: str) -> None:
+async def _handle(record: Record, handler: Handler, dead_letter: Producer, group: str) -> str | None:
+    """Handle one record; the reason class when it went to the dead-letter topic, else None."""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             await handler(record)
-            return
+            return None
         except (MalformedMessage, InvalidArgument) as error:
             await send_to_dead_letter(dead_letter, record, group, f"malformed: {error}")
-            return
+            return MALFORMED
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a bug or an outage: retry, then park the message rather than crash-loop
@@ -51,8 +89,9 @@ async def _handle(record: Record, handler: Handler, dead_letter: Producer, group
                           record.offset, attempt)
             if attempt == MAX_ATTEMPTS:
                 await send_to_dead_letter(dead_letter, record, group, f"handler failed: {error!r}")
-                return
+                return HANDLER_FAILED
             await asyncio.sleep(0.05 * 2**attempt)
+    return None
 
 
 async def send_to_dead_letter(producer: Producer, record: Record, group: str, reason: str) -> None:

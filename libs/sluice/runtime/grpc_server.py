@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -41,8 +41,9 @@ def grpc_errors(method: Callable) -> Callable:
     return wrapper
 
 
-async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", port: int = 0) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server()
+async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", port: int = 0,
+                       interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server(interceptors=list(interceptors))
     for binding in bindings:
         binding.add_to_server(binding.servicer, server)
     health_servicer = health.aio.HealthServicer()

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 from sluice.bus.port import Producer
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
+from sluice.runtime.metrics import Registry
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +31,23 @@ Route = Callable[[RecordedEvent], Sequence[Outgoing]]
 
 
 class OutboxRelay:
-    def __init__(self, name: str, log: EventLog, producer: Producer, route: Route) -> None:
+    def __init__(self, name: str, log: EventLog, producer: Producer, route: Route,
+                 metrics: Registry | None = None) -> None:
+        self._name = name
         self._checkpoint = f"outbox:{name}"
         self._log = log
         self._producer = producer
         self._route = route
+        registry = metrics or Registry()
+        self._published = registry.counter(
+            "sluice_outbox_published_total", "Messages the outbox relay published to the bus.", ("relay", "topic"))
+        self._position = registry.gauge(
+            "sluice_outbox_position", "Log position of the last event the outbox relay has read.", ("relay",))
 
     async def run(self) -> None:
         after = self._log.read_checkpoint(self._checkpoint) or 0
+        position = self._position.labels(self._name)
+        position.set(after)
         unsaved = 0
         async for event in self._log.subscribe(after):
             messages = self._route(event)
@@ -46,6 +56,8 @@ class OutboxRelay:
                     message.topic, message.value, key=message.key.encode(),
                     headers=[(EVENT_ID_HEADER, event.id.encode())],
                 )
+                self._published.labels(self._name, message.topic).inc()
+            position.set(event.position)
             unsaved += 1
             if messages or unsaved >= CHECKPOINT_EVERY:
                 self._log.save_checkpoint(Checkpoint(self._checkpoint, event.position))

@@ -1,4 +1,4 @@
-"""Runs one or more services on a bus and an event log: recovery, gRPC, consumers, outbox."""
+"""Runs one or more services on a bus and an event log: recovery, gRPC, consumers, outbox, metrics."""
 from __future__ import annotations
 
 import asyncio
@@ -7,11 +7,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from sluice.bus.port import Bus
+from sluice.bus.port import Bus, Producer
 from sluice.bus.topics import ALL_TOPICS
 from sluice.eventlog.port import EventLog
 from sluice.runtime.consumer import Subscription, consume
+from sluice.runtime.grpc_metrics import MetricsInterceptor
 from sluice.runtime.grpc_server import GrpcBinding, start_server
+from sluice.runtime.metrics import Registry
+from sluice.runtime.metrics_http import start_metrics_server
 from sluice.runtime.outbox import OutboxRelay, Route
 
 log = logging.getLogger(__name__)
@@ -40,26 +43,50 @@ async def run_services(
     port: int = 0,
     on_ready: Callable[[int], None] = lambda port: None,
     stop: asyncio.Event | None = None,
+    metrics: Registry | None = None,
+    metrics_port: int | None = None,
+    on_metrics_ready: Callable[[int], None] = lambda port: None,
 ) -> None:
+    """Run `specs` until `stop` is set or a task fails. Consumers, outbox relays and the gRPC server
+    report to `metrics` (a private registry when None); with a `metrics_port` (0: a free one) the
+    registry is served over HTTP on `host` too, and `on_metrics_ready` gets the port before `on_ready`."""
+    registry = metrics or Registry()
     await bus.create_topics(ALL_TOPICS)
     for spec in specs:
         if spec.recover:
             spec.recover()
-    server, bound = await start_server([b for spec in specs for b in spec.grpc], host, port)
-    producer = bus.producer()
+    async with contextlib.AsyncExitStack() as stack:
+        producer = bus.producer()
+        stack.push_async_callback(producer.close)
+        bindings = [b for spec in specs for b in spec.grpc]
+        server, bound = await start_server(bindings, host, port, [MetricsInterceptor(registry)])
+        stack.push_async_callback(server.stop, 1.0)
+        if metrics_port is not None:
+            runner, metrics_bound = await start_metrics_server(registry, host, metrics_port)
+            stack.push_async_callback(runner.cleanup)
+            on_metrics_ready(metrics_bound)
+        tasks = [asyncio.create_task(job) for job in _jobs(specs, bus, event_log, producer, registry)]
+        for spec in specs:
+            if spec.start:
+                spec.start()
+        on_ready(bound)
+        await _run_until_stopped(tasks, stop or asyncio.Event())
+
+
+def _jobs(specs: list[ServiceSpec], bus: Bus, event_log: EventLog, producer: Producer,
+          registry: Registry) -> list[Awaitable[None]]:
     jobs: list[Awaitable[None]] = []
     for spec in specs:
-        jobs += [consume(bus, subscription, producer) for subscription in spec.subscriptions]
+        jobs += [consume(bus, subscription, producer, metrics=registry) for subscription in spec.subscriptions]
         if spec.route:
-            jobs.append(OutboxRelay(spec.name, event_log, producer, spec.route).run())
+            jobs.append(OutboxRelay(spec.name, event_log, producer, spec.route, metrics=registry).run())
         jobs += [start() for start in spec.background]
-    tasks = [asyncio.create_task(job) for job in jobs]
-    for spec in specs:
-        if spec.start:
-            spec.start()
-    stop = stop or asyncio.Event()
+    return jobs
+
+
+async def _run_until_stopped(tasks: list[asyncio.Task], stop: asyncio.Event) -> None:
+    """Wait for `stop` or the first task to end (re-raising its error); cancel everything left."""
     stopper = asyncio.create_task(stop.wait())
-    on_ready(bound)
     try:
         done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -71,5 +98,3 @@ async def run_services(
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await server.stop(grace=1.0)
-        await producer.close()

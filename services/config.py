@@ -1,0 +1,176 @@
+"""Server settings from the command line, the environment and a TOML file.
+
+Precedence: command line > environment (SLUICE_<OPTION>, e.g. SLUICE_PORT) > file > defaults.
+In the file, `[sluice]` holds the options and `[services.<name>]` overrides them for one service
+(`sluice serve <name>`; `[services.standalone]` for `sluice standalone`):
+
+    [sluice]
+    bus = "kafka://127.0.0.1:9092"
+
+    [services.registry]
+    port = 50051
+
+Keys are the option names with underscores (data_dir, metrics_port, ...). Relative paths in the file
+are relative to the file's directory. Any unknown key, wrong type or out-of-range value raises
+ConfigError with one line naming the file and the key (or the variable, or the option)."""
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings
+from sluice_services.launcher.programs import SparkConfig
+
+ENV_PREFIX = "SLUICE_"
+CONFIG_ENV = "SLUICE_CONFIG"
+SECTIONS = (*SERVICES, "standalone")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message is one line naming where it came from."""
+
+
+def _port(value: int) -> int:
+    if not 0 <= value <= 65535:
+        raise ValueError(f"must be a port number from 0 to 65535, got {value}")
+    return value
+
+
+def _at_least_one(value: int) -> int:
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {value}")
+    return value
+
+
+def _log_level(value: str) -> str:
+    if value.upper() not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+    return value.upper()
+
+
+def _any(value: Any) -> Any:
+    return value
+
+
+# option -> (type, default, check)
+OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
+    "data_dir": (Path, Path(".sluice"), _any),
+    "host": (str, "127.0.0.1", _any),
+    "port": (int, 50051, _port),
+    "metrics_port": (int, None, _port),
+    "spark_master": (str, "local[*]", _any),
+    "apps_dir": (Path, DEFAULT_APPS_DIR, _any),
+    "max_parallel_runs": (int, 2, _at_least_one),
+    "event_log": (str, "", _any),
+    "bus": (str, "", _any),
+    "log_level": (str, "WARNING", _log_level),
+}
+
+
+def resolve(args: argparse.Namespace | Mapping[str, Any], env: Mapping[str, str], file_text: str | None = None,
+            *, service: str, file: Path | None = None) -> Settings:
+    """Settings for `service` (a service name or "standalone") from parsed options (None: not given),
+    the environment and the text of a TOML file read from `file`."""
+    values = {name: default for name, (_, default, _) in OPTIONS.items()}
+    if file_text is not None:
+        values.update(from_file(file_text, service, file or Path("<config>")))
+    values.update(from_env(env))
+    values.update(from_args(args))
+    return to_settings(values)
+
+
+def load_settings(args: argparse.Namespace, service: str, env: Mapping[str, str] | None = None) -> Settings:
+    """`resolve` with the file named by --config (or SLUICE_CONFIG) read from disk."""
+    env = os.environ if env is None else env
+    path = getattr(args, "config", None) or env.get(CONFIG_ENV) or None
+    if path is None:
+        return resolve(args, env, service=service)
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{file}: cannot read the configuration file: {getattr(error, 'strerror', None) or error}")
+    return resolve(args, env, text, service=service, file=file)
+
+
+def from_file(text: str, service: str, file: Path) -> dict[str, Any]:
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{file}: invalid TOML: {error}") from None
+    for key in document:
+        if key not in ("sluice", "services"):
+            raise ConfigError(f"{file}: {key}: unknown table (expected [sluice] and [services.<name>])")
+    services = _table(document, "services", file, "services")
+    for name in services:
+        if name not in SECTIONS:
+            raise ConfigError(f"{file}: services.{name}: unknown service (one of {', '.join(SECTIONS)})")
+    overrides = {name: _file_options(_table(services, name, file, f"services.{name}"), f"services.{name}", file)
+                 for name in services}
+    return {**_file_options(_table(document, "sluice", file, "sluice"), "sluice", file), **overrides.get(service, {})}
+
+
+def _table(document: Mapping[str, Any], key: str, file: Path, name: str) -> Mapping[str, Any]:
+    table = document.get(key, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{file}: {name}: must be a table, got {_type_name(table)}")
+    return table
+
+
+def _file_options(table: Mapping[str, Any], prefix: str, file: Path) -> dict[str, Any]:
+    values = {}
+    for key, raw in table.items():
+        where = f"{file}: {prefix}.{key}"
+        if key not in OPTIONS:
+            raise ConfigError(f"{where}: unknown key (known: {', '.join(OPTIONS)})")
+        kind = OPTIONS[key][0]
+        if not isinstance(raw, str if kind is Path else kind) or isinstance(raw, bool):
+            expected = "an integer" if kind is int else "a string"
+            raise ConfigError(f"{where}: expected {expected}, got {_type_name(raw)} {raw!r}")
+        value = file.parent / Path(raw).expanduser() if kind is Path else raw
+        values[key] = _checked(key, value, where)
+    return values
+
+
+def from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values = {}
+    for key, (kind, _, _) in OPTIONS.items():
+        variable = ENV_PREFIX + key.upper()
+        raw = env.get(variable, "")
+        if raw == "":
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ConfigError(f"{variable}: expected an integer, got {raw!r}") from None
+        values[key] = _checked(key, value, variable)
+    return values
+
+
+def from_args(args: argparse.Namespace | Mapping[str, Any]) -> dict[str, Any]:
+    given = vars(args) if isinstance(args, argparse.Namespace) else args
+    return {key: _checked(key, given[key], "--" + key.replace("_", "-"))
+            for key in OPTIONS if given.get(key) is not None}
+
+
+def _checked(key: str, value: Any, where: str) -> Any:
+    try:
+        return OPTIONS[key][2](value)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string", dict: "a table",
+            list: "an array"}.get(type(value), type(value).__name__)
+
+
+def to_settings(values: Mapping[str, Any]) -> Settings:
+    return Settings(data_dir=Path(values["data_dir"]), host=values["host"], port=values["port"],
+                    spark=SparkConfig(master=values["spark_master"]), apps_dir=Path(values["apps_dir"]),
+                    max_parallel_runs=values["max_parallel_runs"], event_log=values["event_log"], bus=values["bus"],
+                    metrics_port=values["metrics_port"], log_level=values["log_level"])
