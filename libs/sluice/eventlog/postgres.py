@@ -43,7 +43,6 @@ from sluice.eventlog.port import (
     NO_STREAM,
     Checkpoint,
     DuplicateEventId,
-    NewEvent,
     StreamAppend,
     WrongExpectedVersion,
 )
@@ -81,16 +80,6 @@ class PostgresEventLog(SqlEventLogBase):
         self._conn = _connect(dsn)
 
     # -- writing -----------------------------------------------------------------------------
-
-    def append(
-        self,
-        stream: str,
-        events: Sequence[NewEvent],
-        expected_version: int,
-        *,
-        checkpoints: Sequence[Checkpoint] = (),
-    ) -> int:
-        return self.append_batch([StreamAppend(stream, events, expected_version)], checkpoints=checkpoints)[0]
 
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
         with self._transaction() as cur:

@@ -7,7 +7,7 @@ import threading
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Sequence
 
-from sluice.eventlog.port import NO_STREAM, RecordedEvent
+from sluice.eventlog.port import NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend
 from sluice.eventlog.subscription import Subscribers
 
 COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
@@ -23,6 +23,13 @@ class SqlEventLogBase:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed = False
+
+    def append(self, stream: str, events: Sequence[NewEvent], expected_version: int, *,
+               checkpoints: Sequence[Checkpoint] = ()) -> int:
+        return self.append_batch([StreamAppend(stream, events, expected_version)], checkpoints=checkpoints)[0]
+
+    def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
+        raise NotImplementedError
 
     def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
         rows = self._query(f"SELECT {COLUMNS} FROM events WHERE stream = {{p}} AND version >= {{p}} ORDER BY version",

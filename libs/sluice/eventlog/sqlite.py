@@ -65,16 +65,6 @@ class SqliteEventLog(SqlEventLogBase):
 
     # -- writing -----------------------------------------------------------------------------
 
-    def append(
-        self,
-        stream: str,
-        events: Sequence[NewEvent],
-        expected_version: int,
-        *,
-        checkpoints: Sequence[Checkpoint] = (),
-    ) -> int:
-        return self.append_batch([StreamAppend(stream, events, expected_version)], checkpoints=checkpoints)[0]
-
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
         with self._transaction() as conn:
             recorded_at = self._clock.now().astimezone(timezone.utc).isoformat()
