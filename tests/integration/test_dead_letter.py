@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from sluice.bus.inprocess import InProcessBus
+from sluice.bus.kafka import KafkaBus
 from sluice.bus.topics import DEAD_LETTER, JOBS, PARTITION_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
@@ -14,6 +15,7 @@ from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
+from sluice.testing.kafka import KafkaBroker
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice.wire.schedules import schedule_to_proto
@@ -39,24 +41,35 @@ def missing_fields() -> bytes:
     return message.SerializeToString()
 
 
-async def drain(bus, topic: str, count: int) -> list:
+async def drain(bus, topic: str, count: int, settle: float) -> list:
     consumer = bus.consumer(f"probe-{topic}", [topic])
     records = []
+    deadline = asyncio.get_running_loop().time() + settle
     while len(records) < count:
-        batch = await consumer.poll(timeout=5)
-        assert batch, f"expected {count} records on {topic}, got {len(records)}"
-        records += batch
+        assert asyncio.get_running_loop().time() < deadline, f"expected {count} records on {topic}, got {len(records)}"
+        records += await consumer.poll(timeout=1)
     await consumer.close()
     return records
 
 
 async def test_poison_messages_are_dead_lettered_and_the_matcher_carries_on(tmp_path):
+    await poison_messages_are_dead_lettered(tmp_path, InProcessBus(), settle=5)
+
+
+@pytest.mark.slow
+async def test_poison_messages_on_a_real_kafka_broker(tmp_path):
+    with KafkaBroker() as kafka:
+        await poison_messages_are_dead_lettered(tmp_path, KafkaBus(kafka.bootstrap), settle=60)
+
+
+async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float) -> None:
+    """Five kinds: not protobuf, another message type, missing fields, oversized, and an undecodable
+    schedule change; then a valid notification still triggers."""
     log = SqliteEventLog(tmp_path / "events.db", clock=CLOCK)
-    bus = InProcessBus()
     stop = asyncio.Event()
     ready = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(run_services([matcher_spec(log, CLOCK)], bus, log, on_ready=ready.set_result, stop=stop))
-    await asyncio.wait_for(ready, 10)
+    await asyncio.wait_for(ready, settle)
     producer = bus.producer()
     change = schedules_pb2.ScheduleChanged(schedule_id=SCHEDULE.id, schedule=schedule_to_proto(SCHEDULE))
     await producer.send(SCHEDULES, change.SerializeToString(), key=SCHEDULE.id.encode())
@@ -64,24 +77,28 @@ async def test_poison_messages_are_dead_lettered_and_the_matcher_carries_on(tmp_
         b"\xff\xfe not protobuf": "not a protobuf Notification",
         missing_fields(): "notification.partition_committed.dataset: must not be empty",
         notifications_pb2.Notification(id="n-empty").SerializeToString(): "notification.time: is required",
+        schedules_pb2.DeployAppRequest(namespace="wrong-type").SerializeToString(): "notification",
+        b"\x0a" + bytes(300 * 1024): "oversized: 307201 bytes > 262144",
     }
     for value in poison:
         await producer.send(PARTITION_NOTIFICATIONS, value, key=b"partition:experiments.clickstream")
     await producer.send(SCHEDULES, b"\x08\x96\x01 garbage", key=b"x")
     await producer.send(PARTITION_NOTIFICATIONS, valid_notification(), key=b"partition:experiments.clickstream")
 
-    dead = await drain(bus, DEAD_LETTER, 4)
+    dead = await drain(bus, DEAD_LETTER, len(poison) + 1, settle)
     reasons = {record.value: dict(record.headers)["reason"].decode() for record in dead}
     for value, reason in poison.items():
         assert reason in reasons[value]
-    assert dict(dead[0].headers)["source-topic"] == PARTITION_NOTIFICATIONS.encode()
-    assert any(record.value == b"\x08\x96\x01 garbage" for record in dead)
+    sources = {record.value: dict(record.headers)["source-topic"].decode() for record in dead}
+    assert {sources[value] for value in poison} == {PARTITION_NOTIFICATIONS}
+    assert sources[b"\x08\x96\x01 garbage"] == SCHEDULES
 
-    triggered = await drain(bus, JOBS, 1)
+    triggered = await drain(bus, JOBS, 1, settle)
     job = jobs_pb2.JobTriggered.FromString(triggered[0].value).job
     assert [n.id for n in job.context.notifications] == ["n-ok"]
 
     stop.set()
     await task
     await producer.close()
+    await bus.close()
     log.close()

@@ -17,12 +17,15 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Record], Awaitable[None]]
 
 MAX_ATTEMPTS = 5
+MAX_MESSAGE_BYTES = 256 * 1024
+"""Larger messages are dead-lettered unread: no notification or command of Sluice's is near it."""
 
 
 @dataclass(frozen=True)
 class Subscription:
     group: str
     handlers: Mapping[str, Handler]  # topic -> handler
+    max_message_bytes: int = MAX_MESSAGE_BYTES
 
 
 MALFORMED, HANDLER_FAILED = "malformed", "handler_failed"
@@ -65,7 +68,7 @@ async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, p
             records = await consumer.poll(timeout=poll_timeout)
             for record in records:
                 started = time.perf_counter()
-                reason = await _handle(record, subscription.handlers[record.topic], dead_letter, subscription.group)
+                reason = await _handle(record, subscription, dead_letter)
                 instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
             if records:
                 await consumer.commit()
@@ -73,8 +76,13 @@ async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, p
         await consumer.close()
 
 
-async def _handle(record: Record, handler: Handler, dead_letter: Producer, group: str) -> str | None:
+async def _handle(record: Record, subscription: Subscription, dead_letter: Producer) -> str | None:
     """Handle one record; the reason class when it went to the dead-letter topic, else None."""
+    group, handler = subscription.group, subscription.handlers[record.topic]
+    if len(record.value) > subscription.max_message_bytes:
+        await send_to_dead_letter(dead_letter, record, group,
+                                  f"oversized: {len(record.value)} bytes > {subscription.max_message_bytes}")
+        return MALFORMED
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             await handler(record)
