@@ -73,6 +73,12 @@ async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float) -> Non
     producer = bus.producer()
     change = schedules_pb2.ScheduleChanged(schedule_id=SCHEDULE.id, schedule=schedule_to_proto(SCHEDULE))
     await producer.send(SCHEDULES, change.SerializeToString(), key=SCHEDULE.id.encode())
+    # Topics are not ordered with each other: a notification handled before the matcher knows the
+    # schedule matches nothing. Publish once the matcher has recorded the schedule.
+    deadline = asyncio.get_running_loop().time() + settle
+    while log.stream_version(f"matcher-{SCHEDULE.id}") < 0:
+        assert asyncio.get_running_loop().time() < deadline, "the matcher never observed the schedule"
+        await asyncio.sleep(0.05)
     poison = {
         b"\xff\xfe not protobuf": "not a protobuf Notification",
         missing_fields(): "notification.partition_committed.dataset: must not be empty",
