@@ -1,8 +1,6 @@
 """The constraint-checker: admits triggered jobs and asks the launcher to launch them."""
 from __future__ import annotations
 
-from google.protobuf.message import DecodeError
-
 from sluice.bus.port import Record
 from sluice.bus.topics import LAUNCH_REQUESTS
 from sluice.clock import Clock
@@ -14,6 +12,7 @@ from sluice.runtime.aggregates import AggregateStore, catch_up, execute
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.v1 import jobs_pb2
+from sluice.wire.common import parse_bus_message
 from sluice.wire.jobs import job_from_proto, job_to_proto
 
 STREAM_PREFIX = "job-"
@@ -30,11 +29,7 @@ class CheckerService:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
 
     async def on_job_triggered(self, record: Record) -> None:
-        message = jobs_pb2.JobTriggered()
-        try:
-            message.ParseFromString(record.value)
-        except DecodeError as error:
-            raise MalformedMessage(f"not a JobTriggered message: {error}") from error
+        message = parse_bus_message(jobs_pb2.JobTriggered, record.value)
         if not message.job.id or not message.job.schedule_id:
             raise MalformedMessage("job.id and job.schedule_id are required")
         job = job_from_proto(message.job)

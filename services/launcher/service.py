@@ -6,7 +6,6 @@ import json
 import logging
 from pathlib import Path
 
-from google.protobuf.message import DecodeError
 from openlineage.client.event_v2 import RunState
 
 from sluice.bus.port import Record
@@ -22,7 +21,7 @@ from sluice.runtime.aggregates import AggregateStore, catch_up, execute
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.v1 import jobs_pb2
-from sluice.wire.common import notification_to_proto
+from sluice.wire.common import notification_to_proto, parse_bus_message
 from sluice.wire.jobs import job_from_proto
 from sluice_services.launcher import lineage_events
 from sluice_services.launcher.context_file import build_context
@@ -69,11 +68,7 @@ class LauncherService:
         return self._store.load(runs.stream_name(run_id)).state
 
     async def on_launch_requested(self, record: Record) -> None:
-        message = jobs_pb2.LaunchRequested()
-        try:
-            message.ParseFromString(record.value)
-        except DecodeError as error:
-            raise MalformedMessage(f"not a LaunchRequested message: {error}") from error
+        message = parse_bus_message(jobs_pb2.LaunchRequested, record.value)
         if not message.job.id:
             raise MalformedMessage("job.id: must not be empty")
         job = job_from_proto(message.job)

@@ -11,8 +11,6 @@ import heapq
 from collections import OrderedDict, defaultdict
 from datetime import datetime
 
-from google.protobuf.message import DecodeError
-
 from sluice.bus.port import Record
 from sluice.bus.topics import JOBS
 from sluice.clock import Clock
@@ -34,7 +32,7 @@ from sluice.runtime.aggregates import AggregateStore, catch_up, execute, execute
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.v1 import jobs_pb2, schedules_pb2
-from sluice.wire.common import notification_from_bytes
+from sluice.wire.common import notification_from_bytes, parse_bus_message
 from sluice.wire.jobs import job_to_proto
 from sluice.wire.schedules import schedule_from_proto
 
@@ -74,11 +72,7 @@ class MatcherService:
         return set(self._index.get(event_key, ()))
 
     async def on_schedule_changed(self, record: Record) -> None:
-        change = schedules_pb2.ScheduleChanged()
-        try:
-            change.ParseFromString(record.value)
-        except DecodeError as error:
-            raise MalformedMessage(f"not a ScheduleChanged message: {error}") from error
+        change = parse_bus_message(schedules_pb2.ScheduleChanged, record.value)
         if not change.schedule_id:
             raise MalformedMessage("schedule_id: must not be empty")
         schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)

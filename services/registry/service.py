@@ -116,11 +116,19 @@ class RegistryService:
         if not recorded.stream.startswith(STREAM_PREFIX) or recorded.type not in TYPES:
             return []
         schedule_id = recorded.stream.removeprefix(STREAM_PREFIX)
-        state = schedules.fold([TYPES.decode(r) for r in self._log.read_stream(recorded.stream)[: recorded.version + 1]])
+        state = self._state_at(recorded.stream, recorded.version)
         change = schedules_pb2.ScheduleChanged(schedule_id=schedule_id, deleted=state.schedule is None)
         if state.schedule is not None:
             change.schedule.CopyFrom(schedule_to_proto(state.schedule))
         return [Outgoing(SCHEDULES, schedule_id, change.SerializeToString())]
+
+    def _state_at(self, stream: str, version: int) -> ScheduleState:
+        """The schedule as of `version`: the cached state when the relay publishes what was just
+        appended (the usual case), else a fold of the stream's first events (a relay catching up)."""
+        loaded = self._store.load(stream)
+        if loaded.version == version:
+            return loaded.state
+        return schedules.fold([TYPES.decode(r) for r in self._log.read_stream(stream)[: version + 1]])
 
     def _execute(self, schedule_id: str, command: object) -> Schedule | None:
         now = self._clock.now()

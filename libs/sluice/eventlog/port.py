@@ -123,3 +123,14 @@ class EventLog(Protocol):
     def close(self) -> None:
         """Release the store; calling it again does nothing."""
         ...
+
+
+def check_expected_version(stream: str, expected: int, actual: int) -> None:
+    """The port's rule for every adapter: ANY_VERSION passes, NO_STREAM (-1) is the version of a
+    stream without events, anything else must equal the stream's current version."""
+    if expected == ANY_VERSION:
+        return
+    if expected < NO_STREAM:
+        raise ValueError(f"invalid expected version {expected} for stream {stream!r}")
+    if expected != actual:
+        raise WrongExpectedVersion(stream, expected, actual)

@@ -39,12 +39,11 @@ from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
-    ANY_VERSION,
     NO_STREAM,
     Checkpoint,
     DuplicateEventId,
     StreamAppend,
-    WrongExpectedVersion,
+    check_expected_version,
 )
 
 _APPEND_LOCK = int.from_bytes(b"sluiceEL", "big")
@@ -98,7 +97,7 @@ class PostgresEventLog(SqlEventLogBase):
         for append in appends:
             cur.execute("SELECT COALESCE(MAX(version), %s) FROM events WHERE stream = %s", (NO_STREAM, append.stream))
             actual = cur.fetchone()[0]
-            _check_expected_version(append.stream, append.expected_version, actual)
+            check_expected_version(append.stream, append.expected_version, actual)
             if append.events:
                 cur.executemany(
                     "INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
@@ -149,15 +148,6 @@ def _check_unique_ids(cur: psycopg.Cursor[Any], ids: list[str]) -> None:
         existing = {row[0] for row in cur.fetchall()}
         if existing:
             raise DuplicateEventId(next(event_id for event_id in ids if event_id in existing))
-
-
-def _check_expected_version(stream: str, expected: int, actual: int) -> None:
-    if expected == ANY_VERSION:
-        return
-    if expected < NO_STREAM:
-        raise ValueError(f"invalid expected version {expected} for stream {stream!r}")
-    if expected != actual:  # NO_STREAM == -1 == the version of a stream without events
-        raise WrongExpectedVersion(stream, expected, actual)
 
 
 def _upsert_checkpoints(cur: psycopg.Cursor[Any], checkpoints: Sequence[Checkpoint]) -> None:

@@ -18,13 +18,12 @@ from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
-    ANY_VERSION,
     NO_STREAM,
     Checkpoint,
     DuplicateEventId,
     NewEvent,
     StreamAppend,
-    WrongExpectedVersion,
+    check_expected_version,
 )
 
 _SCHEMA = """
@@ -108,19 +107,10 @@ def _append_stream(conn: sqlite3.Connection, append: StreamAppend, recorded_at: 
     (actual,) = conn.execute(
         "SELECT COALESCE(MAX(version), ?) FROM events WHERE stream = ?", (NO_STREAM, append.stream)
     ).fetchone()
-    _check_expected_version(append.stream, append.expected_version, actual)
+    check_expected_version(append.stream, append.expected_version, actual)
     for offset, event in enumerate(append.events, start=1):
         _insert(conn, append.stream, actual + offset, event, recorded_at)
     return actual + len(append.events)
-
-
-def _check_expected_version(stream: str, expected: int, actual: int) -> None:
-    if expected == ANY_VERSION:
-        return
-    if expected < NO_STREAM:
-        raise ValueError(f"invalid expected version {expected} for stream {stream!r}")
-    if expected != actual:  # NO_STREAM == -1 == the version of a stream without events
-        raise WrongExpectedVersion(stream, expected, actual)
 
 
 def _insert(conn: sqlite3.Connection, stream: str, version: int, event: NewEvent, recorded_at: str) -> None:

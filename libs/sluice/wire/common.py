@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TypeVar
 
 from google.protobuf import timestamp_pb2
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from sluice.domain.common import (
     Notification,
@@ -13,7 +14,7 @@ from sluice.domain.common import (
     ProgramStatusChanged,
     RunStatus,
 )
-from sluice.runtime.errors import InvalidArgument
+from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.v1 import notifications_pb2 as pb
 
 
@@ -81,6 +82,17 @@ def notification_from_proto(message: pb.Notification, path: str = "notification"
     else:
         raise InvalidArgument(f"{path}.payload", "must be one of partition_committed, program_status_changed")
     return Notification(message.id, timestamp_from_proto(message.time), payload)
+
+
+M = TypeVar("M", bound=Message)
+
+
+def parse_bus_message(message_type: type[M], data: bytes) -> M:
+    """Decode a bus message; bytes that are not one are a MalformedMessage (dead-lettered)."""
+    try:
+        return message_type.FromString(data)
+    except DecodeError as error:
+        raise MalformedMessage(f"not a {message_type.DESCRIPTOR.name} message: {error}") from error
 
 
 def notification_from_bytes(data: bytes) -> Notification:
