@@ -495,6 +495,45 @@ class EventLogContract:
 class DurableEventLogContract(EventLogContract):
     """The contract of stores that keep their events across a close: their test classes subclass this."""
 
+    def open_instance(self, tmp_path: Path, clock: Clock, poll_interval: float) -> EventLog:
+        """Another instance on the store the `log` fixture uses, as another process would open it."""
+        raise NotImplementedError
+
+    async def test_another_instance_is_seen_by_polling(self, tmp_path: Path) -> None:
+        clock = SimulatedClock()
+        reader = self.open_instance(tmp_path, clock, poll_interval=0.01)
+        writer = self.open_instance(tmp_path, clock, poll_interval=0.01)  # another process: no in-process wake-up
+        try:
+            writer.append("a", new_events(2), NO_STREAM)
+            subscription = reader.subscribe()
+            assert [e.version for e in await take(subscription, 2)] == [0, 1]
+
+            writer.append("a", new_events(1), 1)
+            writer.append("b", new_events(2), NO_STREAM)
+            live = await take(subscription, 3)
+            assert [(e.stream, e.version) for e in live] == [("a", 2), ("b", 0), ("b", 1)]
+            assert live == writer.read_all(after=writer.read_all()[1].position)
+            await assert_nothing_more(subscription)
+        finally:
+            reader.close()
+            writer.close()
+
+
+    async def test_own_appends_wake_subscribers_without_polling(self, tmp_path: Path) -> None:
+        log = self.open_instance(tmp_path, SimulatedClock(), poll_interval=60.0)  # polling would never fire in time
+        try:
+            subscription = log.subscribe()
+            log.append("a", new_events(1), NO_STREAM)
+            assert [e.version for e in await take(subscription, 1)] == [0]
+            waiting = asyncio.ensure_future(take(subscription, 1))
+            await asyncio.sleep(0.05)  # let it find nothing new and park in its live wait
+            assert not waiting.done()
+            log.append("a", new_events(1), 0)
+            assert [e.version for e in await waiting] == [1]
+        finally:
+            log.close()
+
+
     def test_durable_after_reopen(self, log: EventLog, tmp_path: Path, clock: SimulatedClock) -> None:
         log.append("a", new_events(2), NO_STREAM, checkpoints=[Checkpoint("bus", 7)])
         log.append_batch([StreamAppend("a", new_events(1), 1), StreamAppend("b", new_events(1), NO_STREAM)])

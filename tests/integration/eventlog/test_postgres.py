@@ -61,6 +61,9 @@ class TestPostgresEventLog(DurableEventLogContract):
         log.close()
         return PostgresEventLog(self.dsn, clock=clock)
 
+    def open_instance(self, tmp_path: Path, clock: Clock, poll_interval: float) -> EventLog:
+        return PostgresEventLog(self.dsn, clock=clock, poll_interval=poll_interval)
+
 
 # -- the late commit ---------------------------------------------------------------------------
 
@@ -203,39 +206,6 @@ async def test_a_rolled_back_append_leaves_a_gap_nobody_waits_for(dsn: str) -> N
 
 
 # -- several instances on one database ---------------------------------------------------------
-
-
-async def test_another_instance_appends_are_seen_by_polling(dsn: str) -> None:
-    reader = PostgresEventLog(dsn, poll_interval=0.01)
-    writer = PostgresEventLog(dsn)  # another process: no in-process wake-up
-    try:
-        writer.append("a", new_events(2), NO_STREAM)
-        subscription = reader.subscribe()
-        assert [e.version for e in await take(subscription, 2)] == [0, 1]
-
-        writer.append("a", new_events(1), 1)
-        writer.append("b", new_events(2), NO_STREAM)
-        live = await take(subscription, 3)
-        assert [(e.stream, e.version) for e in live] == [("a", 2), ("b", 0), ("b", 1)]
-        await assert_nothing_more(subscription)
-    finally:
-        reader.close()
-        writer.close()
-
-
-async def test_appends_through_this_instance_wake_subscribers_without_polling(dsn: str) -> None:
-    log = PostgresEventLog(dsn, poll_interval=60.0)  # polling would never fire in time
-    try:
-        subscription = log.subscribe()
-        log.append("a", new_events(1), NO_STREAM)
-        assert [e.version for e in await take(subscription, 1)] == [0]
-        waiting = asyncio.ensure_future(take(subscription, 1))
-        await asyncio.sleep(0.05)  # let it find nothing new and park in its live wait
-        assert not waiting.done()
-        log.append("a", new_events(1), 0)
-        assert [e.version for e in await waiting] == [1]
-    finally:
-        log.close()
 
 
 def test_instances_opening_a_new_database_at_once_create_the_schema_once(dsn: str) -> None:
