@@ -7,6 +7,7 @@ from pathlib import Path
 from sluice.bus.port import Bus, Producer
 from sluice.bus.topics import JOBS, LAUNCH_REQUESTS, LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS, SCHEDULES
 from sluice.clock import Clock
+from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import JobsView
 from sluice.runtime.consumer import Subscription
@@ -43,6 +44,8 @@ class Settings:
     metrics_port: int | None = None
     """HTTP port of GET /metrics and /healthz on `host`; 0 picks a free one; None serves no metrics."""
     log_level: str = "WARNING"
+    capacity: Capacity = UNLIMITED
+    """How many runs may go at once before normal-priority jobs wait (the checker's load limits)."""
 
     @property
     def partitions_dir(self) -> Path:
@@ -66,12 +69,16 @@ def matcher_spec(log: EventLog, clock: Clock) -> ServiceSpec:
                        background=[matcher.run_timers])
 
 
-def checker_spec(log: EventLog, clock: Clock) -> ServiceSpec:
-    checker = CheckerService(log, clock)
+def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) -> ServiceSpec:
+    checker = CheckerService(log, clock, capacity)
     jobs_view = JobsView()
-    return ServiceSpec("checker", [Subscription("constraint-checker", {JOBS: checker.on_job_triggered})],
-                       route=checker.route, grpc=checker_grpc.bindings(jobs_view), recover=checker.recover,
-                       background=[lambda: jobs_view.follow(log)])
+    subscription = Subscription("constraint-checker", {
+        SCHEDULES: checker.on_schedule_changed,
+        PROGRAM_NOTIFICATIONS: checker.on_program_status,
+        JOBS: checker.on_job_triggered,
+    })
+    return ServiceSpec("checker", [subscription], route=checker.route, grpc=checker_grpc.bindings(jobs_view, checker),
+                       recover=checker.recover, background=[lambda: jobs_view.follow(log), checker.run_timers])
 
 
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
@@ -99,7 +106,7 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
     factories = {
         "registry": lambda: registry_spec(log, clock, producer),
         "matcher": lambda: matcher_spec(log, clock),
-        "checker": lambda: checker_spec(log, clock),
+        "checker": lambda: checker_spec(log, clock, settings.capacity),
         "launcher": lambda: launcher_spec(log, clock, settings),
         "lineage": lambda: lineage_spec(log, clock),
     }

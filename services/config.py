@@ -21,6 +21,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from sluice.domain.constraints import Capacity
+from sluice.runtime.errors import InvalidArgument
 from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings
 from sluice_services.launcher.programs import SparkConfig
 
@@ -68,6 +70,9 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "event_log": (str, "", _any),
     "bus": (str, "", _any),
     "log_level": (str, "WARNING", _log_level),
+    "load_limit": (int, None, _at_least_one),
+    "load_hard_limit": (int, None, _at_least_one),
+    "high_priority": (int, 1, _any),
 }
 
 
@@ -173,4 +178,12 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
     return Settings(data_dir=Path(values["data_dir"]), host=values["host"], port=values["port"],
                     spark=SparkConfig(master=values["spark_master"]), apps_dir=Path(values["apps_dir"]),
                     max_parallel_runs=values["max_parallel_runs"], event_log=values["event_log"], bus=values["bus"],
-                    metrics_port=values["metrics_port"], log_level=values["log_level"])
+                    metrics_port=values["metrics_port"], log_level=values["log_level"],
+                    capacity=_capacity(values))
+
+
+def _capacity(values: Mapping[str, Any]) -> Capacity:
+    try:
+        return Capacity(values["load_limit"], values["high_priority"], values["load_hard_limit"])
+    except InvalidArgument as error:
+        raise ConfigError(f"{error.field.replace('capacity.', 'load_')}: {error.message}") from None

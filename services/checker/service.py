@@ -1,44 +1,129 @@
-"""The constraint-checker: admits triggered jobs and asks the launcher to launch them."""
+"""The constraint-checker: keeps triggered jobs until their run constraints hold, then asks the
+launcher to launch them. Its queue and its world of runs are one aggregate (`checker-queue`)."""
 from __future__ import annotations
+
+import asyncio
+from datetime import datetime
 
 from sluice.bus.port import Record
 from sluice.bus.topics import LAUNCH_REQUESTS
 from sluice.clock import Clock
-from sluice.domain import admission
-from sluice.domain.admission import AdmissionState, CheckJob, JobAdmitted
+from sluice.domain import checking
+from sluice.domain.checking import (
+    QUEUE_STREAM,
+    CheckerState,
+    CheckTime,
+    EnqueueJob,
+    JobAdmitted,
+    ObserveRun,
+    ObserveSchedule,
+)
 from sluice.domain.codec import EventTypes
+from sluice.domain.common import ProgramStatusChanged
+from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
 from sluice.eventlog.port import EventLog, RecordedEvent
-from sluice.runtime.aggregates import AggregateStore, catch_up, execute
-from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.aggregates import AggregateStore, execute
+from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
-from sluice.v1 import jobs_pb2
-from sluice.wire.common import parse_bus_message
+from sluice.runtime.timers import run_timer_loop
+from sluice.v1 import jobs_pb2, schedules_pb2
+from sluice.wire.common import notification_from_bytes, parse_bus_message
 from sluice.wire.jobs import job_from_proto, job_to_proto
+from sluice.wire.schedules import schedule_from_proto
 
-STREAM_PREFIX = "job-"
-TYPES = EventTypes(admission.EVENTS)
+TYPES = EventTypes(checking.EVENTS)
 
 
 class CheckerService:
-    def __init__(self, log: EventLog, clock: Clock) -> None:
+    def __init__(self, log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) -> None:
         self._log = log
         self._clock = clock
-        self._store: AggregateStore[AdmissionState] = AggregateStore(log, TYPES, admission.evolve, AdmissionState())
+        self._capacity = capacity
+        self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState())
+        self._offsets = ConsumedOffsets(log, "checker")
+        self._wake_at: datetime | None = None
+        self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
-        catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
+        self._store.forget(QUEUE_STREAM)
+        self._offsets.clear()
+        self._set_timer(self.state)
+
+    @property
+    def state(self) -> CheckerState:
+        return self._store.load(QUEUE_STREAM).state
 
     async def on_job_triggered(self, record: Record) -> None:
         message = parse_bus_message(jobs_pb2.JobTriggered, record.value)
         if not message.job.id or not message.job.schedule_id:
             raise MalformedMessage("job.id and job.schedule_id are required")
-        job = job_from_proto(message.job)
-        now = self._clock.now()
-        execute(self._store, self._log, admission.stream_name(job.id), lambda s: admission.decide(s, CheckJob(job), now))
+        try:
+            job = job_from_proto(message.job)
+        except InvalidArgument as error:
+            raise MalformedMessage(str(error)) from error
+        self._decide(EnqueueJob(job), record)
+
+    async def on_program_status(self, record: Record) -> None:
+        try:
+            notification = notification_from_bytes(record.value)
+        except InvalidArgument as error:
+            raise MalformedMessage(str(error)) from error
+        status = notification.payload
+        if not isinstance(status, ProgramStatusChanged):
+            raise MalformedMessage(f"expected a program status notification, got {type(status).__name__}")
+        self._decide(ObserveRun(status.program, status.run_id, status.status, notification.time), record)
+
+    async def on_schedule_changed(self, record: Record) -> None:
+        change = parse_bus_message(schedules_pb2.ScheduleChanged, record.value)
+        if not change.schedule_id:
+            raise MalformedMessage("schedule_id: must not be empty")
+        try:
+            schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)
+        except InvalidArgument as error:
+            raise MalformedMessage(str(error)) from error
+        self._decide(ObserveSchedule(change.schedule_id, schedule), record)
+
+    def fire_due(self) -> bool:
+        """Run an admission pass if the clock reached the next check; whether one was due."""
+        if self._wake_at is None or self._wake_at > self._clock.now():
+            return False
+        self._decide(CheckTime())
+        return True
+
+    def next_wake_at(self) -> datetime | None:
+        return self._wake_at
+
+    async def run_timers(self) -> None:
+        await run_timer_loop(self._clock, self.fire_due, self.next_wake_at, self._timers_changed)
+
+    def waiting(self) -> dict[str, Waiting]:
+        """What each job pending its constraints waits on now (computed, not stored: it changes with every run)."""
+        decision = checking.next_check(self.state, self._clock.now(), self._capacity)
+        return {w.job_id: w for w in decision.waiting}
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
-        if recorded.type != JobAdmitted.__name__ or not recorded.stream.startswith(STREAM_PREFIX):
+        if recorded.stream != QUEUE_STREAM or recorded.type != JobAdmitted.__name__:
             return []
         event: JobAdmitted = TYPES.decode(recorded)
         message = jobs_pb2.LaunchRequested(job=job_to_proto(event.job))
         return [Outgoing(LAUNCH_REQUESTS, event.job.id, message.SerializeToString())]
+
+    def _decide(self, command: object, record: Record | None = None) -> None:
+        checkpoint = self._offsets.checkpoint(record) if record is not None else None
+        if record is not None and checkpoint is None:
+            return  # consumed before the last restart: its events are in the log
+        now = self._clock.now()
+        state, events = execute(self._store, self._log, QUEUE_STREAM,
+                                lambda s: checking.decide(s, command, now, self._capacity),
+                                checkpoints=[checkpoint] if checkpoint else [])
+        if events and checkpoint:
+            self._offsets.recorded(checkpoint)
+        if events or isinstance(command, CheckTime):
+            self._set_timer(state)
+
+    def _set_timer(self, state: CheckerState) -> None:
+        wake_at = checking.next_check(state, self._clock.now(), self._capacity).wake_at
+        if wake_at != self._wake_at:
+            self._wake_at = wake_at
+            self._timers_changed.set()

@@ -46,7 +46,6 @@ def test_a_bad_config_file_is_one_line_naming_the_key_and_exit_2(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sluice.cli.main", "serve", "registry", "--config", str(config)],
                             capture_output=True, text=True, timeout=60, env=server_env())
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [
-        f"sluice: error: {config}: services.registry.prot: unknown key (known: data_dir, host, port, metrics_port, "
-        "spark_master, apps_dir, max_parallel_runs, event_log, bus, log_level)"]
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"sluice: error: {config}: services.registry.prot: unknown key (known: data_dir, host, port, ")
     assert result.stdout == ""

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.schedules import Schedule
+from sluice.ids import run_id_for
 from sluice.domain.triggers import (
     AndTrigger,
     DataSizeTrigger,
@@ -61,7 +62,7 @@ async def test_story_4_b_runs_after_a_succeeds_and_not_after_a_fails(scheduler):
     await scheduler.finish(scheduler.launches[1], RunStatus.COMPLETED)
     assert [launch.job.program.program for launch in scheduler.launches] == ["a", "a", "b"]
     (triggering,) = scheduler.launches[2].job.context.notifications
-    assert triggering.payload.run_id == f"run-{scheduler.launches[1].job.id}"
+    assert triggering.payload.run_id == run_id_for(scheduler.launches[1].job.id)
 
 
 async def test_story_5_rare_feeds_run_once_a_day_and_only_with_new_data(scheduler):

@@ -26,7 +26,10 @@ from sluice.domain.common import (
 from sluice.domain.apps import DeployApp, ProgramSpec
 from sluice.domain.jobs import Job
 from sluice.domain.schedules import Schedule, schedule_id_for
+from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.ids import run_id_for
+from sluice.readmodels.jobs import JobsView
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto
 from sluice.wire.jobs import job_from_proto
@@ -50,18 +53,19 @@ class Launch:
 
 
 class SimulatedScheduler:
-    def __init__(self, directory: Path, start: datetime) -> None:
+    def __init__(self, directory: Path, start: datetime, capacity: Capacity = UNLIMITED) -> None:
         self.clock = SimulatedClock(start)
         self.log = SqliteEventLog(directory / "events.db", clock=self.clock)
         self.registry = RegistryService(self.log, self.clock)
         self.matcher = MatcherService(self.log, self.clock)
-        self.checker = CheckerService(self.log, self.clock)
+        self.checker = CheckerService(self.log, self.clock, capacity)
+        self.jobs = JobsView()
         self.launches: list[Launch] = []
         self._routes = [self.registry.route, self.matcher.route, self.checker.route]
         self._handlers = {
-            SCHEDULES: [self.matcher.on_schedule_changed],
+            SCHEDULES: [self.matcher.on_schedule_changed, self.checker.on_schedule_changed],
             PARTITION_NOTIFICATIONS: [self.matcher.on_notification],
-            PROGRAM_NOTIFICATIONS: [self.matcher.on_notification],
+            PROGRAM_NOTIFICATIONS: [self.matcher.on_notification, self.checker.on_program_status],
             JOBS: [self.checker.on_job_triggered],
             LAUNCH_REQUESTS: [self._record_launch],
         }
@@ -97,7 +101,7 @@ class SimulatedScheduler:
 
     async def finish(self, launch: Launch, status: RunStatus = RunStatus.COMPLETED) -> str:
         """The launcher's part: the launched program's run ended with `status`."""
-        return await self.publish(ProgramStatusChanged(launch.job.program, f"run-{launch.job.id}", status,
+        return await self.publish(ProgramStatusChanged(launch.job.program, run_id_for(launch.job.id), status,
                                                        launch.job.schedule_id, launch.job.id))
 
     async def publish(self, payload: PartitionCommitted | ProgramStatusChanged) -> str:
@@ -110,12 +114,20 @@ class SimulatedScheduler:
     async def advance(self, delta: timedelta) -> None:
         """Move the clock by `delta`, firing every timer that falls due on the way, in time order."""
         target = self.clock.now() + delta
-        while (due := self.matcher.next_wake_at()) is not None and due <= target:
+        while (due := self._next_wake_at()) is not None and due <= target:
             self.clock.set(max(due, self.clock.now()))
-            self.matcher.fire_due()
-            await self.pump()
+            await self._fire_due()
         self.clock.set(target)
+        await self._fire_due()
+
+    def _next_wake_at(self) -> datetime | None:
+        return min((t for t in (self.matcher.next_wake_at(), self.checker.next_wake_at()) if t is not None),
+                   default=None)
+
+    async def _fire_due(self) -> None:
         self.matcher.fire_due()
+        await self.pump()
+        self.checker.fire_due()
         await self.pump()
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -124,6 +136,7 @@ class SimulatedScheduler:
         while events := self.log.read_all(self._position, 1000):
             for event in events:
                 self._position = event.position
+                self.jobs.apply(event)
                 for route in self._routes:
                     for message in route(event):
                         await self._deliver(message.topic, message.key, message.value)

@@ -38,6 +38,12 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--bus", metavar="URL",
            help="inprocess:///path or kafka://host:port (env SLUICE_BUS; default <data-dir>/bus.db)")
     option("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL (env SLUICE_LOG_LEVEL; default WARNING)")
+    option("--load-limit", type=int, metavar="RUNS",
+           help="checker: at this many runs going, normal-priority jobs wait (env SLUICE_LOAD_LIMIT; default none)")
+    option("--load-hard-limit", type=int, metavar="RUNS",
+           help="checker: the limit for every job, high priority too (env SLUICE_LOAD_HARD_LIMIT; default none)")
+    option("--high-priority", type=int, metavar="P",
+           help="checker: jobs of at least this priority pass the load limit (env SLUICE_HIGH_PRIORITY; default 1)")
 
 
 def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Mapping
 
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
+from sluice.domain.constraints.specs import Constraint, TimeoutPolicy
 
 
 class JobState(enum.Enum):
@@ -51,3 +52,14 @@ class Job:
     context: TriggerContext
     created_at: datetime
     priority: int = 0
+    constraints: tuple[Constraint, ...] = ()
+    """The schedule's run constraints when its trigger fired: the checker admits by these."""
+    timeout_seconds: int = 0
+    timeout_policy: TimeoutPolicy = TimeoutPolicy.DISCARD
+    sequence: int = 0
+    """The job's number within its schedule (1, 2, ...), in the order the matcher triggered them."""
+    triggered_at: datetime | None = None
+    """When the trigger fired: delays and timeouts count from here."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "constraints", tuple(self.constraints))

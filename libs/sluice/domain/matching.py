@@ -89,6 +89,8 @@ class PendingJob:
     job_id: str
     created_at: datetime
     trigger: TriggerState
+    sequence: int
+    """The job's number within its schedule (1, 2, ...): jobs reach the checker in this order."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +142,9 @@ def _match(state: MatcherState, notification: Notification, now: datetime) -> li
     pending = state.pending
     created: list[MatcherEvent] = []
     if pending is None:
-        job_id = derived_id("job", schedule.id, str(state.jobs_created + 1))
-        pending = PendingJob(job_id, now, triggers.start(schedule.trigger, now))
+        sequence = state.jobs_created + 1
+        job_id = derived_id("job", schedule.id, str(sequence))
+        pending = PendingJob(job_id, now, triggers.start(schedule.trigger, now), sequence)
         created = [JobCreated(job_id, schedule.id, schedule.generation, now)]
     observed = triggers.observe(schedule.trigger, pending.trigger, notification, now)
     if observed is pending.trigger:
@@ -164,7 +167,8 @@ def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime) -
                              triggers.matched_notifications(schedule.trigger, pending.trigger),
                              evaluation.logical_time)
     job = Job(pending.job_id, schedule.id, schedule.generation, schedule.program, context, pending.created_at,
-              schedule.priority)
+              schedule.priority, schedule.constraints, schedule.timeout_seconds, schedule.timeout_policy,
+              sequence=pending.sequence, triggered_at=now)
     return [JobTriggered(job, now)]
 
 
@@ -199,7 +203,8 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
         case ScheduleForgotten():
             return replace(state, schedule=None, pending=None)
         case JobCreated(job_id, _, _, at, waiting_since):
-            pending = PendingJob(job_id, at, triggers.start(state.schedule.trigger, waiting_since or at))
+            pending = PendingJob(job_id, at, triggers.start(state.schedule.trigger, waiting_since or at),
+                                 state.jobs_created + 1)
             return replace(state, pending=pending, jobs_created=state.jobs_created + 1)
         case NotificationMatched(_, notification, at):
             observed = triggers.observe(state.schedule.trigger, state.pending.trigger, notification, at)

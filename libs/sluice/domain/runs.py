@@ -6,12 +6,7 @@ from datetime import datetime
 
 from sluice.domain.common import PartitionRef, RunStatus
 from sluice.domain.jobs import Job
-from sluice.ids import derived_id
-
-
-def run_id_for(job_id: str) -> str:
-    """One run per job: a redelivered launch request maps to the same run and is ignored."""
-    return derived_id("run", job_id)
+from sluice.ids import run_id_for  # noqa: F401  (the launcher's run ids, re-exported)
 
 
 def stream_name(run_id: str) -> str:

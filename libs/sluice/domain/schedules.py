@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Mapping
 
 from sluice.domain.common import ProgramRef
+from sluice.domain.constraints import Constraint, TimeoutPolicy, validate_constraints
 from sluice.domain.triggers import Trigger, validate_trigger
 from sluice.ids import derived_id
 from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
@@ -19,10 +20,16 @@ class Schedule:
     trigger: Trigger
     properties: Mapping[str, str] = field(default_factory=dict)
     timeout_seconds: int = 0
+    """How long a triggered job may wait for its constraints; 0 waits forever."""
     priority: int = 0
     enabled: bool = False
     generation: int = 1
     description: str = ""
+    constraints: tuple[Constraint, ...] = ()
+    timeout_policy: TimeoutPolicy = TimeoutPolicy.DISCARD
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "constraints", tuple(self.constraints))
 
 
 def schedule_id_for(program: ProgramRef, name: str) -> str:
@@ -168,6 +175,9 @@ def validate(schedule: Schedule) -> None:
     if schedule.timeout_seconds < 0:
         raise InvalidArgument("schedule.timeout", "must not be negative")
     validate_trigger(schedule.trigger, "schedule.trigger")
+    validate_constraints(schedule.constraints, "schedule.constraints")
+    if not isinstance(schedule.timeout_policy, TimeoutPolicy):
+        raise InvalidArgument("schedule.timeout_policy", f"must be one of {', '.join(p.value for p in TimeoutPolicy)}")
 
 
 def _require_name(path: str, value: str) -> None:

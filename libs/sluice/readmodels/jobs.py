@@ -6,12 +6,13 @@ import asyncio
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from sluice.domain import admission, matching, runs
+from sluice.domain import checking, matching, runs
 from sluice.domain.codec import EventTypes
 from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
 
-TYPES = EventTypes((*matching.EVENTS, *admission.EVENTS, runs.RunRequested))
+TYPES = EventTypes((*matching.EVENTS, checking.JobDeferred, checking.JobAdmitted, checking.JobWithdrawn,
+                    runs.RunRequested))
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,13 @@ class JobsView:
                 self._transition(job.id, JobState.PENDING_CONSTRAINT, at, "trigger satisfied", job=job)
             case matching.JobDiscarded(job_id, _, reason, at):
                 self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
-            case admission.JobAdmitted(job, at):
-                self._transition(job.id, JobState.PENDING_LAUNCH, at, "constraints met")
+            case checking.JobDeferred(job_id, waiting_on, at):
+                self._transition(job_id, JobState.PENDING_CONSTRAINT, at, "waiting for: " + "; ".join(waiting_on))
+            case checking.JobAdmitted(job, at, forced):
+                self._transition(job.id, JobState.PENDING_LAUNCH, at,
+                                 "timed out, launch forced" if forced else "constraints met")
+            case checking.JobWithdrawn(job_id, _, reason, at):
+                self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
             case runs.RunRequested(run_id, job, at):
                 self._transition(job.id, JobState.LAUNCHED, at, f"run {run_id}", run_id=run_id)
 

@@ -1,7 +1,15 @@
 from __future__ import annotations
 
+from google.protobuf import duration_pb2
+
 from sluice.domain.jobs import Job, JobState, TriggerContext
 from sluice.v1 import jobs_pb2 as pb
+from sluice.wire.schedules import (
+    constraint_from_proto,
+    constraint_to_proto,
+    timeout_policy_from_proto,
+    timeout_policy_to_proto,
+)
 from sluice.wire.common import (
     notification_from_proto,
     notification_to_proto,
@@ -43,6 +51,11 @@ def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> p
         reason=reason,
         created_at=timestamp_to_proto(job.created_at),
         priority=job.priority,
+        constraints=[constraint_to_proto(c) for c in job.constraints],
+        timeout=duration_pb2.Duration(seconds=job.timeout_seconds),
+        timeout_policy=timeout_policy_to_proto(job.timeout_policy),
+        sequence=job.sequence,
+        triggered_at=timestamp_to_proto(job.triggered_at),
     )
 
 
@@ -55,4 +68,9 @@ def job_from_proto(message: pb.Job) -> Job:
         context_from_proto(message.context),
         timestamp_from_proto(message.created_at),
         message.priority,
+        tuple(constraint_from_proto(c, f"job.constraints[{i}]") for i, c in enumerate(message.constraints)),
+        message.timeout.seconds,
+        timeout_policy_from_proto(message.timeout_policy),
+        message.sequence,
+        timestamp_from_proto(message.triggered_at) if message.HasField("triggered_at") else None,
     )

@@ -4,6 +4,16 @@ from typing import Mapping
 
 from google.protobuf import duration_pb2, unknown_fields
 
+from sluice.domain.constraints import (
+    ConcurrencyConstraint,
+    Constraint,
+    DelayConstraint,
+    MaxRunsPerWindowConstraint,
+    MinSinceLastRunConstraint,
+    NotMetPolicy,
+    TimeoutPolicy,
+    TimeWindowConstraint,
+)
 from sluice.domain.schedules import Schedule, validate
 from sluice.domain.triggers import (
     AndTrigger,
@@ -33,6 +43,8 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
         enabled=schedule.enabled,
         generation=schedule.generation,
         description=schedule.description,
+        constraints=[constraint_to_proto(c) for c in schedule.constraints],
+        timeout_policy=timeout_policy_to_proto(schedule.timeout_policy),
     )
 
 
@@ -49,6 +61,8 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "sch
         enabled=message.enabled,
         generation=message.generation,
         description=message.description,
+        constraints=tuple(constraint_from_proto(c, f"{path}.constraints[{i}]") for i, c in enumerate(message.constraints)),
+        timeout_policy=timeout_policy_from_proto(message.timeout_policy),
     )
     try:
         validate(schedule)
@@ -121,3 +135,58 @@ def _filter_to_proto(filter: Mapping[str, tuple[str, ...]]) -> dict[str, pb.Allo
 
 def _filter_from_proto(filter) -> dict[str, tuple[str, ...]]:
     return {key: tuple(allowed.values) for key, allowed in filter.items()}
+
+
+def timeout_policy_to_proto(policy: TimeoutPolicy) -> int:
+    return pb.TimeoutPolicy.Value(f"TIMEOUT_{policy.value}")
+
+
+def timeout_policy_from_proto(value: int) -> TimeoutPolicy:
+    """An unknown number stays a number, for validation to reject with the field's name."""
+    if value not in pb.TimeoutPolicy.values():
+        return value
+    return TimeoutPolicy(pb.TimeoutPolicy.Name(value).removeprefix("TIMEOUT_"))
+
+
+def constraint_to_proto(constraint: Constraint) -> pb.Constraint:
+    on_not_met = pb.NotMetPolicy.Value(f"NOT_MET_{constraint.on_not_met.value}")
+    match constraint:
+        case ConcurrencyConstraint(max_running, group):
+            return pb.Constraint(concurrency=pb.ConcurrencyConstraint(max_running=max_running, group=group),
+                                 on_not_met=on_not_met)
+        case DelayConstraint(seconds):
+            return pb.Constraint(delay=pb.DelayConstraint(seconds=seconds), on_not_met=on_not_met)
+        case TimeWindowConstraint(start, end, zone):
+            return pb.Constraint(time_window=pb.TimeWindowConstraint(start=start, end=end, zone=zone),
+                                 on_not_met=on_not_met)
+        case MinSinceLastRunConstraint(min_seconds):
+            return pb.Constraint(min_since_last_run=pb.MinSinceLastRunConstraint(min_seconds=min_seconds),
+                                 on_not_met=on_not_met)
+        case MaxRunsPerWindowConstraint(max_runs, unit, zone):
+            return pb.Constraint(max_runs_per_window=pb.MaxRunsPerWindowConstraint(max_runs=max_runs, unit=unit,
+                                                                                   zone=zone),
+                                 on_not_met=on_not_met)
+    raise TypeError(f"unknown constraint {constraint!r}")
+
+
+def constraint_from_proto(message: pb.Constraint, path: str) -> Constraint:
+    """The domain constraint; it is validated with the schedule (InvalidArgument names the field)."""
+    kind = message.WhichOneof("kind")
+    value = getattr(message, kind) if kind else None
+    on_not_met = NotMetPolicy(pb.NotMetPolicy.Name(message.on_not_met).removeprefix("NOT_MET_")) \
+        if message.on_not_met in pb.NotMetPolicy.values() else message.on_not_met
+    match kind:
+        case "concurrency":
+            return ConcurrencyConstraint(value.max_running, value.group, on_not_met)
+        case "delay":
+            return DelayConstraint(value.seconds, on_not_met)
+        case "time_window":
+            return TimeWindowConstraint(value.start, value.end, value.zone or "UTC", on_not_met)
+        case "min_since_last_run":
+            return MinSinceLastRunConstraint(value.min_seconds, on_not_met)
+        case "max_runs_per_window":
+            return MaxRunsPerWindowConstraint(value.max_runs, value.unit or "day", value.zone or "UTC", on_not_met)
+    raise InvalidArgument(path, f"a constraint kind is required (one of: {', '.join(CONSTRAINT_KINDS)})")
+
+
+CONSTRAINT_KINDS = ("concurrency", "delay", "time_window", "min_since_last_run", "max_runs_per_window")

@@ -21,7 +21,7 @@ from sluice.domain.constraints.specs import (
     MinSinceLastRunConstraint,
     TimeoutPolicy,
 )
-from sluice.domain.runs import run_id_for
+from sluice.ids import run_id_for
 from sluice.domain.triggers.specs import require_aware
 
 

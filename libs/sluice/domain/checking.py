@@ -1,0 +1,319 @@
+"""The constraint-checker's aggregate: the queue of triggered jobs waiting for their run
+constraints, and the world of runs they are checked against.
+
+One stream ("checker-queue") with one writer. Every command ends with one admission pass over the
+whole queue (`sluice.domain.constraints.admit`), and each admitted job reserves its run in the
+world in the same decision, so two jobs can never both take the last slot.
+
+What each job must satisfy travels with it (`Job.constraints`, copied from its schedule when the
+trigger fired), so a job never waits for its schedule's definition to arrive on another topic.
+The checker still follows the schedules: a job of an older generation, of a deleted or a disabled
+schedule is discarded, also while it waits on a delay (seed scenarios 5 and 7), and the
+concurrency groups the schedules name decide which programs count together.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Mapping
+
+from sluice.domain.common import ProgramRef, RunStatus
+from sluice.domain.constraints import (
+    UNLIMITED,
+    AdmissionDecision,
+    Capacity,
+    ConcurrencyConstraint,
+    Constraint,
+    PendingJobFacts,
+    WorldFacts,
+    admit,
+    history_needed,
+)
+from sluice.domain.jobs import Job
+from sluice.domain.schedules import Schedule
+from sluice.ids import run_id_for
+
+QUEUE_STREAM = "checker-queue"
+
+
+# Commands
+@dataclass(frozen=True)
+class EnqueueJob:
+    """The matcher triggered a job."""
+
+    job: Job
+
+
+@dataclass(frozen=True)
+class ObserveRun:
+    """A program's run changed status (from the program-status notifications)."""
+
+    program: ProgramRef
+    run_id: str
+    status: RunStatus
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ObserveSchedule:
+    schedule_id: str
+    schedule: Schedule | None
+    """None: deleted."""
+
+
+@dataclass(frozen=True)
+class CheckTime:
+    """The clock reached the earliest time at which a waiting job's answer may change."""
+
+
+# Events
+@dataclass(frozen=True)
+class JobQueued:
+    """The job entered PENDING_CONSTRAINT."""
+
+    job: Job
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobDeferred:
+    """The job's first check left it waiting; from now on its ABORT constraints wait too."""
+
+    job_id: str
+    waiting_on: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobAdmitted:
+    """PENDING_LAUNCH: the launcher is asked to start the job's run, which counts as running from `at`."""
+
+    job: Job
+    at: datetime
+    forced: bool = False
+    """Launched by its timeout's FORCE_LAUNCH policy although timing constraints were not met."""
+
+
+@dataclass(frozen=True)
+class JobWithdrawn:
+    """DISCARDED by the checker: a constraint can never be met, a timeout, or its schedule changed."""
+
+    job_id: str
+    schedule_id: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RunObserved:
+    program: ProgramRef
+    run_id: str
+    status: RunStatus
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleTracked:
+    """What the checker keeps of a schedule: enough to discard stale jobs and to know its groups."""
+
+    schedule_id: str
+    program: ProgramRef
+    generation: int
+    enabled: bool
+    constraints: tuple[Constraint, ...]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleUntracked:
+    schedule_id: str
+    at: datetime
+
+
+EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobWithdrawn, RunObserved, ScheduleTracked, ScheduleUntracked)
+CheckerEvent = (JobQueued | JobDeferred | JobAdmitted | JobWithdrawn | RunObserved | ScheduleTracked
+                | ScheduleUntracked)
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    job: Job
+    triggered_at: datetime
+    checked: bool = False
+
+    def facts(self) -> PendingJobFacts:
+        job = self.job
+        return PendingJobFacts(job.id, job.program, job.schedule_id, self.triggered_at, job.constraints, job.priority,
+                               job.timeout_seconds, job.timeout_policy, self.checked)
+
+
+@dataclass(frozen=True)
+class TrackedSchedule:
+    program: ProgramRef
+    generation: int
+    active: bool
+    """Exists and is enabled: its jobs may launch."""
+    groups: frozenset[str] = frozenset()
+    last_sequence: int = 0
+    """The highest job sequence queued: a job at or below it is a redelivery."""
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class CheckerState:
+    queue: Mapping[str, QueuedJob] = field(default_factory=dict)
+    world: WorldFacts = field(default_factory=WorldFacts)
+    schedules: Mapping[str, TrackedSchedule] = field(default_factory=dict)
+    group_refs: Mapping[tuple[str, ProgramRef], int] = field(default_factory=dict)
+    """How many schedules put a program into a group: it leaves the group when none does."""
+    horizon: timedelta = timedelta(0)
+    """How long ended runs are remembered: the longest any schedule's constraints need."""
+
+    def facts(self) -> list[PendingJobFacts]:
+        return [queued.facts() for queued in self.queue.values()]
+
+
+def decide(state: CheckerState, command: object, now: datetime, capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
+    """The command's own events, then one admission pass over the queue they leave."""
+    match command:
+        case EnqueueJob(job):
+            events = _enqueue(state, job, now)
+            if not events:
+                return []
+        case ObserveRun(program, run_id, status, at):
+            if state.world.observe(program, run_id, status, at) is state.world:
+                return []
+            events = [RunObserved(program, run_id, status, at)]
+        case ObserveSchedule(schedule_id, schedule):
+            events = _observe_schedule(state, schedule_id, schedule, now)
+            if not events:
+                return []
+        case CheckTime():
+            events = []
+        case _:
+            raise TypeError(f"unknown command {command!r}")
+    after = fold(state, events)
+    return [*events, *_admission(after, admit(after.facts(), after.world, now, capacity), now)]
+
+
+def next_check(state: CheckerState, now: datetime, capacity: Capacity = UNLIMITED) -> AdmissionDecision:
+    """What an admission pass at `now` would decide: its `wake_at` is the checker's one timer, its
+    `waiting` says what each job waits on (the operators' view)."""
+    return admit(state.facts(), state.world, now, capacity)
+
+
+def _enqueue(state: CheckerState, job: Job, now: datetime) -> list[CheckerEvent]:
+    tracked = state.schedules.get(job.schedule_id)
+    if tracked is not None and job.sequence <= tracked.last_sequence:
+        return []  # redelivered
+    queued = JobQueued(job, now)
+    if tracked is None:
+        return [queued]
+    if tracked.deleted:
+        return [queued, JobWithdrawn(job.id, job.schedule_id, "schedule deleted", now)]
+    if job.schedule_generation < tracked.generation:
+        return [queued, JobWithdrawn(job.id, job.schedule_id, "schedule updated", now)]
+    if not tracked.active and job.schedule_generation == tracked.generation:
+        return [queued, JobWithdrawn(job.id, job.schedule_id, "schedule disabled", now)]
+    return [queued]
+
+
+def _observe_schedule(state: CheckerState, schedule_id: str, schedule: Schedule | None,
+                      now: datetime) -> list[CheckerEvent]:
+    tracked = state.schedules.get(schedule_id)
+    if schedule is None:
+        if tracked is None or tracked.deleted:
+            return []
+        return [*_withdraw(state, schedule_id, "schedule deleted", now), ScheduleUntracked(schedule_id, now)]
+    if tracked is not None and schedule.generation < tracked.generation:
+        return []  # an older change delivered late
+    change = ScheduleTracked(schedule_id, schedule.program, schedule.generation, schedule.enabled,
+                             schedule.constraints, now)
+    if tracked is not None and _tracked(change, tracked) == tracked:
+        return []
+    withdrawn = _withdraw(state, schedule_id, "schedule updated", now, below=schedule.generation)
+    if not schedule.enabled:
+        withdrawn += _withdraw(state, schedule_id, "schedule disabled", now, below=schedule.generation + 1,
+                               skip={w.job_id for w in withdrawn})
+    return [*withdrawn, change]
+
+
+def _withdraw(state: CheckerState, schedule_id: str, reason: str, now: datetime, below: int | None = None,
+              skip: frozenset[str] | set[str] = frozenset()) -> list[JobWithdrawn]:
+    """Discard the schedule's queued jobs (those of a generation below `below`, when given)."""
+    return [JobWithdrawn(job_id, schedule_id, reason, now) for job_id, queued in state.queue.items()
+            if queued.job.schedule_id == schedule_id and job_id not in skip
+            and (below is None or queued.job.schedule_generation < below)]
+
+
+def _admission(state: CheckerState, decision: AdmissionDecision, now: datetime) -> list[CheckerEvent]:
+    forced = set(decision.forced)
+    events: list[CheckerEvent] = [JobAdmitted(state.queue[job_id].job, now, job_id in forced)
+                                  for job_id in decision.launch]
+    events += [JobWithdrawn(job_id, state.queue[job_id].job.schedule_id, reason, now)
+               for job_id, reason in decision.discard]
+    events += [JobDeferred(waiting.job_id, waiting.reasons, now)
+               for waiting in decision.waiting if not state.queue[waiting.job_id].checked]
+    return events
+
+
+def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
+    match event:
+        case JobQueued(job, at):
+            queue = {**state.queue, job.id: QueuedJob(job, job.triggered_at or at)}
+            tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
+            schedules = {**state.schedules, job.schedule_id: replace(tracked, last_sequence=job.sequence)}
+            return replace(state, queue=queue, schedules=schedules,
+                           horizon=max(state.horizon, history_needed(job.constraints)))
+        case JobDeferred(job_id):
+            return replace(state, queue={**state.queue, job_id: replace(state.queue[job_id], checked=True)})
+        case JobAdmitted(job, at):
+            queue = {k: v for k, v in state.queue.items() if k != job.id}
+            return replace(state, queue=queue, world=state.world.reserve(job.program, run_id_for(job.id), at))
+        case JobWithdrawn(job_id):
+            return replace(state, queue={k: v for k, v in state.queue.items() if k != job_id})
+        case RunObserved(program, run_id, status, at):
+            world = state.world.observe(program, run_id, status, at)
+            if status.terminal:
+                world = world.forget(at - state.horizon)
+            return replace(state, world=world)
+        case ScheduleTracked(schedule_id):
+            old = state.schedules.get(schedule_id)
+            new = _tracked(event, old)
+            return _regroup(replace(state, schedules={**state.schedules, schedule_id: new},
+                                    horizon=max(state.horizon, history_needed(event.constraints))), old, new)
+        case ScheduleUntracked(schedule_id):
+            old = state.schedules[schedule_id]
+            new = replace(old, active=False, groups=frozenset(), deleted=True)
+            return _regroup(replace(state, schedules={**state.schedules, schedule_id: new}), old, new)
+    raise TypeError(f"unknown event {event!r}")
+
+
+def fold(state: CheckerState, events: list[CheckerEvent]) -> CheckerState:
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def _tracked(change: ScheduleTracked, old: TrackedSchedule | None) -> TrackedSchedule:
+    groups = frozenset(c.group for c in change.constraints if isinstance(c, ConcurrencyConstraint) and c.group)
+    return TrackedSchedule(change.program, change.generation, change.enabled, groups,
+                           old.last_sequence if old else 0)
+
+
+def _regroup(state: CheckerState, old: TrackedSchedule | None, new: TrackedSchedule) -> CheckerState:
+    """Move the schedule's program out of the groups it no longer names and into the new ones."""
+    before = {(g, old.program) for g in old.groups} if old else set()
+    after = {(g, new.program) for g in new.groups}
+    if before == after:
+        return state
+    refs, world = dict(state.group_refs), state.world
+    for key in before - after:
+        refs[key] -= 1
+        if not refs[key]:
+            del refs[key]
+            world = world.leave(*key)
+    for key in after - before:
+        refs[key] = refs.get(key, 0) + 1
+        world = world.join(*key)
+    return replace(state, group_refs=refs, world=world)

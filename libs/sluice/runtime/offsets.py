@@ -1,0 +1,29 @@
+"""Consumed bus offsets recorded in the event log with the events they caused (atomic
+consume-and-record): after a crash a handler skips exactly what it had already recorded."""
+from __future__ import annotations
+
+from sluice.bus.port import Record
+from sluice.eventlog.port import Checkpoint, EventLog
+
+
+class ConsumedOffsets:
+    def __init__(self, log: EventLog, consumer: str) -> None:
+        self._log = log
+        self._consumer = consumer
+        self._next: dict[str, int] = {}
+
+    def checkpoint(self, record: Record) -> Checkpoint | None:
+        """The checkpoint to append with the record's events, or None when the record was consumed before."""
+        name = f"{self._consumer}:{record.topic}:{record.partition}"
+        if name not in self._next:
+            self._next[name] = self._log.read_checkpoint(name) or 0
+        if record.offset < self._next[name]:
+            return None
+        return Checkpoint(name, record.offset + 1)
+
+    def recorded(self, checkpoint: Checkpoint) -> None:
+        """The checkpoint was appended: records before it are redeliveries from now on."""
+        self._next[checkpoint.name] = max(self._next.get(checkpoint.name, 0), checkpoint.value)
+
+    def clear(self) -> None:
+        self._next.clear()
