@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -179,3 +180,47 @@ def test_jobs_pending_and_history_with_causes(server):
     assert history[0].split() == ["JOB", "AT", "STATE", "CAUSE"]
     assert [" ".join(line.split()[3:]) for line in history[2:]] == [
         "PENDING_TRIGGER first matching notification", "DISCARDED schedule disabled"]
+
+
+def test_constraints_from_options_and_the_job_shows_what_it_waits_on(server):
+    opens = datetime.now(timezone.utc) + timedelta(hours=2)  # a one-minute window two hours from now
+    window = f"{opens:%H:%M}-{opens + timedelta(minutes=1):%H:%M}"
+    created = sluice(server, "--json", *create_args("windowed", "--dataset", "experiments.cli_window", "--enabled",
+                                                    "--window", window, "--window-zone", "Pacific/Kiritimati",
+                                                    "--max-concurrent", "1", "--group", "nightly", "--max-runs", "2/day",
+                                                    "--timeout", "7200", "--timeout-policy", "force-launch"))
+    assert created.returncode == 0, created.stderr
+    schedule = json.loads(created.stdout)
+    assert schedule["constraints"] == [
+        {"concurrency": {"maxRunning": 1, "group": "nightly"}},
+        {"timeWindow": {"start": window[:5], "end": window[6:], "zone": "Pacific/Kiritimati"}},
+        {"maxRunsPerWindow": {"maxRuns": 2, "unit": "day", "zone": "Pacific/Kiritimati"}}]
+    assert schedule["timeout"] == "7200s" and schedule["timeoutPolicy"] == "TIMEOUT_FORCE_LAUNCH"
+    published = sluice(server, "notify", "partition", "--namespace", "experiments", "--dataset", "cli_window",
+                       "--key", "hour=01", "--location", "/tmp/cli_window/1")
+    assert published.returncode == 0, published.stderr
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        jobs = json.loads(sluice(server, "--json", "jobs", "list", "--pending", "--schedule", schedule["id"]).stdout)
+        if jobs and jobs[0]["state"] == "PENDING_CONSTRAINT":
+            break
+        time.sleep(0.2)
+    (job,) = jobs
+    assert job["waitingOn"] == [f"outside the window {window} Pacific/Kiritimati"], job
+    assert job["constraints"][1]["timeWindow"]["start"] == window[:5] and "nextCheck" in job
+    table = sluice(server, "jobs", "list", "--schedule", schedule["id"]).stdout.splitlines()
+    assert "NEXT CHECK" in table[0] and "WAITING ON / REASON" in table[0]
+    assert any("PENDING_CONSTRAINT" in row and f"outside the window {window}" in row for row in table[2:])
+
+
+@pytest.mark.parametrize("extra, code, text", [
+    (["--window", "0200"], 2, "--window: expected HH:MM-HH:MM"),
+    (["--window", "02:00-02:00"], 1, "schedule.constraints[0].time_window.end: must differ from start"),
+    (["--delay", "-1"], 1, "schedule.constraints[0].delay.seconds: must be at least 0"),
+    (["--max-runs", "x/day"], 2, "--max-runs: expected N/hour or N/day"),
+    (["--max-runs", "1/week"], 1, "schedule.constraints[0].max_runs_per_window.unit"),
+    (["--timeout", "-5"], 1, "schedule.timeout: must not be negative"),
+])
+def test_constraint_options_bad_input(server, extra, code, text):
+    assert_one_line_error(sluice(server, *create_args("bad_constraint", *extra)), code, text)

@@ -55,6 +55,18 @@ def schedule(**changes) -> spb.Schedule:
     return message
 
 
+def with_trigger(**kind) -> spb.Schedule:
+    message = schedule()
+    message.trigger.CopyFrom(spb.Trigger(**kind))
+    return message
+
+
+def with_constraints(*constraints: spb.Constraint) -> spb.Schedule:
+    message = schedule()
+    message.constraints.extend(constraints)
+    return message
+
+
 async def create(channel, message):
     return await schedules_pb2_grpc.ScheduleRegistryStub(channel).CreateSchedule(spb.CreateScheduleRequest(schedule=message))
 
@@ -101,6 +113,27 @@ async def test_creating_the_same_name_twice_is_already_exists(server):
     (schedule(**{"trigger.partition.count": -1}), "schedule.trigger.partition.count"),
     (schedule(name=""), "schedule.name"),
     (schedule(**{"program.app": ""}), "schedule.program.app"),
+    (with_trigger(time=spb.TimeTrigger(cron="61 * * * *")), "schedule.trigger.time.cron"),
+    (with_trigger(time=spb.TimeTrigger(cron="0 * * *")), "schedule.trigger.time.cron"),
+    (with_trigger(time=spb.TimeTrigger(cron="0 2 * * *", zone="Europe/Atlantis")), "schedule.trigger.time.zone"),
+    (with_trigger(**{"and": spb.AndTrigger()}), "schedule.trigger.and.all_of"),
+    (with_trigger(program_status=spb.ProgramStatusTrigger(namespace="experiments", app="clickstream",
+                                                          program="never_deployed", count=1,
+                                                          statuses=[npb.RunStatus.COMPLETED])),
+     "schedule.trigger.program_status.program"),
+    (with_constraints(spb.Constraint(time_window=spb.TimeWindowConstraint(start="02:00", end="02:00"))),
+     "schedule.constraints[0].time_window.end"),
+    (with_constraints(spb.Constraint(time_window=spb.TimeWindowConstraint(start="01:00", end="02:00",
+                                                                          zone="Nowhere/City"))),
+     "schedule.constraints[0].time_window.zone"),
+    (with_constraints(spb.Constraint(concurrency=spb.ConcurrencyConstraint(max_running=1)),
+                      spb.Constraint(delay=spb.DelayConstraint(seconds=-5))), "schedule.constraints[1].delay.seconds"),
+    (with_constraints(spb.Constraint(concurrency=spb.ConcurrencyConstraint(max_running=0))),
+     "schedule.constraints[0].concurrency.max_running"),
+    (with_constraints(spb.Constraint(max_runs_per_window=spb.MaxRunsPerWindowConstraint(max_runs=1, unit="week"))),
+     "schedule.constraints[0].max_runs_per_window.unit"),
+    (with_constraints(spb.Constraint()), "schedule.constraints[0]"),
+    (schedule(timeout_policy=7), "schedule.timeout_policy"),
 ])
 async def test_invalid_schedule_is_invalid_argument_naming_the_field(server, message, field):
     channel, _, log = server

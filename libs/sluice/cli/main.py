@@ -8,7 +8,7 @@ import uuid
 from typing import Callable
 
 import grpc
-from google.protobuf import json_format
+from google.protobuf import duration_pb2, json_format
 
 from sluice.cli import render
 from sluice.cli.serve import add_server_options, run_server
@@ -128,6 +128,21 @@ def _schedule_commands(commands) -> None:
     create.add_argument("--status", action="append", default=[], help="program-status: COMPLETED|FAILED|KILLED (repeat)")
     create.add_argument("--property", action="append", default=[], metavar="K=V", help="runtime argument (repeat)")
     create.add_argument("--enabled", action="store_true", help="start enabled (default: disabled)")
+    create.add_argument("--max-concurrent", type=int, metavar="N", help="constraint: at most N runs at once")
+    create.add_argument("--group", default="", help="with --max-concurrent: count the runs of every program in GROUP")
+    create.add_argument("--delay", type=int, metavar="SECONDS", help="constraint: launch SECONDS after the trigger")
+    create.add_argument("--window", metavar="HH:MM-HH:MM", help="constraint: launch only inside this daily window")
+    create.add_argument("--window-zone", default="UTC", help="IANA zone of --window and --max-runs (default UTC)")
+    create.add_argument("--min-interval", type=int, metavar="SECONDS",
+                        help="constraint: SECONDS at least since the program's last run started")
+    create.add_argument("--max-runs", metavar="N/UNIT", help="constraint: at most N runs per hour or day, e.g. 1/day")
+    create.add_argument("--abort-if-not-met", action="store_true",
+                        help="discard the job when a constraint is not met at its first check (default: wait)")
+    create.add_argument("--timeout", type=int, default=0, metavar="SECONDS",
+                        help="how long a triggered job may wait for its constraints (default: forever)")
+    create.add_argument("--timeout-policy", choices=("discard", "force-launch"), default="discard",
+                        help="what a timeout does to the job (default discard)")
+    create.add_argument("--priority", type=int, default=0, help="higher launches first and passes the load limit")
     create.add_argument("--description", default="")
     create.set_defaults(handler=_create_schedule)
     listing = schedules.add_parser("list")
@@ -169,7 +184,9 @@ def _create_schedule(client: SluiceClient, args) -> int:
     schedule = schedules_pb2.Schedule(
         name=args.name, program=notifications_pb2.ProgramRef(namespace=args.namespace, app=args.app, program=args.program),
         properties=_pairs(args.property, "--property"), trigger=_trigger(args), enabled=args.enabled,
-        description=args.description)
+        description=args.description, constraints=_constraints(args), priority=args.priority,
+        timeout=duration_pb2.Duration(seconds=args.timeout),
+        timeout_policy=schedules_pb2.TimeoutPolicy.Value("TIMEOUT_" + args.timeout_policy.upper().replace("-", "_")))
     return _print(args, client.create_schedule(schedule))
 
 
@@ -197,6 +214,35 @@ def _trigger(args) -> schedules_pb2.Trigger:
         return schedules_pb2.Trigger(quiet_period=schedules_pb2.QuietPeriodTrigger(quiet_seconds=args.quiet_seconds,
                                                                                     **where))
     return schedules_pb2.Trigger(partition=schedules_pb2.PartitionTrigger(count=args.count, **where))
+
+
+def _constraints(args) -> list[schedules_pb2.Constraint]:
+    """Out-of-range numbers are left for the server to reject with the field's name."""
+    on_not_met = schedules_pb2.NOT_MET_ABORT if args.abort_if_not_met else schedules_pb2.NOT_MET_WAIT
+    found = []
+    if args.max_concurrent is not None:
+        found.append(schedules_pb2.Constraint(concurrency=schedules_pb2.ConcurrencyConstraint(
+            max_running=args.max_concurrent, group=args.group)))
+    if args.delay is not None:
+        found.append(schedules_pb2.Constraint(delay=schedules_pb2.DelayConstraint(seconds=args.delay)))
+    if args.window:
+        start, separator, end = args.window.partition("-")
+        if not separator:
+            raise UsageError(f"--window: expected HH:MM-HH:MM, got {args.window!r}")
+        found.append(schedules_pb2.Constraint(time_window=schedules_pb2.TimeWindowConstraint(
+            start=start, end=end, zone=args.window_zone)))
+    if args.min_interval is not None:
+        found.append(schedules_pb2.Constraint(min_since_last_run=schedules_pb2.MinSinceLastRunConstraint(
+            min_seconds=args.min_interval)))
+    if args.max_runs:
+        count, separator, unit = args.max_runs.partition("/")
+        if not separator or not count.strip().lstrip("-").isdigit():
+            raise UsageError(f"--max-runs: expected N/hour or N/day, got {args.max_runs!r}")
+        found.append(schedules_pb2.Constraint(max_runs_per_window=schedules_pb2.MaxRunsPerWindowConstraint(
+            max_runs=int(count), unit=unit, zone=args.window_zone)))
+    for constraint in found:
+        constraint.on_not_met = on_not_met
+    return found
 
 
 def _statuses(values: list[str]) -> list[str]:
@@ -243,9 +289,10 @@ def _notify_partition(client: SluiceClient, args) -> int:
 
 def _list_jobs(client: SluiceClient, args) -> int:
     found = client.list_jobs(args.schedule, args.pending)
-    rows = [(j.id[:8], j.schedule_id[:8], _job_state(j), render.when(j.created_at),
-             render.when(j.updated_at), j.reason or "-") for j in found]
-    return _print_many(args, found, render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "REASON"), rows))
+    rows = [(j.id[:8], j.schedule_id[:8], _job_state(j), render.when(j.created_at), render.when(j.updated_at),
+             render.when(j.next_check), j.reason or "-") for j in found]
+    return _print_many(args, found, render.table(
+        ("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "NEXT CHECK", "WAITING ON / REASON"), rows))
 
 
 def _job_history(client: SluiceClient, args) -> int:
