@@ -90,14 +90,20 @@ class PostgresEventLog(SqlEventLogBase):
 
     def _write(self, cur: psycopg.Cursor[Any], appends: Sequence[StreamAppend],
                checkpoints: Sequence[Checkpoint]) -> list[int]:
-        """The body of an append's transaction, under _APPEND_LOCK (tests hold the transaction open here)."""
-        _check_unique_ids(cur, [event.id for append in appends for event in append.events])
-        recorded_at = self._clock.now().astimezone(timezone.utc)
-        versions: list[int] = []
+        """The body of an append's transaction, under _APPEND_LOCK (tests hold the transaction open here).
+
+        Versions are checked before ids: a writer that lost a race derived its event ids from the
+        same (stream, version) as the winner's, and must learn that it lost (WrongExpectedVersion)."""
+        actuals = []
         for append in appends:
             cur.execute("SELECT COALESCE(MAX(version), %s) FROM events WHERE stream = %s", (NO_STREAM, append.stream))
             actual = cur.fetchone()[0]
             check_expected_version(append.stream, append.expected_version, actual)
+            actuals.append(actual)
+        _check_unique_ids(cur, [event.id for append in appends for event in append.events])
+        recorded_at = self._clock.now().astimezone(timezone.utc)
+        versions: list[int] = []
+        for append, actual in zip(appends, actuals):
             if append.events:
                 cur.executemany(
                     "INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"

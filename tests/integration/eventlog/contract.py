@@ -335,6 +335,15 @@ class EventLogContract:
         assert log.read_checkpoint("bus") == 1
         assert [e.type for e in log.read_all()] == ["Original"]
 
+    def test_a_stale_writer_with_the_winners_ids_gets_wrong_expected_version(self, log: EventLog) -> None:
+        """Event ids derive from (stream, version): the loser of a race reuses the winner's ids and
+        must be told it lost the race, so it reloads and decides again."""
+        winner = new_event("Winner")
+        log.append("s", [winner], NO_STREAM)
+        with pytest.raises(WrongExpectedVersion):
+            log.append("s", [NewEvent(id=winner.id, type="Loser", data=b"")], NO_STREAM)
+        assert [e.type for e in log.read_stream("s")] == ["Winner"]
+
     # -- concurrency -------------------------------------------------------------------------
 
     def test_concurrent_writers_exactly_one_wins_each_version(self, log: EventLog) -> None:
