@@ -221,6 +221,8 @@ def test_constraints_from_options_and_the_job_shows_what_it_waits_on(server):
     (["--max-runs", "x/day"], 2, "--max-runs: expected N/hour or N/day"),
     (["--max-runs", "1/week"], 1, "schedule.constraints[0].max_runs_per_window.unit"),
     (["--timeout", "-5"], 1, "schedule.timeout: must not be negative"),
+    (["--trigger", "time", "--cron", "0 * * * *", "--misfire", "fire-each", "--catch-up", "0"], 1,
+     "schedule.catch_up: must be at least 1 second"),
 ])
 def test_constraint_options_bad_input(server, extra, code, text):
     assert_one_line_error(sluice(server, *create_args("bad_constraint", *extra)), code, text)

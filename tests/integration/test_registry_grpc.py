@@ -134,6 +134,8 @@ async def test_creating_the_same_name_twice_is_already_exists(server):
      "schedule.constraints[0].max_runs_per_window.unit"),
     (with_constraints(spb.Constraint()), "schedule.constraints[0]"),
     (schedule(timeout_policy=7), "schedule.timeout_policy"),
+    (schedule(misfire_policy=7), "schedule.misfire_policy"),
+    (schedule(**{"catch_up.seconds": 0}), "schedule.catch_up"),
 ])
 async def test_invalid_schedule_is_invalid_argument_naming_the_field(server, message, field):
     channel, _, log = server

@@ -2,10 +2,13 @@
 Stories about run constraints (6, 7) live with the checker's tests."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from sluice.domain.common import ProgramRef, RunStatus
-from sluice.domain.schedules import Schedule
+from sluice.domain.schedules import DEFAULT_CATCH_UP_SECONDS, MisfirePolicy, Schedule
 from sluice.ids import run_id_for
 from sluice.domain.triggers import (
     AndTrigger,
@@ -34,13 +37,25 @@ async def test_story_1_many_time_schedules_all_fire_on_time(scheduler):
     assert all(launch.at == launch.job.context.logical_time for launch in scheduler.launches)
 
 
-async def test_story_2_no_schedule_is_skipped_across_a_failover(scheduler, tmp_path):
-    await scheduler.create(schedule("hourly", TimeTrigger("0 * * * *", "UTC")))
+@pytest.mark.parametrize("policy, catch_up, fired_hours", [
+    (MisfirePolicy.FIRE_EACH, DEFAULT_CATCH_UP_SECONDS, [1, 2, 3, 4, 5, 6]),
+    (MisfirePolicy.FIRE_EACH, 2 * 3600, [1, 3, 4, 5, 6]),    # 02:00 is older than the catch-up window
+    (MisfirePolicy.FIRE_ONCE, DEFAULT_CATCH_UP_SECONDS, [1, 4, 5, 6]),
+    (MisfirePolicy.SKIP, DEFAULT_CATCH_UP_SECONDS, [1, 5, 6]),
+])
+async def test_story_2_no_schedule_is_skipped_across_a_failover(scheduler, policy, catch_up, fired_hours):
+    await scheduler.create(replace(schedule("hourly", TimeTrigger("0 * * * *", "UTC")), misfire_policy=policy,
+                                   catch_up_seconds=catch_up))
     await scheduler.advance(timedelta(hours=1))
-    scheduler.clock.advance(timedelta(hours=3))  # the master is away for three fire times
-    scheduler.matcher.recover()                   # a new master rebuilds from the log
+    scheduler.clock.advance(timedelta(hours=3, minutes=30))  # the master is away for three fire times
+    scheduler.matcher.recover()                               # a new master rebuilds from the log
     await scheduler.advance(timedelta(0))
-    assert [launch.job.context.logical_time.hour for launch in scheduler.launches] == [1, 2, 3, 4]
+    caught_up_at = T0 + timedelta(hours=4, minutes=30)
+    await scheduler.advance(timedelta(hours=2))
+    assert [launch.job.context.logical_time.hour for launch in scheduler.launches] == fired_hours
+    assert [launch.at for launch in scheduler.launches if launch.at < T0 + timedelta(hours=5)][1:] == \
+        [caught_up_at] * (len(fired_hours) - 3)
+    assert [launch.at for launch in scheduler.launches][-2:] == [T0 + timedelta(hours=5), T0 + timedelta(hours=6)]
 
 
 async def test_story_3_runs_only_when_data_arrives(scheduler):

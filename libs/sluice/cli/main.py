@@ -143,6 +143,10 @@ def _schedule_commands(commands) -> None:
     create.add_argument("--timeout-policy", choices=("discard", "force-launch"), default="discard",
                         help="what a timeout does to the job (default discard)")
     create.add_argument("--priority", type=int, default=0, help="higher launches first and passes the load limit")
+    create.add_argument("--misfire", choices=("fire-once", "fire-each", "skip"), default="fire-once",
+                        help="time triggers: what to do with fire times missed while down (default fire-once)")
+    create.add_argument("--catch-up", type=int, metavar="SECONDS",
+                        help="with --misfire fire-each: how far back missed times still run (default 1 day)")
     create.add_argument("--description", default="")
     create.set_defaults(handler=_create_schedule)
     listing = schedules.add_parser("list")
@@ -186,7 +190,9 @@ def _create_schedule(client: SluiceClient, args) -> int:
         properties=_pairs(args.property, "--property"), trigger=_trigger(args), enabled=args.enabled,
         description=args.description, constraints=_constraints(args), priority=args.priority,
         timeout=duration_pb2.Duration(seconds=args.timeout),
-        timeout_policy=schedules_pb2.TimeoutPolicy.Value("TIMEOUT_" + args.timeout_policy.upper().replace("-", "_")))
+        timeout_policy=schedules_pb2.TimeoutPolicy.Value("TIMEOUT_" + args.timeout_policy.upper().replace("-", "_")),
+        misfire_policy=schedules_pb2.MisfirePolicy.Value("MISFIRE_" + args.misfire.upper().replace("-", "_")),
+        catch_up=duration_pb2.Duration(seconds=args.catch_up) if args.catch_up is not None else None)
     return _print(args, client.create_schedule(schedule))
 
 

@@ -6,12 +6,12 @@ rebuilds both from its log."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sluice.domain import triggers
 from sluice.domain.common import Notification
 from sluice.domain.jobs import Job, TriggerContext
-from sluice.domain.schedules import Schedule
+from sluice.domain.schedules import MISFIRE_THRESHOLD, MisfirePolicy, Schedule
 from sluice.domain.triggers import TriggerState
 from sluice.ids import derived_id
 
@@ -73,6 +73,16 @@ class JobTriggered:
 
 
 @dataclass(frozen=True)
+class MissedFiresSkipped:
+    """The misfire policy moved the pending job's time window on: fire times up to `until` are skipped."""
+
+    job_id: str
+    until: datetime
+    policy: MisfirePolicy
+    at: datetime
+
+
+@dataclass(frozen=True)
 class JobDiscarded:
     job_id: str
     schedule_id: str
@@ -80,8 +90,10 @@ class JobDiscarded:
     at: datetime
 
 
-EVENTS = (ScheduleObserved, ScheduleForgotten, JobCreated, NotificationMatched, JobTriggered, JobDiscarded)
-MatcherEvent = ScheduleObserved | ScheduleForgotten | JobCreated | NotificationMatched | JobTriggered | JobDiscarded
+EVENTS = (ScheduleObserved, ScheduleForgotten, JobCreated, NotificationMatched, JobTriggered, MissedFiresSkipped,
+          JobDiscarded)
+MatcherEvent = (ScheduleObserved | ScheduleForgotten | JobCreated | NotificationMatched | JobTriggered
+                | MissedFiresSkipped | JobDiscarded)
 
 
 @dataclass(frozen=True)
@@ -154,9 +166,34 @@ def _match(state: MatcherState, notification: Notification, now: datetime) -> li
 
 
 def _check_time(state: MatcherState, now: datetime) -> list[MatcherEvent]:
-    if state.schedule is None or state.pending is None or not state.schedule.enabled:
+    schedule, pending = state.schedule, state.pending
+    if schedule is None or pending is None or not schedule.enabled:
         return []
-    return _fire_if_satisfied(state.schedule, state.pending, now)
+    evaluation = triggers.evaluate(schedule.trigger, pending.trigger, now)
+    first_missed = evaluation.logical_time
+    if evaluation.satisfied and first_missed is not None and now - first_missed > MISFIRE_THRESHOLD:
+        until = _skip_missed_until(schedule, pending.trigger.started_at, first_missed, now)
+        if until is not None:
+            skipped = MissedFiresSkipped(pending.job_id, until, schedule.misfire_policy, now)
+            moved = replace(pending, trigger=replace(pending.trigger, started_at=until))
+            return [skipped, *_fire_if_satisfied(schedule, moved, now)]
+    return _fire_if_satisfied(schedule, pending, now)
+
+
+def _skip_missed_until(schedule: Schedule, started_at: datetime, first_missed: datetime,
+                       now: datetime) -> datetime | None:
+    """Where the misfire policy restarts the job's time window (fires after it count), or None to
+    fire the first missed time as it is."""
+    match schedule.misfire_policy:
+        case MisfirePolicy.FIRE_ONCE:
+            latest = triggers.latest_fire(schedule.trigger, started_at, now)
+            return latest - timedelta(seconds=1) if latest is not None and latest > first_missed else None
+        case MisfirePolicy.FIRE_EACH:
+            horizon = now - timedelta(seconds=schedule.catch_up_seconds)
+            return horizon if first_missed <= horizon else None
+        case MisfirePolicy.SKIP:
+            return now - MISFIRE_THRESHOLD
+    raise TypeError(f"unknown misfire policy {schedule.misfire_policy!r}")
 
 
 def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime) -> list[MatcherEvent]:
@@ -209,6 +246,8 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
         case NotificationMatched(_, notification, at):
             observed = triggers.observe(state.schedule.trigger, state.pending.trigger, notification, at)
             return replace(state, pending=replace(state.pending, trigger=observed))
+        case MissedFiresSkipped(_, until):
+            return replace(state, pending=replace(state.pending, trigger=replace(state.pending.trigger, started_at=until)))
         case JobTriggered() | JobDiscarded():
             return replace(state, pending=None)
     raise TypeError(f"unknown event {event!r}")

@@ -1,8 +1,9 @@
 """The schedule aggregate (owned by the schedule-registry): pure decide/evolve."""
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Mapping
 
 from sluice.domain.common import ProgramRef
@@ -10,6 +11,26 @@ from sluice.domain.constraints import Constraint, TimeoutPolicy, validate_constr
 from sluice.domain.triggers import Trigger, validate_trigger
 from sluice.ids import derived_id
 from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
+
+
+class MisfirePolicy(enum.Enum):
+    """What a time-triggered schedule does with fire times that passed while nothing could fire
+    them (the matcher was down, or a clock jumped): a fire looked at more than
+    `MISFIRE_THRESHOLD` after its time is missed. Every run keeps the logical time it stands for."""
+
+    FIRE_ONCE = "FIRE_ONCE"
+    """The default: one run for all the missed times, with the latest missed time as its logical
+    time; the schedule then goes on from there (CDAP instead fired none of them)."""
+    FIRE_EACH = "FIRE_EACH"
+    """One run per missed time, in order, each with its own logical time -- but only for times
+    within `catch_up_seconds` before now; older ones are skipped."""
+    SKIP = "SKIP"
+    """No run for missed times; the schedule fires next at its next time from now on."""
+
+
+MISFIRE_THRESHOLD = timedelta(seconds=60)
+"""A fire handled later than this after its time counts as missed (normal timer lag is far less)."""
+DEFAULT_CATCH_UP_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -27,6 +48,9 @@ class Schedule:
     description: str = ""
     constraints: tuple[Constraint, ...] = ()
     timeout_policy: TimeoutPolicy = TimeoutPolicy.DISCARD
+    misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    catch_up_seconds: int = DEFAULT_CATCH_UP_SECONDS
+    """FIRE_EACH: how far back missed fire times are still run."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))
@@ -178,6 +202,10 @@ def validate(schedule: Schedule) -> None:
     validate_constraints(schedule.constraints, "schedule.constraints")
     if not isinstance(schedule.timeout_policy, TimeoutPolicy):
         raise InvalidArgument("schedule.timeout_policy", f"must be one of {', '.join(p.value for p in TimeoutPolicy)}")
+    if not isinstance(schedule.misfire_policy, MisfirePolicy):
+        raise InvalidArgument("schedule.misfire_policy", f"must be one of {', '.join(p.value for p in MisfirePolicy)}")
+    if schedule.catch_up_seconds < 1:
+        raise InvalidArgument("schedule.catch_up", f"must be at least 1 second, got {schedule.catch_up_seconds}")
 
 
 def _require_name(path: str, value: str) -> None:

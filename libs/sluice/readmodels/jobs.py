@@ -62,6 +62,9 @@ class JobsView:
                                              history=(Transition(JobState.PENDING_TRIGGER, at, "first matching notification"),))
             case matching.NotificationMatched(job_id, _, at):
                 self._update(job_id, at, notifications=self._jobs[job_id].notifications + 1)
+            case matching.MissedFiresSkipped(job_id, until, policy, at):
+                self._transition(job_id, JobState.PENDING_TRIGGER, at,
+                                 f"fire times up to {until.isoformat()} missed: {policy.value}")
             case matching.JobTriggered(job, at):
                 self._transition(job.id, JobState.PENDING_CONSTRAINT, at, "trigger satisfied", job=job)
             case matching.JobDiscarded(job_id, _, reason, at):

@@ -14,7 +14,7 @@ from sluice.domain.constraints import (
     TimeoutPolicy,
     TimeWindowConstraint,
 )
-from sluice.domain.schedules import Schedule, validate
+from sluice.domain.schedules import DEFAULT_CATCH_UP_SECONDS, MisfirePolicy, Schedule, validate
 from sluice.domain.triggers import (
     AndTrigger,
     DataSizeTrigger,
@@ -45,6 +45,8 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
         description=schedule.description,
         constraints=[constraint_to_proto(c) for c in schedule.constraints],
         timeout_policy=timeout_policy_to_proto(schedule.timeout_policy),
+        misfire_policy=pb.MisfirePolicy.Value(f"MISFIRE_{schedule.misfire_policy.value}"),
+        catch_up=duration_pb2.Duration(seconds=schedule.catch_up_seconds),
     )
 
 
@@ -63,6 +65,8 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "sch
         description=message.description,
         constraints=tuple(constraint_from_proto(c, f"{path}.constraints[{i}]") for i, c in enumerate(message.constraints)),
         timeout_policy=timeout_policy_from_proto(message.timeout_policy),
+        misfire_policy=_misfire_from_proto(message.misfire_policy),
+        catch_up_seconds=message.catch_up.seconds if message.HasField("catch_up") else DEFAULT_CATCH_UP_SECONDS,
     )
     try:
         validate(schedule)
@@ -135,6 +139,12 @@ def _filter_to_proto(filter: Mapping[str, tuple[str, ...]]) -> dict[str, pb.Allo
 
 def _filter_from_proto(filter) -> dict[str, tuple[str, ...]]:
     return {key: tuple(allowed.values) for key, allowed in filter.items()}
+
+
+def _misfire_from_proto(value: int) -> MisfirePolicy:
+    if value not in pb.MisfirePolicy.values():
+        return value  # left for validation to reject with the field's name
+    return MisfirePolicy(pb.MisfirePolicy.Name(value).removeprefix("MISFIRE_"))
 
 
 def timeout_policy_to_proto(policy: TimeoutPolicy) -> int:

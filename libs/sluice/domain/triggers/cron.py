@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from sluice.domain.triggers.specs import TimeTrigger, require_aware
+from sluice.domain.triggers.specs import TimeTrigger, Trigger, leaves, require_aware
 
 NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 """Keys ZoneInfo may resolve that are not real IANA zones (`localtime` is the server's zone)."""
@@ -71,6 +71,13 @@ def next_fire_times(trigger: TimeTrigger, after: datetime, until: datetime) -> l
         fires.append(fire)
         fire = _next_fire(trigger.cron, trigger.zone, fire)
     return fires
+
+
+def latest_fire(trigger: Trigger, after: datetime, until: datetime) -> datetime | None:
+    """The latest fire of any time leaf of `trigger` in (after, until], None when there is none."""
+    fires = [times[-1] for leaf in leaves(trigger) if isinstance(leaf, TimeTrigger)
+             if (times := next_fire_times(leaf, after, until))]
+    return max(fires, default=None)
 
 
 @lru_cache(maxsize=4096)
