@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast bench proto clean standalone postgres kafka-fetch kafka-up kafka-down
+.PHONY: env demo test test-fast bench proto clean standalone postgres kafka-fetch kafka-up kafka-down compose-schema
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -35,8 +35,12 @@ standalone: env
 postgres:
 	sh deploy/postgres/install.sh
 
-test: env postgres kafka-fetch
+test: env postgres kafka-fetch compose-schema
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The Compose file schema (from the docker-compose release on PyPI), to validate docker-compose.yml without Docker.
+compose-schema: env
+	PYTHON=$(PY) bash deploy/compose/fetch-schema.sh
 
 # The Kafka broker's jars from Maven Central into deploy/kafka/.cache/libs (skips when up to date).
 kafka-fetch:
@@ -49,7 +53,7 @@ kafka-up: kafka-fetch
 kafka-down:
 	bash deploy/kafka/broker.sh down
 
-test-fast: env postgres
+test-fast: env postgres compose-schema
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: env

@@ -3,26 +3,71 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
+import jsonschema
 import yaml
 
-from sluice.cli.main import build_parser
+from sluice.cli.main import SERVICES, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_compose_services_build_from_files_that_exist_and_run_valid_commands():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    assert compose["services"], "no services"
-    for name, service in compose["services"].items():
-        build = service["build"]
-        assert (ROOT / build["context"] / build["dockerfile"]).is_file(), name
-        args = build_parser().parse_args(service["command"])  # exits on an unknown command or option
-        assert args.port == 50051
+SCHEMA = ROOT / "deploy/compose/.cache/compose_spec.json"
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def schema_errors(document: dict) -> list[str]:
+    assert SCHEMA.is_file(), "the Compose schema is missing: run `make compose-schema`"
+    validator = jsonschema.Draft7Validator(json.loads(SCHEMA.read_text()))
+    return [f"{'.'.join(map(str, error.path))}: {error.message}" for error in validator.iter_errors(document)]
+
+
+def test_compose_file_is_valid_against_the_compose_schema():
+    assert schema_errors(compose()) == []
+
+
+def test_the_schema_check_rejects_a_broken_compose_file():
+    broken = compose()
+    broken["services"]["registry"]["comand"] = ["serve", "registry"]
+    broken["services"]["kafka"]["healthcheck"]["retries"] = "many"
+    assert len(schema_errors(broken)) == 2
+
+
+def test_the_stack_runs_every_service_on_kafka_postgres_and_a_spark_cluster():
+    services = compose()["services"]
+    assert {"kafka", "postgres", "kurrentdb", "spark-master", "spark-worker", *SERVICES} <= set(services)
+    for name in SERVICES:
+        args = build_parser().parse_args(services[name]["command"])  # exits on an unknown command or option
+        assert args.service == name and args.host == "0.0.0.0" and args.metrics_port == 9100
+        environment = services[name]["environment"]
+        assert environment["SLUICE_BUS"] == "kafka://kafka:9092"
+        assert environment["SLUICE_EVENT_LOG"].startswith("postgresql://") and "@postgres:5432/" in environment["SLUICE_EVENT_LOG"]
+        assert environment["SLUICE_SPARK_MASTER"] == "spark://spark-master:7077"
+        assert set(services[name]["depends_on"]) >= {"kafka", "postgres"}
+    worker = services["spark-worker"]
+    assert worker["command"][:2] == ["org.apache.spark.deploy.worker.Worker", "spark://spark-master:7077"]
+    assert "sluice-data:/data" in worker["volumes"] and "sluice-data:/data" in services["launcher"]["volumes"]
+
+
+def test_compose_references_are_consistent_and_ports_stay_on_loopback():
+    document = compose()
+    services = document["services"]
+    for name, service in services.items():
+        for dependency in service.get("depends_on", {}):
+            assert dependency in services, f"{name} depends on unknown {dependency}"
         for port in service.get("ports", []):
             assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
         for volume in service.get("volumes", []):
-            assert volume.split(":")[0] in compose["volumes"], volume
-        build_parser().parse_args(service["healthcheck"]["test"][2:])
+            assert volume.split(":")[0] in document["volumes"], volume
+        if "build" in service:
+            assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file(), name
+    standalone = services["sluice-standalone"]
+    assert standalone["profiles"] == ["standalone"]
+    assert build_parser().parse_args(standalone["command"]).data_dir == Path("/data")
 
 
 def test_dockerfile_copies_everything_make_env_needs():
