@@ -50,9 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--datasets", type=_positive, default=None, help="matcher: datasets the schedules spread over (default 1000)")
     p.add_argument("--rates", type=_rates, default=None,
                    help="e2e-latency: offered notification rates per second, comma-separated (default 200,1000)")
-    p.add_argument("--bus", choices=("file", "memory"), default="file",
-                   help="e2e-latency: the in-process bus on a WAL file, as embedded mode runs it, or in memory "
-                        "(default file)")
+    p.add_argument("--bus", choices=("all", "file", "memory", "kafka"), default="all",
+                   help="e2e-latency: embedded (the in-process bus on a WAL file, or in memory), a real Kafka "
+                        "broker with PostgreSQL, or all = file and kafka (default all)")
     p.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
     return p
 
