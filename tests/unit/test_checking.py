@@ -1,0 +1,169 @@
+"""The constraint-checker's aggregate (`sluice.domain.checking`): pure decide/evolve over the queue."""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+from sluice.domain import checking
+from sluice.domain.checking import (
+    CheckerState,
+    CheckTime,
+    EnqueueJob,
+    JobAdmitted,
+    JobDeferred,
+    JobQueued,
+    JobWithdrawn,
+    ObserveRun,
+    ObserveSchedule,
+    RunObserved,
+    ScheduleTracked,
+    ScheduleUntracked,
+)
+from sluice.domain.common import ProgramRef, RunStatus
+from sluice.domain.constraints import (
+    Capacity,
+    ConcurrencyConstraint,
+    DelayConstraint,
+    MinSinceLastRunConstraint,
+)
+from sluice.domain.jobs import Job, TriggerContext
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import PartitionTrigger
+from sluice.ids import run_id_for
+
+T0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+P = ProgramRef("ns", "app", "p")
+Q = ProgramRef("ns", "app", "q")
+
+
+def job(sequence: int, *constraints, schedule: str = "s1", program: ProgramRef = P, generation: int = 1,
+        priority: int = 0, at: datetime = T0) -> Job:
+    return Job(f"{schedule}-j{sequence}", schedule, generation, program, TriggerContext(schedule, schedule), at,
+               priority, constraints, sequence=sequence, triggered_at=at)
+
+
+def schedule(schedule_id: str = "s1", *constraints, program: ProgramRef = P, generation: int = 1,
+             enabled: bool = True) -> Schedule:
+    return Schedule(schedule_id, schedule_id, program, PartitionTrigger("ns", "d"), enabled=enabled,
+                    generation=generation, constraints=constraints)
+
+
+def run(state: CheckerState, command: object, now: datetime = T0, capacity: Capacity = Capacity()):
+    events = checking.decide(state, command, now, capacity)
+    return checking.fold(state, events), events
+
+
+def kinds(events) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def test_a_job_without_constraints_is_queued_and_admitted_in_one_decision():
+    state, events = run(CheckerState(), EnqueueJob(job(1)))
+    assert kinds(events) == ["JobQueued", "JobAdmitted"]
+    assert state.queue == {} and state.world.running(P) == 1
+    assert state.world.runs[P][0].run_id == run_id_for("s1-j1")
+
+
+def test_a_redelivered_job_changes_nothing_even_after_its_run_ended():
+    state, _ = run(CheckerState(), EnqueueJob(job(1)))
+    state, _ = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))
+    assert run(state, EnqueueJob(job(1)))[1] == []
+    assert kinds(run(state, EnqueueJob(job(2)))[1]) == ["JobQueued", "JobAdmitted"]
+
+
+def test_a_waiting_job_is_deferred_once_and_admitted_when_its_delay_ends():
+    state, events = run(CheckerState(), EnqueueJob(job(1, DelayConstraint(60))))
+    assert kinds(events) == ["JobQueued", "JobDeferred"]
+    assert events[1].waiting_on == ("delayed 60 s after the trigger",)
+    assert checking.next_check(state, T0).wake_at == T0 + timedelta(seconds=60)
+    assert run(state, CheckTime(), T0 + timedelta(seconds=30))[1] == []  # not due: nothing recorded
+    state, events = run(state, CheckTime(), T0 + timedelta(seconds=60))
+    assert kinds(events) == ["JobAdmitted"] and state.queue == {}
+
+
+def test_concurrency_slot_is_taken_by_one_job_and_freed_by_the_run_end():
+    one = ConcurrencyConstraint(1)
+    state, _ = run(CheckerState(), EnqueueJob(job(1, one)))
+    state, events = run(state, EnqueueJob(job(2, one)))
+    assert kinds(events) == ["JobQueued", "JobDeferred"]
+    assert checking.next_check(state, T0).wake_at is None  # only a run end can free the slot
+    state, events = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.FAILED, T0 + timedelta(minutes=1)))
+    assert kinds(events) == ["RunObserved", "JobAdmitted"] and events[1].job.id == "s1-j2"
+
+
+def test_an_unchanged_run_status_is_not_recorded_again():
+    state, _ = run(CheckerState(), EnqueueJob(job(1)))
+    assert run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.STARTING, T0))[1] == []
+
+
+def test_a_newer_generation_withdraws_older_jobs_but_keeps_its_own():
+    state, _ = run(CheckerState(), ObserveSchedule("s1", schedule("s1", DelayConstraint(600))))
+    state, _ = run(state, EnqueueJob(job(1, DelayConstraint(600))))
+    state, _ = run(state, EnqueueJob(job(2, DelayConstraint(600), generation=2)))  # arrived before the update
+    state, events = run(state, ObserveSchedule("s1", schedule("s1", DelayConstraint(600), generation=2)))
+    assert [(type(e).__name__, getattr(e, "job_id", None)) for e in events] == [
+        ("JobWithdrawn", "s1-j1"), ("ScheduleTracked", None)]
+    assert list(state.queue) == ["s1-j2"]
+    assert run(state, ObserveSchedule("s1", schedule("s1", generation=1)))[1] == []  # a stale change
+
+
+def test_disable_and_delete_withdraw_and_late_jobs_are_discarded_on_arrival():
+    state, _ = run(CheckerState(), ObserveSchedule("s1", schedule("s1")))
+    state, _ = run(state, EnqueueJob(job(1, DelayConstraint(60))))
+    state, events = run(state, ObserveSchedule("s1", schedule("s1", enabled=False)))
+    assert [e.reason for e in events if isinstance(e, JobWithdrawn)] == ["schedule disabled"]
+    state, events = run(state, EnqueueJob(job(2)))
+    assert kinds(events) == ["JobQueued", "JobWithdrawn"] and events[1].reason == "schedule disabled"
+    state, events = run(state, ObserveSchedule("s1", None))
+    assert kinds(events) == ["ScheduleUntracked"]
+    state, events = run(state, EnqueueJob(job(3)))
+    assert events[-1] == JobWithdrawn("s1-j3", "s1", "schedule deleted", T0)
+
+
+def test_groups_follow_the_schedules_and_count_across_programs():
+    group = ConcurrencyConstraint(1, group="g")
+    state, _ = run(CheckerState(), ObserveSchedule("s1", schedule("s1", group, program=P)))
+    state, _ = run(state, ObserveSchedule("s2", schedule("s2", group, program=Q)))
+    assert state.world.members("g") == {P, Q}
+    state, _ = run(state, EnqueueJob(job(1, group, program=P)))
+    state, events = run(state, EnqueueJob(job(1, group, schedule="s2", program=Q)))
+    assert kinds(events) == ["JobQueued", "JobDeferred"]
+    state, _ = run(state, ObserveSchedule("s1", schedule("s1", program=P, generation=2)))  # s1 leaves g
+    assert state.world.members("g") == {Q}
+    state, _ = run(state, ObserveSchedule("s2", None))
+    assert state.world.members("g") == frozenset() and state.group_refs == {}
+
+
+def test_ended_runs_are_forgotten_beyond_what_the_constraints_need():
+    gap = MinSinceLastRunConstraint(3600)
+    state, _ = run(CheckerState(), EnqueueJob(job(1, gap)))
+    state, _ = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0 + timedelta(minutes=5)))
+    assert state.world.last_start(P) == T0 and state.horizon == timedelta(hours=1)
+    later = T0 + timedelta(hours=2)
+    state, _ = run(state, ObserveRun(Q, "other", RunStatus.STARTING, later))
+    state, _ = run(state, ObserveRun(Q, "other", RunStatus.COMPLETED, later))
+    assert P not in state.world.runs
+
+
+def test_high_priority_passes_the_soft_load_limit():
+    capacity = Capacity(limit=1, high_priority=5)
+    state, _ = run(CheckerState(), EnqueueJob(job(1)), capacity=capacity)
+    state, events = run(state, EnqueueJob(job(1, schedule="low")), capacity=capacity)
+    assert kinds(events) == ["JobQueued", "JobDeferred"]
+    state, events = run(state, EnqueueJob(job(1, schedule="high", priority=5)), capacity=capacity)
+    assert kinds(events) == ["JobQueued", "JobAdmitted"]
+
+
+def test_replaying_the_events_gives_the_same_state():
+    state, history = CheckerState(), []
+    for command, now in [(ObserveSchedule("s1", schedule("s1", ConcurrencyConstraint(1, group="g"))), T0),
+                         (EnqueueJob(job(1, ConcurrencyConstraint(1, group="g"))), T0),
+                         (EnqueueJob(job(2, ConcurrencyConstraint(1, group="g"))), T0),
+                         (ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0 + timedelta(minutes=1)),
+                          T0 + timedelta(minutes=1))]:
+        state, events = run(state, command, now)
+        history += events
+    assert checking.fold(CheckerState(), history) == state
+    assert {type(e) for e in history} >= {ScheduleTracked, JobQueued, JobDeferred, JobAdmitted, RunObserved}
+    assert not any(isinstance(e, ScheduleUntracked) for e in history)
+    assert replace(state, queue={}) == state  # everything was admitted
