@@ -109,7 +109,7 @@ async def _measure(log: EventLog, bus, rate: float, schedules: int, count: int, 
     producer = bus.producer()
     stop = asyncio.Event()
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    specs = [registry_spec(log, clock, producer), matcher_spec(log, clock), checker_spec(log, clock)]
+    specs = [registry_spec(log, clock, producer), matcher_spec(log, clock, producer), checker_spec(log, clock)]
     stack = asyncio.create_task(run_services(
         specs, bus, log, host="127.0.0.1", port=0, stop=stop,
         on_ready=lambda port: ready.done() or ready.set_result(port)))

@@ -5,7 +5,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluice.bus.port import Bus, Producer
-from sluice.bus.topics import JOBS, LAUNCH_REQUESTS, LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS, SCHEDULES
+from sluice.bus.topics import (
+    JOBS,
+    LAUNCH_REQUESTS,
+    LINEAGE,
+    MATCHES,
+    PARTITION_NOTIFICATIONS,
+    PROGRAM_NOTIFICATIONS,
+    SCHEDULES,
+)
 from sluice.clock import Clock
 from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
@@ -21,6 +29,7 @@ from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, Spa
 from sluice_services.launcher.service import LauncherService
 from sluice_services.lineage.grpc_api import LineageServicer
 from sluice_services.lineage.service import LineageService
+from sluice_services.matcher.lookup import ScheduleLookup
 from sluice_services.matcher.service import MatcherService
 from sluice_services.registry import grpc_api as registry_grpc
 from sluice_services.registry.service import RegistryService
@@ -58,14 +67,25 @@ def registry_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpe
                        recover=registry.recover)
 
 
-def matcher_spec(log: EventLog, clock: Clock) -> ServiceSpec:
+def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
+    """Two stages: the lookup re-keys notifications by schedule id (MATCHES); the matcher proper
+    consumes them with the schedule changes, one member per schedule's partition."""
+    lookup = ScheduleLookup(log, producer)
     matcher = MatcherService(log, clock)
-    subscription = Subscription("trigger-matcher", {
-        SCHEDULES: matcher.on_schedule_changed,
-        PARTITION_NOTIFICATIONS: matcher.on_notification,
-        PROGRAM_NOTIFICATIONS: matcher.on_notification,
+    look_up = Subscription("trigger-matcher-lookup", {
+        PARTITION_NOTIFICATIONS: lookup.on_notification,
+        PROGRAM_NOTIFICATIONS: lookup.on_notification,
     })
-    return ServiceSpec("matcher", [subscription], route=matcher.route, recover=matcher.recover,
+    match = Subscription("trigger-matcher", {
+        SCHEDULES: matcher.on_schedule_changed,
+        MATCHES: matcher.on_match_requested,
+    }, on_assignment=matcher.on_assignment)
+
+    def recover() -> None:
+        lookup.recover()
+        matcher.recover()
+
+    return ServiceSpec("matcher", [look_up, match], route=matcher.route, recover=recover,
                        background=[matcher.run_timers])
 
 
@@ -105,7 +125,7 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
           producer: Producer) -> list[ServiceSpec]:
     factories = {
         "registry": lambda: registry_spec(log, clock, producer),
-        "matcher": lambda: matcher_spec(log, clock),
+        "matcher": lambda: matcher_spec(log, clock, producer),
         "checker": lambda: checker_spec(log, clock, settings.capacity),
         "launcher": lambda: launcher_spec(log, clock, settings),
         "lineage": lambda: lineage_spec(log, clock),

@@ -1,9 +1,11 @@
-"""The trigger-matcher: a reverse index from event keys to schedules, and each schedule's pending job.
+"""The trigger-matcher's second stage: each schedule's pending job, in its own stream.
 
-Stage 1 looks up the schedules interested in a notification's event key; stage 2 updates each
-schedule's job state in its own stream (a single writer per schedule). Triggers that time can
-satisfy (cron, quiet period, elapsed) set one timer per schedule at the pending job's exact
-wake-up time; `fire_due()` runs what is due by the injected clock."""
+On the bus the first stage (`lookup.ScheduleLookup`) re-keys notifications by schedule id onto the
+matches topic, so the member of the consumer group that owns a schedule's partition is its single
+writer (`on_match_requested`). `match()` also looks schedules up itself, for callers without a
+bus (the simulated scheduler, benchmarks). Triggers that time can satisfy (cron, quiet period,
+elapsed) set one timer per schedule at the pending job's exact wake-up time; `fire_due()` runs
+what is due by the injected clock, for the schedules this member owns."""
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +13,8 @@ import heapq
 from collections import OrderedDict, defaultdict
 from datetime import datetime
 
-from sluice.bus.port import Record
-from sluice.bus.topics import JOBS
+from sluice.bus.port import Record, TopicPartition, kafka_partition
+from sluice.bus.topics import ALL_TOPICS, JOBS, MATCHES
 from sluice.clock import Clock
 from sluice.domain import matching
 from sluice.domain.codec import EventTypes
@@ -20,6 +22,7 @@ from sluice.domain.common import Notification
 from sluice.domain import triggers
 from sluice.domain.matching import (
     CheckTime,
+    JobCreated,
     JobTriggered,
     MatcherState,
     MatchNotification,
@@ -31,8 +34,8 @@ from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute, execute_batch
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.outbox import Outgoing
-from sluice.v1 import jobs_pb2, schedules_pb2
-from sluice.wire.common import notification_from_bytes, parse_bus_message
+from sluice.v1 import jobs_pb2, matching_pb2, schedules_pb2
+from sluice.wire.common import notification_from_bytes, notification_from_proto, parse_bus_message
 from sluice.wire.jobs import job_to_proto
 from sluice.wire.schedules import schedule_from_proto
 
@@ -41,7 +44,8 @@ TYPES = EventTypes(matching.EVENTS)
 MAX_TIMER_SLEEP = 1.0
 """Seconds the timer loop sleeps at most, so a clock that jumps (or a simulated one) is noticed."""
 RECENT_NOTIFICATIONS = 100_000
-"""How many ids of notifications that had an effect are remembered, to ignore a producer's resend."""
+"""How many (schedule, notification) pairs that had an effect are remembered, to ignore a resend."""
+MATCHES_PARTITIONS = next(spec.partitions for spec in ALL_TOPICS if spec.name == MATCHES)
 
 
 class MatcherService:
@@ -50,7 +54,10 @@ class MatcherService:
         self._clock = clock
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState())
         self._index: dict[str, set[str]] = defaultdict(set)
-        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._job_schedules: dict[str, str] = {}
+        self._owned: set[int] | None = None
+        """Partitions of the matches topic this member owns; None: every schedule (no consumer group)."""
         self._next_offsets: dict[str, int] = {}
         self._wake_at: dict[str, datetime] = {}
         self._timers: list[tuple[datetime, str]] = []
@@ -60,6 +67,7 @@ class MatcherService:
         self._recent.clear()
         self._next_offsets.clear()
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES, on_event=self._remember_matched)
+        self._job_schedules.clear()
         self._index.clear()
         self._wake_at.clear()
         self._timers.clear()
@@ -97,21 +105,56 @@ class MatcherService:
             raise MalformedMessage(str(error)) from error
         self.match(notification, Checkpoint(consumed, record.offset + 1))
 
-    def match(self, notification: Notification, consumed: Checkpoint | None = None) -> None:
-        """Every schedule the notification concerns decides; all their events are appended at once."""
-        if notification.id in self._recent:
+    async def on_match_requested(self, record: Record) -> None:
+        """The first stage found that the notification concerns the schedule (keyed by its id)."""
+        consumed = f"matcher:{record.topic}:{record.partition}"
+        if record.offset < self._next_offset(consumed):
             return
+        message = parse_bus_message(matching_pb2.MatchRequested, record.value)
+        if not message.schedule_id:
+            raise MalformedMessage("schedule_id: must not be empty")
+        known = self._store.load(matching.stream_name(message.schedule_id)).state.schedule
+        if not message.HasField("schedule") and known is None:
+            raise MalformedMessage(f"unknown schedule {message.schedule_id}")
+        try:
+            notification = notification_from_proto(message.notification)
+            carried = schedule_from_proto(message.schedule, message.schedule_id) if message.HasField("schedule") else None
+        except InvalidArgument as error:
+            raise MalformedMessage(str(error)) from error
+        if carried is not None and (known is None or carried.generation > known.generation):
+            self.observe(message.schedule_id, carried)  # the schedules topic has not brought it yet
+        self.match(notification, Checkpoint(consumed, record.offset + 1), schedule_ids=[message.schedule_id])
+
+    def on_assignment(self, assigned: set[TopicPartition]) -> None:
+        """The consumer group gave this member these partitions: it fires the timers of the
+        schedules on its partitions of the matches topic, after re-reading what other members wrote."""
+        owned = {tp.partition for tp in assigned if tp.topic == MATCHES}
+        first, gained = self._owned is None, owned - (self._owned or set())
+        self._owned = owned
+        if gained and not first:  # at the first assignment, the start-up recovery is fresh
+            self.recover()
+
+    def owns(self, schedule_id: str) -> bool:
+        return self._owned is None or kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS) in self._owned
+
+    def match(self, notification: Notification, consumed: Checkpoint | None = None,
+              schedule_ids: list[str] | None = None) -> None:
+        """Every schedule the notification concerns (looked up, or `schedule_ids`) decides; all
+        their events are appended at once, with the consumed position."""
         now = self._clock.now()
         command = MatchNotification(notification)
-        streams = [matching.stream_name(s) for s in sorted(self.schedules_for(notification.event_key()))]
+        if schedule_ids is None:
+            schedule_ids = sorted(self.schedules_for(notification.event_key()))
+        streams = [matching.stream_name(s) for s in schedule_ids if (s, notification.id) not in self._recent]
         decided = execute_batch(self._store, self._log, streams, lambda _, state: matching.decide(state, command, now),
                                 checkpoints=[consumed] if consumed else [])
         if decided:
-            self._remember(notification.id)
             if consumed:
                 self._next_offsets[consumed.name] = consumed.value
             for stream in decided:
-                self._set_timer(stream.removeprefix(STREAM_PREFIX), self._store.load(stream).state)
+                schedule_id = stream.removeprefix(STREAM_PREFIX)
+                self._remember(schedule_id, notification.id)
+                self._set_timer(schedule_id, self._store.load(stream).state)
 
     def fire_due(self) -> int:
         """Re-evaluate every pending job whose wake-up time has come; how many were due."""
@@ -122,6 +165,8 @@ class MatcherService:
             if self._wake_at.get(schedule_id) != when:
                 continue  # superseded by a later decision
             del self._wake_at[schedule_id]
+            if not self.owns(schedule_id):
+                continue  # another member's now; a rebalance back makes this one re-read it
             due += 1
             self._decide(schedule_id, CheckTime())
         return due
@@ -156,12 +201,15 @@ class MatcherService:
         return self._next_offsets[checkpoint]
 
     def _remember_matched(self, event: object) -> None:
-        if isinstance(event, NotificationMatched):
-            self._remember(event.notification.id)
+        if isinstance(event, JobCreated):
+            self._job_schedules[event.job_id] = event.schedule_id
+        elif isinstance(event, NotificationMatched):
+            self._remember(self._job_schedules.get(event.job_id, ""), event.notification.id)
 
-    def _remember(self, notification_id: str) -> None:
-        self._recent[notification_id] = None
-        self._recent.move_to_end(notification_id)
+    def _remember(self, schedule_id: str, notification_id: str) -> None:
+        key = (schedule_id, notification_id)
+        self._recent[key] = None
+        self._recent.move_to_end(key)
         if len(self._recent) > RECENT_NOTIFICATIONS:
             self._recent.popitem(last=False)
 

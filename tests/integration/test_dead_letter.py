@@ -8,23 +8,23 @@ import pytest
 
 from sluice.bus.inprocess import InProcessBus
 from sluice.bus.kafka import KafkaBus
-from sluice.bus.topics import DEAD_LETTER, JOBS, PARTITION_NOTIFICATIONS, SCHEDULES
+from sluice.bus.topics import DEAD_LETTER, JOBS, MATCHES, PARTITION_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
-from sluice.domain.schedules import Schedule
+from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
 from sluice.testing.kafka import KafkaBroker
-from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
+from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
-from sluice.wire.schedules import schedule_to_proto
-from sluice_services.composition import matcher_spec
+from sluice_services.composition import matcher_spec, registry_spec
+from sluice_services.registry.service import RegistryService
 
 pytestmark = pytest.mark.integration
 
 CLOCK = SimulatedClock()
-SCHEDULE = Schedule("s-1", "hourly", ProgramRef("experiments", "clickstream", "hourly_metrics"),
+SCHEDULE = Schedule(schedule_id_for(ProgramRef("experiments", "clickstream", "hourly_metrics"), "hourly"), "hourly", ProgramRef("experiments", "clickstream", "hourly_metrics"),
                     PartitionTrigger("experiments", "clickstream", 1), enabled=True)
 
 
@@ -63,18 +63,16 @@ async def test_poison_messages_on_a_real_kafka_broker(tmp_path):
 
 
 async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float) -> None:
-    """Five kinds: not protobuf, another message type, missing fields, oversized, and an undecodable
-    schedule change; then a valid notification still triggers."""
+    """Not protobuf, another message type, missing fields, oversized, an unknown schedule, and an
+    undecodable schedule change; then a valid notification still triggers."""
     log = SqliteEventLog(tmp_path / "events.db", clock=CLOCK)
+    RegistryService(log, CLOCK).create(SCHEDULE)
     stop = asyncio.Event()
     ready = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(run_services([matcher_spec(log, CLOCK)], bus, log, on_ready=ready.set_result, stop=stop))
-    await asyncio.wait_for(ready, settle)
     producer = bus.producer()
-    change = schedules_pb2.ScheduleChanged(schedule_id=SCHEDULE.id, schedule=schedule_to_proto(SCHEDULE))
-    await producer.send(SCHEDULES, change.SerializeToString(), key=SCHEDULE.id.encode())
-    # Topics are not ordered with each other: a notification handled before the matcher knows the
-    # schedule matches nothing. Publish once the matcher has recorded the schedule.
+    specs = [registry_spec(log, CLOCK, producer), matcher_spec(log, CLOCK, producer)]
+    task = asyncio.create_task(run_services(specs, bus, log, on_ready=ready.set_result, stop=stop))
+    await asyncio.wait_for(ready, settle)
     deadline = asyncio.get_running_loop().time() + settle
     while log.stream_version(f"matcher-{SCHEDULE.id}") < 0:
         assert asyncio.get_running_loop().time() < deadline, "the matcher never observed the schedule"
@@ -89,15 +87,20 @@ async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float) -> Non
     for value in poison:
         await producer.send(PARTITION_NOTIFICATIONS, value, key=b"partition:experiments.clickstream")
     await producer.send(SCHEDULES, b"\x08\x96\x01 garbage", key=b"x")
+    unknown = matching_pb2.MatchRequested(schedule_id="no-such-schedule",
+                                          notification=notifications_pb2.Notification.FromString(valid_notification()))
+    await producer.send(MATCHES, unknown.SerializeToString(), key=b"no-such-schedule")
     await producer.send(PARTITION_NOTIFICATIONS, valid_notification(), key=b"partition:experiments.clickstream")
 
-    dead = await drain(bus, DEAD_LETTER, len(poison) + 1, settle)
+    dead = await drain(bus, DEAD_LETTER, len(poison) + 2, settle)
     reasons = {record.value: dict(record.headers)["reason"].decode() for record in dead}
     for value, reason in poison.items():
         assert reason in reasons[value]
     sources = {record.value: dict(record.headers)["source-topic"].decode() for record in dead}
     assert {sources[value] for value in poison} == {PARTITION_NOTIFICATIONS}
     assert sources[b"\x08\x96\x01 garbage"] == SCHEDULES
+    assert sources[unknown.SerializeToString()] == MATCHES
+    assert "unknown schedule no-such-schedule" in reasons[unknown.SerializeToString()]
 
     triggered = await drain(bus, JOBS, 1, settle)
     job = jobs_pb2.JobTriggered.FromString(triggered[0].value).job

@@ -18,6 +18,7 @@ from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import ElapsedTrigger, OrTrigger, PartitionTrigger, ProgramStatusTrigger, QuietPeriodTrigger, TimeTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.domain.codec import EventTypes
+from sluice.domain.schedules import MisfirePolicy
 from sluice.domain import matching
 from sluice_services.matcher.service import MatcherService
 
@@ -26,11 +27,11 @@ PROGRAM = ProgramRef("experiments", "clickstream", "hourly_metrics")
 TYPES = EventTypes(matching.EVENTS)
 
 
-def setup(tmp_path, trigger) -> tuple[SimulatedClock, SqliteEventLog, MatcherService]:
+def setup(tmp_path, trigger, **schedule) -> tuple[SimulatedClock, SqliteEventLog, MatcherService]:
     clock = SimulatedClock(T0)
     log = SqliteEventLog(tmp_path / "events.db", clock=clock)
     matcher = MatcherService(log, clock)
-    matcher.observe("s-1", Schedule("s-1", "sched", PROGRAM, trigger, enabled=True))
+    matcher.observe("s-1", Schedule("s-1", "sched", PROGRAM, trigger, enabled=True, **schedule))
     return clock, log, matcher
 
 
@@ -43,7 +44,7 @@ def partition(n: int) -> Notification:
 
 
 def test_cron_in_a_zone_fires_at_the_right_instant_and_catches_up_after_downtime(tmp_path):
-    clock, log, matcher = setup(tmp_path, TimeTrigger("0 * * * *", "Asia/Tokyo"))
+    clock, log, matcher = setup(tmp_path, TimeTrigger("0 * * * *", "Asia/Tokyo"), misfire_policy=MisfirePolicy.FIRE_EACH)
     assert matcher.next_wake_at() == datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
     clock.advance(timedelta(minutes=49))
     assert matcher.fire_due() == 0 and fired(log) == []

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$')
 REGISTRY = 'grpc_service="sluice.v1.ScheduleRegistry"'
 NOTIFICATIONS = 'grpc_service="sluice.v1.Notifications"'
-PARTITIONS = 'topic="sluice.notifications.partition",group="trigger-matcher"'
+PARTITIONS = 'topic="sluice.notifications.partition",group="trigger-matcher-lookup"'
 
 
 def get(address: str, path: str) -> tuple[int, str, str]:

@@ -38,7 +38,7 @@ async def test_partition_notification_becomes_a_launch_request_over_kafka(kafka,
     producer = bus.producer()
     ready = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()
-    specs = [registry_spec(log, clock, producer), matcher_spec(log, clock), checker_spec(log, clock)]
+    specs = [registry_spec(log, clock, producer), matcher_spec(log, clock, producer), checker_spec(log, clock)]
     services = asyncio.create_task(run_services(specs, bus, log, on_ready=ready.set_result, stop=stop))
     try:
         port = await asyncio.wait_for(ready, 60)

@@ -6,6 +6,7 @@
 | sluice.notifications.program   | Notification             | program:<ns>.<app>.<program>.<status> |
 | sluice.notifications.time      | Notification             | schedule id                           |
 | sluice.schedules               | ScheduleChanged          | schedule id (compacted)               |
+| sluice.matches                 | MatchRequested           | schedule id                           |
 | sluice.jobs                    | JobTriggered             | schedule id                           |
 | sluice.launch-requests         | LaunchRequested          | job id                                |
 | sluice.lineage                 | OpenLineage RunEvent JSON| run id                                |
@@ -19,6 +20,7 @@ PARTITION_NOTIFICATIONS = "sluice.notifications.partition"
 PROGRAM_NOTIFICATIONS = "sluice.notifications.program"
 TIME_NOTIFICATIONS = "sluice.notifications.time"
 SCHEDULES = "sluice.schedules"
+MATCHES = "sluice.matches"
 JOBS = "sluice.jobs"
 LAUNCH_REQUESTS = "sluice.launch-requests"
 LINEAGE = "sluice.lineage"
@@ -31,6 +33,7 @@ ALL_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(PROGRAM_NOTIFICATIONS, DEFAULT_PARTITIONS),
     TopicSpec(TIME_NOTIFICATIONS, DEFAULT_PARTITIONS),
     TopicSpec(SCHEDULES, DEFAULT_PARTITIONS, compacted=True),
+    TopicSpec(MATCHES, DEFAULT_PARTITIONS),  # as many partitions as SCHEDULES: one member owns a schedule in both
     TopicSpec(JOBS, DEFAULT_PARTITIONS),
     TopicSpec(LAUNCH_REQUESTS, DEFAULT_PARTITIONS),
     TopicSpec(LINEAGE, DEFAULT_PARTITIONS),

@@ -110,6 +110,14 @@ class MatcherState:
     schedule: Schedule | None = None
     pending: PendingJob | None = None
     jobs_created: int = 0
+    retired_generation: int = 0
+    """The generation of the schedule when it was deleted: a change up to it arrives too late."""
+    recent: tuple[str, ...] = ()
+    """Ids of the last notifications this schedule matched: a redelivered one (the first stage
+    publishes at least once, possibly through another member) is ignored even after its job fired."""
+
+
+RECENT_PER_SCHEDULE = 32
 
 
 def decide(state: MatcherState, command: object, now: datetime) -> list[MatcherEvent]:
@@ -119,6 +127,9 @@ def decide(state: MatcherState, command: object, now: datetime) -> list[MatcherE
                 return []
             return [*_discard_pending(state, "schedule deleted", now), ScheduleForgotten(schedule_id, now)]
         case ObserveSchedule(_, schedule):
+            if schedule.generation <= state.retired_generation or (
+                    state.schedule is not None and schedule.generation < state.schedule.generation):
+                return []  # a change delivered after a newer one
             return _then_wait_for_time(state, _observe(state, schedule, now), now)
         case MatchNotification(notification):
             return _then_wait_for_time(state, _match(state, notification, now), now)
@@ -149,7 +160,7 @@ def _observe(state: MatcherState, schedule: Schedule, now: datetime) -> list[Mat
 
 def _match(state: MatcherState, notification: Notification, now: datetime) -> list[MatcherEvent]:
     schedule = state.schedule
-    if schedule is None or not schedule.enabled:
+    if schedule is None or not schedule.enabled or notification.id in state.recent:
         return []
     pending = state.pending
     created: list[MatcherEvent] = []
@@ -238,14 +249,15 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
         case ScheduleObserved(schedule):
             return replace(state, schedule=schedule)
         case ScheduleForgotten():
-            return replace(state, schedule=None, pending=None)
+            return replace(state, schedule=None, pending=None, retired_generation=state.schedule.generation)
         case JobCreated(job_id, _, _, at, waiting_since):
             pending = PendingJob(job_id, at, triggers.start(state.schedule.trigger, waiting_since or at),
                                  state.jobs_created + 1)
             return replace(state, pending=pending, jobs_created=state.jobs_created + 1)
         case NotificationMatched(_, notification, at):
             observed = triggers.observe(state.schedule.trigger, state.pending.trigger, notification, at)
-            return replace(state, pending=replace(state.pending, trigger=observed))
+            return replace(state, pending=replace(state.pending, trigger=observed),
+                           recent=(*state.recent, notification.id)[-RECENT_PER_SCHEDULE:])
         case MissedFiresSkipped(_, until):
             return replace(state, pending=replace(state.pending, trigger=replace(state.pending.trigger, started_at=until)))
         case JobTriggered() | JobDiscarded():

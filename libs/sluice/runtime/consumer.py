@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Mapping
 
-from sluice.bus.port import Bus, Producer, Record
+from sluice.bus.port import Bus, Producer, Record, TopicPartition
 from sluice.bus.topics import DEAD_LETTER
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.metrics import Registry
@@ -26,6 +26,8 @@ class Subscription:
     group: str
     handlers: Mapping[str, Handler]  # topic -> handler
     max_message_bytes: int = MAX_MESSAGE_BYTES
+    on_assignment: Callable[[set[TopicPartition]], None] | None = None
+    """Called with the member's partitions whenever the group assigns it others (a rebalance)."""
 
 
 MALFORMED, HANDLER_FAILED = "malformed", "handler_failed"
@@ -63,9 +65,13 @@ async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, p
     instruments = ConsumerMetrics(metrics or Registry())
     instruments.start(subscription)
     consumer = bus.consumer(subscription.group, list(subscription.handlers))
+    assigned: set[TopicPartition] | None = None
     try:
         while True:
             records = await consumer.poll(timeout=poll_timeout)
+            if subscription.on_assignment is not None and consumer.assignment() != assigned:
+                assigned = consumer.assignment()
+                subscription.on_assignment(assigned)
             for record in records:
                 started = time.perf_counter()
                 reason = await _handle(record, subscription, dead_letter)

@@ -1,0 +1,80 @@
+"""The trigger-matcher's first stage: which schedules does a notification concern?
+
+Notifications arrive keyed by event key (`partition:<ns>.<dataset>`, ...), so one schedule's
+inputs can land on different members of the group. This stage looks the event key up in a
+reverse index of every enabled schedule and re-publishes the notification once per interested
+schedule on the matches topic, keyed by schedule id: the second stage (MatcherService) then has
+a single member per schedule.
+
+The index is a projection of the registry's streams in the event log, brought up to date before
+each notification is looked up: a schedule whose creation committed before the notification is
+handled is always found (the schedules topic alone would race with the notification topics).
+
+Delivery is at least once: a crash between publishing and committing the notification's offset
+publishes it again, and the second stage ignores a notification the schedule already counted."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sluice.bus.port import Producer, Record
+from sluice.bus.topics import MATCHES
+from sluice.domain import schedules, triggers
+from sluice.domain.codec import EventTypes
+from sluice.domain.schedules import Schedule, ScheduleState
+from sluice.eventlog.port import EventLog
+from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.v1 import matching_pb2
+from sluice.wire.common import notification_from_bytes, notification_to_proto
+from sluice.wire.schedules import schedule_to_proto
+
+REGISTRY_PREFIX = "schedule-"
+REGISTRY_TYPES = EventTypes(schedules.EVENTS)
+
+
+class ScheduleLookup:
+    def __init__(self, log: EventLog, producer: Producer) -> None:
+        self._log = log
+        self._producer = producer
+        self._position = 0
+        self._states: dict[str, ScheduleState] = {}
+        self._index: dict[str, set[str]] = defaultdict(set)
+
+    def recover(self) -> None:
+        self._position = 0
+        self._states.clear()
+        self._index.clear()
+        self.sync()
+
+    def sync(self) -> None:
+        """Fold the registry's events committed since the last sync into the index."""
+        while events := self._log.read_all(self._position, 5000):
+            for recorded in events:
+                if recorded.stream.startswith(REGISTRY_PREFIX) and recorded.type in REGISTRY_TYPES:
+                    self._apply(recorded.stream.removeprefix(REGISTRY_PREFIX), REGISTRY_TYPES.decode(recorded))
+            self._position = events[-1].position
+
+    def schedules_for(self, event_key: str) -> list[Schedule]:
+        return [self._states[schedule_id].schedule for schedule_id in sorted(self._index.get(event_key, ()))]
+
+    async def on_notification(self, record: Record) -> None:
+        try:
+            notification = notification_from_bytes(record.value)
+        except InvalidArgument as error:
+            raise MalformedMessage(str(error)) from error
+        self.sync()
+        encoded = notification_to_proto(notification)
+        for schedule in self.schedules_for(notification.event_key()):
+            message = matching_pb2.MatchRequested(schedule_id=schedule.id, schedule=schedule_to_proto(schedule),
+                                                  notification=encoded)
+            await self._producer.send(MATCHES, message.SerializeToString(), key=schedule.id.encode())
+
+    def _apply(self, schedule_id: str, event: schedules.ScheduleEvent) -> None:
+        before = self._states.get(schedule_id, ScheduleState()).schedule
+        after = schedules.evolve(self._states.get(schedule_id, ScheduleState()), event)
+        self._states[schedule_id] = after
+        if before is not None:
+            for key in triggers.event_keys(before.trigger):
+                self._index[key].discard(schedule_id)
+        if after.schedule is not None and after.schedule.enabled:
+            for key in triggers.event_keys(after.schedule.trigger):
+                self._index[key].add(schedule_id)
