@@ -16,6 +16,7 @@ from types import ModuleType
 BENCHMARKS: dict[str, str] = {
     "matcher": "bench.matcher",
     "e2e-latency": "bench.e2e_latency",
+    "consume": "bench.consume",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 

@@ -15,6 +15,7 @@ from sluice.bus.topics import (
     SCHEDULES,
 )
 from sluice.clock import Clock
+from sluice.datasets.connect import sqlite_url
 from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import JobsView
@@ -24,7 +25,10 @@ from sluice.runtime.service import ServiceSpec
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services.checker import grpc_api as checker_grpc
 from sluice_services.checker.service import CheckerService
+from sluice_services.launcher import datasets_grpc
 from sluice_services.launcher import grpc_api as launcher_grpc
+from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.launcher.run_outputs import RunPublisher
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService
 from sluice_services.lineage.grpc_api import LineageServicer
@@ -102,10 +106,19 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) ->
 
 
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
+    data_plane = DatasetsService(log, clock)
+    publisher = RunPublisher(data_plane, settings.partitions_dir,
+                             settings.event_log or sqlite_url(settings.data_dir / "events.db"))
     launcher = LauncherService(log, clock, DirectoryCatalog(settings.apps_dir), SparkSubmitter(settings.spark),
-                               settings.partitions_dir, settings.max_parallel_runs)
+                               settings.partitions_dir, settings.max_parallel_runs, publisher)
+
+    def recover() -> None:
+        data_plane.recover()  # unfinished commit sequences are redone before any new work
+        launcher.recover()
+
     return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
-                       route=launcher.route, grpc=launcher_grpc.bindings(launcher), recover=launcher.recover,
+                       route=lambda recorded: [*launcher.route(recorded), *data_plane.route(recorded)],
+                       grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
                        start=launcher.resume)
 
 

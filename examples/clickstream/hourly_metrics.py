@@ -2,7 +2,8 @@
 
     spark-submit --master local[1] .../hourly_metrics.py --sluice-context /abs/context.json
 
-Reads exactly the clickstream partitions that triggered the run and writes, for each of them,
+Reads the new clickstream partitions of its partition consumer (when the dataset is registered;
+else exactly the partitions of the notifications that triggered the run) and writes, for each of them,
 one partition of `clickstream_hourly_metrics` with the same key (marketplace, date, hour): one
 row per (experiment_id, bucket) with
 
@@ -71,8 +72,16 @@ def hourly_metrics(events: DataFrame) -> DataFrame:
 
 
 def main(program: SparkProgram) -> dict:
-    partitions = program.context.partitions(INPUT_DATASET)
-    events = program.read_partitions(INPUT_DATASET, format="json", schema=EVENT_SCHEMA)
+    if program.has_dataset(INPUT_DATASET):   # a registered dataset: the new partitions of its consumer
+        events = program.consume(INPUT_DATASET, limit=int(program.context.properties.get("limit", "24")),
+                                 format="json", schema=EVENT_SCHEMA)
+        partitions = program.consumed(INPUT_DATASET)
+    else:                                  # the partitions of the notifications that triggered the run
+        partitions = program.context.partitions(INPUT_DATASET)
+        events = program.read_partitions(INPUT_DATASET, format="json", schema=EVENT_SCHEMA)
+    if not partitions:
+        print("hourly_metrics: no new partitions", flush=True)
+        return {"input_partitions": 0, "input_events": 0}
     metrics = hourly_metrics(events).cache()
     for part in partitions:
         in_partition = functools.reduce(lambda a, b: a & b, [F.col(k) == v for k, v in part.key.items()])

@@ -27,6 +27,7 @@ from sluice_services.launcher import lineage_events
 from sluice_services.launcher.context_file import build_context
 from sluice_services.launcher.programs import ProgramCatalog, ProgramSubmitter
 from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
+from sluice_services.launcher.run_outputs import RunPublisher
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,8 @@ LOG_TAIL_BYTES = 2000
 
 class LauncherService:
     def __init__(self, log: EventLog, clock: Clock, catalog: ProgramCatalog, submitter: ProgramSubmitter,
-                 data_dir: Path, max_parallel: int = 2) -> None:
+                 data_dir: Path, max_parallel: int = 2, publisher: RunPublisher | None = None) -> None:
+        self._publisher = publisher  # commit sequences and partition consumers (datasets); None: files only
         self._log = log
         self._clock = clock
         self._catalog = catalog
@@ -104,22 +106,30 @@ class LauncherService:
         run_dir = self._data_dir.parent / "runs" / run.id
         run_dir.mkdir(parents=True, exist_ok=True)
         context_path = run_dir / "context.json"
-        context_path.write_text(json.dumps(build_context(run.id, run.job, self._data_dir, run_dir), indent=2))
+        context = build_context(run.id, run.job, self._data_dir, run_dir)
+        context["system"].update(self._publisher.system_context() if self._publisher else {})
+        context_path.write_text(json.dumps(context, indent=2))
         log_path = run_dir / "driver.log"
         process = await self._submitter.submit(entry_point, context_path, log_path)
         self._decide(run.id, MarkStarted(process.pid))
         exit_code = await process.wait()
         if exit_code != 0:
-            self._decide(run.id, MarkFailed(f"exit code {exit_code}: {_tail(log_path)}"))
+            self._failed(run.id, run_dir, f"exit code {exit_code}: {_tail(log_path)}")
             return
         try:
             result = read_result(run_dir / "result.json")
-            outputs = publish_outputs(result, self._data_dir)
+            outputs = (self._publisher.publish(run.id, result) if self._publisher
+                       else publish_outputs(result, self._data_dir))
         except (PublishError, KeyError) as error:
-            self._decide(run.id, MarkFailed(f"publishing outputs failed: {error}"))
+            self._failed(run.id, run_dir, f"publishing outputs failed: {error}")
             return
         inputs = inputs_of(result) or tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())
         self._decide(run.id, MarkCompleted(outputs, inputs))
+
+    def _failed(self, run_id: str, run_dir: Path, error: str) -> None:
+        if self._publisher:
+            self._publisher.release(run_id, run_dir, error)  # partitions it consumed are retried
+        self._decide(run_id, MarkFailed(error))
 
     def _decide(self, run_id: str, command: object) -> list:
         now = self._clock.now()
@@ -155,6 +165,8 @@ class LauncherService:
     def _outputs(self, outputs: tuple[runs.OutputPartition, ...], recorded: RecordedEvent) -> list[Outgoing]:
         messages = []
         for index, output in enumerate(outputs):
+            if self._publisher and self._publisher.announces(output.namespace, output.dataset):
+                continue  # its transaction's commit announces it
             payload = PartitionCommitted(output.namespace, output.dataset, (output.partition,))
             notification = Notification(derived_id(recorded.id, "output", str(index)), recorded.recorded_at, payload)
             messages.append(Outgoing(PARTITION_NOTIFICATIONS, notification.event_key(),

@@ -17,7 +17,7 @@ SERVED = {
     "registry": {"sluice.v1.ScheduleRegistry", "sluice.v1.Notifications"},
     "matcher": set(),
     "checker": {"sluice.v1.Jobs"},
-    "launcher": {"sluice.v1.Runs"},
+    "launcher": {"sluice.v1.Runs", "sluice.v1.Partitions"},
     "lineage": {"sluice.v1.Lineage"},
 }
 

@@ -10,6 +10,7 @@ from typing import Callable
 import grpc
 from google.protobuf import duration_pb2, json_format
 
+from sluice.cli import datasets as datasets_cli
 from sluice.cli import render
 from sluice.cli.serve import add_server_options, run_server
 from sluice.client import SluiceClient, default_server, parse_pairs
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     lineage_show = lineage.add_parser("show", help="the job tree with runs")
     lineage_show.add_argument("--namespace", default="")
     lineage_show.set_defaults(handler=_show_lineage)
+    datasets_cli.register(commands, UsageError)
     return parser
 
 

@@ -22,6 +22,8 @@ from .context import (
     parse_context,
 )
 
+from .partitions import Between, ConsumedPartition, ConsumeError, PartitionSource, filter_from_mapping
+
 if TYPE_CHECKING:
     from .spark import SdkError, SparkProgram, StagedFile, StagedOutput, error_line, run
 
@@ -30,6 +32,7 @@ _SPARK_NAMES = {"SdkError", "SparkProgram", "StagedFile", "StagedOutput", "error
 __all__ = [
     "CONTEXT_FLAG", "ContextError", "Lineage", "Notification", "PartitionRef", "ProgramContext",
     "ProgramRef", "ScheduleRef", "SystemPaths", "context_from_argv", "load_context", "parse_context",
+    "Between", "ConsumedPartition", "ConsumeError", "PartitionSource", "filter_from_mapping",
     *sorted(_SPARK_NAMES),
 ]
 

@@ -71,6 +71,7 @@ class SystemPaths:
     data_dir: str
     staging_dir: str
     result_path: str
+    event_log: str | None = None     # URL of Sluice's event log: datasets and partition consumers
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,7 @@ def parse_context(data: Any) -> ProgramContext:
             data_dir=_get(system, "data_dir", "system.", str),
             staging_dir=_get(system, "staging_dir", "system.", str),
             result_path=_get(system, "result_path", "system.", str),
+            event_log=_get(system, "event_log", "system.", str, optional=True),
         ),
         notifications=tuple(
             _notification(n, f"notifications[{i}]")

@@ -34,7 +34,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from sluice.domain.consumer.state import ConsumerConfig
+from sluice.domain.datasets.filters import PartitionFilter
+
 from .context import ProgramContext, context_from_argv
+from .partitions import ConsumedPartition, DatasetPartition, PartitionSource
 
 # Applied only when spark-submit did not set them: small runs should not pay for 200 shuffle tasks.
 DEFAULT_SPARK_CONF = {"spark.sql.shuffle.partitions": "4"}
@@ -85,6 +89,8 @@ class SparkProgram:
         self._defaults = dict(DEFAULT_SPARK_CONF if defaults is None else defaults)
         self._inputs: dict[tuple, dict[str, Any]] = {}
         self._outputs: dict[tuple, StagedOutput] = {}
+        self._source = PartitionSource(context)
+        self._consumed: dict[tuple[str, str], list[ConsumedPartition]] = {}
         self.finished = False
 
     @classmethod
@@ -126,6 +132,56 @@ class SparkProgram:
                 "namespace": p.namespace, "dataset": p.dataset, "key": dict(p.key), "location": p.location}
         return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
 
+    def consume(self, dataset: str, limit: int = 1000, where: Mapping[str, Any] | PartitionFilter | None = None, *,
+                metadata: Mapping[str, Any] | None = None, namespace: str | None = None,
+                consumer: str | None = None, config: ConsumerConfig | None = None, format: str = "json",
+                schema: StructType | None = None, options: Mapping[str, str] | None = None) -> DataFrame:
+        """A DataFrame over exactly the partitions of `dataset` this run takes now from its partition
+        consumer (new ones, and failed ones being retried): at most `limit`, those matching `where`
+        (key values, `Between(lower, upper)` ranges, lists of values) and `metadata`. Key columns are
+        added as string literals. The partitions are completed when the run's outputs are published,
+        and marked failed (retried later) if the run fails. With none to take, the DataFrame is empty
+        (with `schema`, or just the key columns)."""
+        taken = self._source.take(dataset, limit, where, metadata=metadata, namespace=namespace,
+                                  consumer=consumer, config=config)
+        namespace = namespace or self.context.program.namespace
+        self._consumed.setdefault((namespace, dataset), []).extend(taken)
+        for p in taken:
+            self._inputs[(p.namespace, p.dataset, _key_id(p.key))] = {
+                "namespace": p.namespace, "dataset": p.dataset, "key": dict(p.key), "location": p.location}
+        return self._frame(taken, format, schema, options)
+
+    def has_dataset(self, dataset: str, namespace: str | None = None) -> bool:
+        """Whether `dataset` is registered with Sluice (then `consume`, `partitions` and `read` serve it)."""
+        return self._source.knows(dataset, namespace)
+
+    def partitions(self, dataset: str, where: Mapping[str, Any] | PartitionFilter | None = None, *,
+                   metadata: Mapping[str, Any] | None = None,
+                   namespace: str | None = None) -> tuple[DatasetPartition, ...]:
+        """The dataset's committed partitions matching `where` (latest per key): a query, nothing is consumed."""
+        return tuple(self._source.partitions(dataset, where, metadata=metadata, namespace=namespace))
+
+    def read(self, dataset: str, where: Mapping[str, Any] | PartitionFilter | None = None, *,
+             namespace: str | None = None, format: str = "json", schema: StructType | None = None,
+             options: Mapping[str, str] | None = None) -> DataFrame:
+        """A DataFrame over the dataset's partitions matching `where` (latest per key), key columns added."""
+        return self._frame(self.partitions(dataset, where, namespace=namespace), format, schema, options)
+
+    def _frame(self, parts, format: str, schema: StructType | None, options: Mapping[str, str] | None) -> DataFrame:
+        if not parts:
+            fields = list(schema.fields) if schema is not None else []
+            return self.spark.createDataFrame([], StructType(fields))
+        opts = dict(options or {})
+        if schema is None:
+            schema = self.spark.read.format(format).options(**opts).load([_uri(p.location) for p in parts]).schema
+        frames = [self.spark.read.format(format).options(**opts).schema(schema).load(_uri(p.location))
+                  .withColumns({k: F.lit(v) for k, v in p.key.items()}) for p in parts]
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+
+    def consumed(self, dataset: str, namespace: str | None = None) -> tuple[ConsumedPartition, ...]:
+        """The partitions of `dataset` this run has taken so far (by all its consume calls)."""
+        return tuple(self._consumed.get((namespace or self.context.program.namespace, dataset), ()))
+
     def write_output(self, df: DataFrame, namespace: str, dataset: str, key: Mapping[str, str],
                      format: str = "parquet", options: Mapping[str, str] | None = None) -> StagedOutput:
         """Write `df` as one file under staging_dir/<dataset>/<k=v>/... and record its manifest."""
@@ -159,6 +215,7 @@ class SparkProgram:
         result = {
             "outputs": [o.to_json() for o in outputs],
             "inputs": list(self._inputs.values()),
+            "consumed": self._source.consumed_document(),
             "metrics": {**self.metrics, **(metrics or {}), "rows_written": sum(o.record_count for o in outputs)},
         }
         path = Path(self.context.system.result_path)
@@ -168,6 +225,7 @@ class SparkProgram:
 
     def stop(self) -> None:
         """Stop the SparkSession if this object created it."""
+        self._source.close()
         if self._spark is not None and self._owns_spark:
             self._spark.stop()
         self._spark = None

@@ -1,0 +1,58 @@
+"""The launcher's data plane: datasets, the partition index, partition consumers and commit sequences.
+
+One object wires the stores on the launcher's event log; `recover` learns the datasets and redoes
+unfinished commit sequences before anything else runs; `route` publishes one partition notification
+per committed transaction through the outbox."""
+from __future__ import annotations
+
+from sluice.bus.topics import PARTITION_NOTIFICATIONS
+from sluice.clock import Clock
+from sluice.datasets import ConsumerStore, DatasetStore
+from sluice.datasets.events import decode_event
+from sluice.datasets.store import TYPES as DATASET_TYPES
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
+from sluice.domain.datasets.transactions import PartitionsCommitted
+from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.ids import derived_id
+from sluice.runtime.outbox import Outgoing
+from sluice.wire.common import notification_to_proto
+from sluice_services.launcher.commits import STREAM_PREFIX as COMMIT_PREFIX
+from sluice_services.launcher.commits import CommitRunner, FileSteps
+
+TRANSACTION_PREFIX = "transaction-"
+
+
+class DatasetsService:
+    def __init__(self, log: EventLog, clock: Clock, *, files: FileSteps | None = None) -> None:
+        self.log = log
+        self.datasets = DatasetStore(log, clock)
+        self.consumers = ConsumerStore(log, self.datasets, clock)
+        self.commits = CommitRunner(log, self.datasets, self.consumers, clock, files=files)
+
+    def recover(self) -> None:
+        """Learn every dataset, then redo unfinished commit sequences (quarantining the ones that keep
+        failing) before the launcher takes new work."""
+        sequence_ids = []
+        after = 0
+        while records := self.log.read_all(after, 10_000):
+            for recorded in records:
+                if recorded.type == "DatasetCreated" and recorded.stream.startswith("dataset-"):
+                    self.datasets.observe(DATASET_TYPES.decode(recorded))
+                elif recorded.type == "CommitSequenceRecorded" and recorded.stream.startswith(COMMIT_PREFIX):
+                    sequence_ids.append(recorded.stream.removeprefix(COMMIT_PREFIX))
+            after = records[-1].position
+        self.commits.recover(sequence_ids)
+
+    def route(self, recorded: RecordedEvent) -> list[Outgoing]:
+        if recorded.type != "PartitionsCommitted" or not recorded.stream.startswith(TRANSACTION_PREFIX):
+            return []
+        event = decode_event(DATASET_TYPES, recorded)
+        assert isinstance(event, PartitionsCommitted)
+        payload = PartitionCommitted(event.namespace, event.dataset, tuple(
+            PartitionRef(dict(p.key), p.location, p.size_bytes, p.record_count, dict(p.metadata))
+            for p in event.partitions))
+        notification = Notification(derived_id(recorded.id, "notification"), recorded.recorded_at, payload)
+        return [Outgoing(PARTITION_NOTIFICATIONS, notification.event_key(),
+                         notification_to_proto(notification).SerializeToString())]
+
+

@@ -1,0 +1,126 @@
+"""A finished run's outputs and consumed inputs, published exactly once through one commit sequence.
+
+    publisher = RunPublisher(data_plane, data_dir)
+    context["system"].update(publisher.system_context())   # programs find the partition consumers
+    outputs = publisher.publish(run_id, result)             # on exit code 0 (PublishError otherwise)
+    publisher.release(run_id, run_dir, reason)              # on failure: consumed partitions are retried
+
+The sequence: the run's consumed partitions are completed on their consumers (strictly: still held
+by the run), every staged output is moved to its final location (verified by its manifest), and the
+outputs of registered datasets are registered as one transaction per dataset, whose commit is the
+partition notification. Outputs to datasets nobody registered are moved the same way and announced
+by the run's completion, as before datasets existed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from sluice.datasets.connect import sqlite_url
+from sluice.domain.commits import (
+    CommitSequence,
+    CommitStatus,
+    MoveFiles,
+    RecordConsumerState,
+    RegisterPartitions,
+    StagedFile,
+    ordered,
+    sequence_id_for,
+)
+from sluice.domain.common import PartitionRef
+from sluice.domain.consumer.state import ConsumerRef, PartitionId
+from sluice.domain.datasets.specs import Partition, validate_partition
+from sluice.domain.runs import OutputPartition
+from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from sluice_services.launcher.commits import RESERVE, CommitFailed
+from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.launcher.publish import PublishError, check_staged, final_location
+
+log = logging.getLogger(__name__)
+
+CONSUMED_FILE = "consumed.json"
+
+
+class RunPublisher:
+    def __init__(self, data_plane: DatasetsService, data_dir: Path, event_log_url: str = "") -> None:
+        self._plane = data_plane
+        self._data_dir = data_dir
+        self._url = event_log_url or sqlite_url(data_dir.parent / "events.db")
+
+    def system_context(self) -> dict[str, str]:
+        return {"event_log": self._url}
+
+    def announces(self, namespace: str, dataset: str) -> bool:
+        """Whether the dataset's transactions announce its partitions (then the run's completion must not)."""
+        return self._plane.datasets.find(namespace, dataset) is not None
+
+    def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
+        try:
+            sequence, outputs = self._sequence(run_id, result)
+            if sequence is not None:
+                self._plane.commits.commit(sequence)
+        except (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, CommitFailed) as error:
+            raise PublishError(str(error)) from error
+        except (KeyError, TypeError, ValueError) as error:
+            raise PublishError(f"the program's result is malformed: {error!r}") from error
+        return outputs
+
+    def release(self, run_id: str, run_dir: Path, reason: str) -> None:
+        """The run failed: partitions it took are failed (retried, or discarded past their retries),
+        unless its commit sequence is recorded and not abandoned (then it will complete them)."""
+        progress = self._plane.commits.progress(sequence_id_for(run_id))
+        if progress is not None and progress.status is not CommitStatus.ABANDONED:
+            return
+        try:
+            taken = json.loads((run_dir / CONSUMED_FILE).read_text())
+        except (OSError, ValueError):
+            return  # it took nothing (or died before saying so: the consumer's timeout hands them out again)
+        for entry in taken if isinstance(taken, list) else []:
+            try:
+                ref = ConsumerRef(entry["namespace"], entry["dataset"], entry["consumer"])
+                ids = [PartitionId.parse(text) for text in entry["ids"]]
+                self._plane.consumers.fail(ref, run_id, ids, reason[:500])
+            except (KeyError, TypeError, InvalidArgument, NotFound) as error:
+                log.warning("run %s: could not release consumed partitions %r: %s", run_id, entry, error)
+
+    def _sequence(self, run_id: str, result: dict[str, Any]) -> tuple[CommitSequence | None,
+                                                                       tuple[OutputPartition, ...]]:
+        steps: list = []
+        datasets: list[str] = []
+        for entry in result.get("consumed", []):
+            ids = tuple(PartitionId.parse(text, "consumed.ids") for text in entry["ids"])
+            steps.append(RecordConsumerState(entry["namespace"], entry["dataset"], entry["consumer"], run_id, ids))
+            datasets.append(f"{entry['namespace']}.{entry['dataset']}")
+        registered: dict[tuple[str, str], list[Partition]] = {}
+        outputs = []
+        for index, output in enumerate(result.get("outputs", [])):
+            namespace, dataset = output["namespace"], output["dataset"]
+            spec = self._plane.datasets.find(namespace, dataset)
+            partition = Partition(dict(output["key"]), "-", int(output.get("size_bytes", 0)),
+                                  int(output.get("record_count", 0)), {"format": output.get("format", "")})
+            if spec is not None:
+                partition = validate_partition(spec, partition, f"outputs[{index}]")
+                final = spec.default_location(partition.key)
+            else:
+                final = str(final_location(self._data_dir, namespace, dataset, partition.key))
+            files = tuple(StagedFile(f["path"], int(f["size_bytes"]), f["sha256"]) for f in output.get("files", []))
+            if not files:
+                raise PublishError(f"output {output['staged_location']} has an empty manifest")
+            move = MoveFiles(output["staged_location"], final, files)
+            check_staged(move)
+            steps.append(move)
+            partition = Partition(partition.key, final, partition.size_bytes, partition.record_count,
+                                  partition.metadata)
+            if spec is not None:
+                registered.setdefault((namespace, dataset), []).append(partition)
+            datasets.append(f"{namespace}.{dataset}")
+            outputs.append(OutputPartition(namespace, dataset, PartitionRef(
+                dict(partition.key), final, partition.size_bytes, partition.record_count, dict(partition.metadata))))
+        for (namespace, dataset), partitions in registered.items():
+            steps.append(RegisterPartitions(namespace, dataset, RESERVE, tuple(partitions)))
+        if not steps:
+            return None, ()
+        sequence = CommitSequence(sequence_id_for(run_id), run_id, tuple(dict.fromkeys(datasets)), ordered(tuple(steps)))
+        return sequence, tuple(outputs)

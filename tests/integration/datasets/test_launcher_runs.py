@@ -1,0 +1,192 @@
+"""The launcher with datasets: a program consumes new partitions through the SDK's partition source,
+stages outputs, and the launcher publishes them through a commit sequence on success, or hands the
+consumed partitions back (failed, retried) on failure. The "program" is a Python function run in
+place of spark-submit, so this needs no Spark; it reads context.json and writes result.json exactly
+as a launched program does."""
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from sluice.bus.port import Record
+from sluice.bus.topics import LAUNCH_REQUESTS, PARTITION_NOTIFICATIONS
+from sluice.clock import SimulatedClock
+from sluice.datasets import PartitionQuery
+from sluice.datasets.connect import sqlite_url
+from sluice.domain.common import ProgramRef, RunStatus
+from sluice.domain.consumer import ConsumerRef, Outcome, WorkStatus
+from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
+from sluice.domain.jobs import Job, TriggerContext
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.ids import derived_id, run_id_for
+from sluice.sdk.context import load_context
+from sluice.sdk.partitions import Between, PartitionSource, default_consumer_name
+from sluice.v1 import jobs_pb2
+from sluice.wire.jobs import job_to_proto
+from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.launcher.run_outputs import RunPublisher
+from sluice_services.launcher.service import LauncherService
+
+pytestmark = pytest.mark.integration
+
+PROGRAM = ProgramRef("web", "analytics", "hourly_counts")
+CLICKS = DatasetSpec("web", "clicks", (KeySpec("hour", KeyType.INT),), "/unused")
+
+
+class Finished:
+    pid = 4242
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+    async def wait(self) -> int:
+        return self.code
+
+
+class InlineSubmitter:
+    """Runs `program(context_path) -> exit code` where spark-submit would start the entry point."""
+
+    def __init__(self, program: Callable[[Path], int]) -> None:
+        self.program = program
+
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> Finished:
+        return Finished(self.program(context_path))
+
+
+class Catalog:
+    def entry_point(self, program: ProgramRef) -> Path:
+        return Path(__file__)
+
+
+def counting_program(fail: bool = False, where=None) -> Callable[[Path], int]:
+    """Counts the lines of each new clicks partition into a counts partition with the same hour."""
+    def run(context_path: Path) -> int:
+        context = load_context(context_path)
+        source = PartitionSource(context)
+        taken = source.take("clicks", limit=10, where=where)
+        if fail:
+            source.close()
+            return 1
+        outputs = []
+        for partition in taken:
+            lines = (Path(partition.location) / "part-0.json").read_text().splitlines()
+            staged = Path(context.system.staging_dir) / f"hour={partition.key['hour']}"
+            staged.mkdir(parents=True)
+            data = json.dumps({"hour": partition.key["hour"], "clicks": len(lines)}).encode() + b"\n"
+            (staged / "part-0.json").write_bytes(data)
+            outputs.append({"namespace": "web", "dataset": "click_counts", "key": dict(partition.key),
+                            "staged_location": str(staged), "format": "json", "size_bytes": len(data),
+                            "record_count": 1, "files": [{"path": "part-0.json", "size_bytes": len(data),
+                                                          "sha256": hashlib.sha256(data).hexdigest()}]})
+        result = {"outputs": outputs, "inputs": [], "consumed": source.consumed_document(), "metrics": {}}
+        Path(context.system.result_path).write_text(json.dumps(result))
+        source.close()
+        return 0
+    return run
+
+
+class Harness:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clock = SimulatedClock(datetime(2026, 11, 22, 10, tzinfo=timezone.utc))
+        self.log = SqliteEventLog(root / "events.db", clock=self.clock)
+        self.plane = DatasetsService(self.log, self.clock)
+        self.publisher = RunPublisher(self.plane, root / "data", sqlite_url(root / "events.db"))
+        self.plane.datasets.create(CLICKS)
+        self.plane.datasets.create(DatasetSpec("web", "click_counts", (KeySpec("hour", KeyType.INT),),
+                                               str(root / "data" / "web" / "click_counts")))
+        self.jobs = 0
+
+    def add_clicks(self, *hours: int) -> None:
+        for hour in hours:
+            location = self.root / "clicks" / f"hour={hour}"
+            location.mkdir(parents=True)
+            (location / "part-0.json").write_text("{}\n" * hour)
+            self.plane.datasets.add("web", "clicks", [Partition({"hour": str(hour)}, str(location))])
+
+    async def run(self, program: Callable[[Path], int]):
+        launcher = LauncherService(self.log, self.clock, Catalog(), InlineSubmitter(program), self.root / "data",
+                                   publisher=self.publisher)
+        self.jobs += 1
+        job = Job(derived_id("job", str(self.jobs)), "schedule-1", 1, PROGRAM, TriggerContext("schedule-1", "hourly"), self.clock.now())
+        request = jobs_pb2.LaunchRequested(job=job_to_proto(job)).SerializeToString()
+        await launcher.on_launch_requested(Record(LAUNCH_REQUESTS, 0, self.jobs, b"k", request, (), 0))
+        await launcher.drain()
+        return launcher, launcher.get(run_id_for(job.id))
+
+    def consumer(self):
+        return self.plane.consumers.state(ConsumerRef("web", "clicks", default_consumer_name(load_context_for(self))))
+
+
+def load_context_for(harness: Harness):
+    return next(load_context(p) for p in (harness.root / "runs").glob("*/context.json"))
+
+
+@pytest.fixture
+def harness(tmp_path: Path):
+    h = Harness(tmp_path)
+    yield h
+    h.log.close()
+
+
+async def test_a_successful_run_publishes_its_outputs_and_completes_its_inputs(harness: Harness):
+    harness.add_clicks(3, 5)
+    launcher, run = await harness.run(counting_program())
+    assert run.status is RunStatus.COMPLETED, run.error
+    published = harness.plane.datasets.query("web", "click_counts", PartitionQuery())
+    assert {p.partition.key["hour"]: json.loads(Path(p.partition.location, "part-0.json").read_text())["clicks"]
+            for p in published} == {"3": 3, "5": 5}
+    assert [r.outcome for r in harness.consumer().history] == [Outcome.COMPLETED, Outcome.COMPLETED]
+    assert load_context_for(harness).system.event_log == sqlite_url(harness.root / "events.db")
+    run_completed = next(r for r in harness.log.read_all(0, 10_000) if r.type == "RunCompleted")
+    assert [o.topic for o in launcher.route(run_completed) if o.topic == PARTITION_NOTIFICATIONS] == [], \
+        "the registered dataset's transaction announces the outputs, not the run"
+    assert [o.topic for r in harness.log.read_all(0, 10_000) for o in harness.plane.route(r)].count(
+        PARTITION_NOTIFICATIONS) == 3   # two input transactions and the one output transaction
+
+    harness.add_clicks(7)
+    _, second = await harness.run(counting_program())
+    assert second.status is RunStatus.COMPLETED
+    assert [p.partition.key["hour"] for p in harness.plane.datasets.query("web", "click_counts", PartitionQuery())] \
+        == ["3", "5", "7"]   # only the new partition was consumed
+
+
+async def test_a_failed_run_hands_its_partitions_back_to_be_retried(harness: Harness):
+    harness.add_clicks(4)
+    _, run = await harness.run(counting_program(fail=True))
+    assert run.status is RunStatus.FAILED
+    (item,) = harness.consumer().working_set
+    assert item.status is WorkStatus.AVAILABLE and item.failures == 1
+    _, retry = await harness.run(counting_program())
+    assert retry.status is RunStatus.COMPLETED
+    assert harness.consumer().working_set == ()
+
+
+async def test_an_output_key_of_the_wrong_type_fails_the_run_and_publishes_nothing(harness: Harness):
+    harness.add_clicks(2)
+
+    def bad_program(context_path: Path) -> int:
+        code = counting_program()(context_path)
+        result_path = Path(load_context(context_path).system.result_path)
+        result = json.loads(result_path.read_text())
+        result["outputs"][0]["key"] = {"hour": "two"}
+        result_path.write_text(json.dumps(result))
+        return code
+
+    _, run = await harness.run(bad_program)
+    assert run.status is RunStatus.FAILED and "outputs[0].key.hour: must be an INT" in run.error
+    assert harness.plane.datasets.query("web", "click_counts", PartitionQuery()) == []
+    assert harness.consumer().working_set[0].failures == 1
+
+
+async def test_a_filtered_consume_takes_only_matching_partitions(harness: Harness):
+    harness.add_clicks(1, 8, 9, 12)
+    _, run = await harness.run(counting_program(where={"hour": Between(8, 12)}))
+    assert run.status is RunStatus.COMPLETED
+    assert [p.partition.key["hour"] for p in harness.plane.datasets.query("web", "click_counts", PartitionQuery())] \
+        == ["8", "9"]
