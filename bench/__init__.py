@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "matcher": "bench.matcher",
     "e2e-latency": "bench.e2e_latency",
     "consume": "bench.consume",
+    "timers": "bench.timers",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 

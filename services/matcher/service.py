@@ -45,6 +45,8 @@ MAX_TIMER_SLEEP = 1.0
 """Seconds the timer loop sleeps at most, so a clock that jumps (or a simulated one) is noticed."""
 RECENT_NOTIFICATIONS = 100_000
 """How many (schedule, notification) pairs that had an effect are remembered, to ignore a resend."""
+FIRE_BATCH = 1000
+"""Schedules whose timers are due at once share one append of at most this many streams."""
 MATCHES_PARTITIONS = next(spec.partitions for spec in ALL_TOPICS if spec.name == MATCHES)
 
 
@@ -157,18 +159,28 @@ class MatcherService:
                 self._set_timer(schedule_id, self._store.load(stream).state)
 
     def fire_due(self) -> int:
-        """Re-evaluate every pending job whose wake-up time has come; how many were due."""
+        """Re-evaluate every pending job whose wake-up time has come, many schedules to one
+        append (a catch-up that makes a job due again is taken in a next round); how many were due."""
         now = self._clock.now()
-        due = 0
+        fired = 0
+        while due := self._pop_due(now):
+            for start in range(0, len(due), FIRE_BATCH):
+                streams = [matching.stream_name(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]]
+                execute_batch(self._store, self._log, streams, lambda _, state: matching.decide(state, CheckTime(), now))
+                for stream in streams:
+                    self._set_timer(stream.removeprefix(STREAM_PREFIX), self._store.load(stream).state)
+            fired += len(due)
+        return fired
+
+    def _pop_due(self, now: datetime) -> list[str]:
+        due = []
         while self._timers and self._timers[0][0] <= now:
             when, schedule_id = heapq.heappop(self._timers)
             if self._wake_at.get(schedule_id) != when:
                 continue  # superseded by a later decision
             del self._wake_at[schedule_id]
-            if not self.owns(schedule_id):
-                continue  # another member's now; a rebalance back makes this one re-read it
-            due += 1
-            self._decide(schedule_id, CheckTime())
+            if self.owns(schedule_id):  # else another member's now; a rebalance back makes this one re-read it
+                due.append(schedule_id)
         return due
 
     def next_wake_at(self) -> datetime | None:

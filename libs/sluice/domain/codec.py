@@ -34,25 +34,33 @@ def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None)
 
 
 def to_jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float)):
-        return value
-    names = _dataclass_field_names(type(value))
-    if names is not None:
-        return {name: to_jsonable(getattr(value, name)) for name in names}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    return value
+    return _converter(type(value))(value)
 
 
 @cache
-def _dataclass_field_names(cls: type) -> tuple[str, ...] | None:
-    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+def _converter(cls: type) -> typing.Callable[[Any], Any]:
+    """How to make a value of `cls` JSON-able, worked out once per class (encoding is on every append's path)."""
+    if cls in (NoneType, str, int, float, bool):
+        return _same
+    if dataclasses.is_dataclass(cls):
+        names = tuple(f.name for f in dataclasses.fields(cls))
+
+        def dataclass_value(value: Any) -> dict[str, Any]:
+            return {name: _converter(type(field := getattr(value, name)))(field) for name in names}
+        return dataclass_value
+    if issubclass(cls, enum.Enum):
+        return lambda value: value.value
+    if issubclass(cls, datetime):
+        return datetime.isoformat
+    if issubclass(cls, Mapping):
+        return lambda value: {str(k): _converter(type(v))(v) for k, v in value.items()}
+    if issubclass(cls, (list, tuple)):
+        return lambda value: [_converter(type(v))(v) for v in value]
+    return _same
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def from_jsonable(hint: Any, value: Any) -> Any:

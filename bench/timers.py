@@ -1,0 +1,105 @@
+"""timers: time-triggered schedules through the matcher and the checker on a durable SQLite log.
+
+Two figures, on a simulated clock (schedule time) measured in wall time (processing):
+
+- spread_at_the_minute: S schedules (default 10,000) whose cron fires at the same minute. The
+  clock is set to that minute; then the matcher fires every due timer, its JobTriggered events
+  are handed to the checker as the bus would carry them (protobuf bytes), and the checker admits
+  each job. The figure is the wall time from the minute to the last LaunchRequested produced by
+  the checker's outbox route (target 2 s). Only the wall time after the minute counts; creating
+  the schedules does not.
+- cost_per_fire: D schedules (default 100,000) with daily crons spread over the day's minutes;
+  the clock steps through one simulated day minute by minute and the matcher fires what is due.
+  Wall time of the day divided by the fires (each one a JobTriggered and the next job's
+  JobCreated, appended durably).
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from bench import Figure, option, progress
+from sluice.bus.port import Record
+from sluice.bus.topics import JOBS
+from sluice.clock import SimulatedClock
+from sluice.domain.common import ProgramRef
+from sluice.domain.schedules import Schedule, schedule_id_for
+from sluice.domain.triggers import TimeTrigger
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice_services.checker.service import CheckerService
+from sluice_services.matcher.service import MatcherService
+
+DESCRIPTION = "cron fires through matcher and checker: spread of 10,000 fires at one minute, cost per fire over a day"
+DEFAULT_SCHEDULES = 10_000
+DEFAULT_DAY_SCHEDULES = 100_000
+TARGET_SPREAD_S = 2.0
+MINUTE = datetime(2026, 11, 23, 12, 30, tzinfo=timezone.utc)
+PROGRAM = ProgramRef("bench", "timers", "noop")
+
+
+def run(options: object) -> list[Figure]:
+    schedules = option(options, "schedules", DEFAULT_SCHEDULES)
+    day_schedules = option(options, "day_schedules", DEFAULT_DAY_SCHEDULES)
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-timers-") as tmp:
+        spread, launched = asyncio.run(_spread(Path(tmp) / "minute.db", schedules))
+        progress(f"[timers] {launched} launch requests {spread:.3f} s after the minute ({schedules} schedules)")
+        per_fire, fires = _day(Path(tmp) / "day.db", day_schedules, random.Random(getattr(options, "seed", 42)))
+        progress(f"[timers] {fires} fires over a simulated day of {day_schedules} schedules: {per_fire:.1f} µs/fire")
+    return [Figure("spread_at_the_minute", spread, "s", TARGET_SPREAD_S),
+            Figure("cost_per_fire", per_fire, "us", None)]
+
+
+def _schedule(index: int, cron: str) -> Schedule:
+    name = f"timer-{index:06d}"
+    return Schedule(schedule_id_for(PROGRAM, name), name, PROGRAM, TimeTrigger(cron), enabled=True)
+
+
+def _register(matcher: MatcherService, schedules: list[Schedule]) -> None:
+    for schedule in schedules:
+        matcher.observe(schedule.id, schedule)
+
+
+async def _spread(path: Path, count: int) -> tuple[float, int]:
+    clock = SimulatedClock(MINUTE - timedelta(minutes=1))
+    log = SqliteEventLog(path, clock=clock)
+    matcher, checker = MatcherService(log, clock), CheckerService(log, clock)
+    _register(matcher, [_schedule(i, f"{MINUTE.minute} {MINUTE.hour} * * *") for i in range(count)])
+    after = log.head_position()
+    clock.set(MINUTE)
+    started = time.perf_counter()
+    matcher.fire_due()
+    launched, offset = 0, 0
+    while events := log.read_all(after, 5000):
+        after = events[-1].position
+        for recorded in events:
+            for message in matcher.route(recorded):
+                await checker.on_job_triggered(Record(JOBS, 0, offset, message.key.encode(), message.value, (), 0))
+                offset += 1
+            launched += len(checker.route(recorded))
+    spread = time.perf_counter() - started
+    log.close()
+    if launched != count:
+        raise RuntimeError(f"{launched} launch requests for {count} schedules due at the minute")
+    return spread, launched
+
+
+def _day(path: Path, count: int, rng: random.Random) -> tuple[float, int]:
+    start = MINUTE.replace(hour=0, minute=0)
+    clock = SimulatedClock(start)
+    log = SqliteEventLog(path, clock=clock)
+    matcher = MatcherService(log, clock)
+    _register(matcher, [_schedule(i, f"{rng.randrange(60)} {rng.randrange(24)} * * *") for i in range(count)])
+    fires = 0
+    started = time.perf_counter()
+    for minute in range(1, 24 * 60 + 1):
+        clock.set(start + timedelta(minutes=minute))
+        fires += matcher.fire_due()
+    elapsed = time.perf_counter() - started
+    log.close()
+    if fires != count:
+        raise RuntimeError(f"{fires} fires over the day for {count} daily schedules")
+    return elapsed / fires * 1e6, fires
