@@ -6,7 +6,6 @@ from pathlib import Path
 
 from sluice.bus.port import Bus, Producer
 from sluice.bus.topics import (
-    JOBS,
     LAUNCH_REQUESTS,
     LINEAGE,
     MATCHES,
@@ -96,11 +95,7 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
 def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) -> ServiceSpec:
     checker = CheckerService(log, clock, capacity)
     jobs_view = JobsView()
-    subscription = Subscription("constraint-checker", {
-        SCHEDULES: checker.on_schedule_changed,
-        PROGRAM_NOTIFICATIONS: checker.on_program_status,
-        JOBS: checker.on_job_triggered,
-    })
+    subscription = Subscription("constraint-checker", checker.handlers())
     return ServiceSpec("checker", [subscription], route=checker.route, grpc=checker_grpc.bindings(jobs_view, checker),
                        recover=checker.recover, background=[lambda: jobs_view.follow(log), checker.run_timers])
 

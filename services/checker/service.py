@@ -6,7 +6,7 @@ import asyncio
 from datetime import datetime
 
 from sluice.bus.port import Record
-from sluice.bus.topics import LAUNCH_REQUESTS
+from sluice.bus.topics import JOBS, LAUNCH_REQUESTS, PROGRAM_NOTIFICATIONS, SCHEDULES
 from sluice.clock import Clock
 from sluice.domain import checking
 from sluice.domain.checking import (
@@ -21,8 +21,9 @@ from sluice.domain.checking import (
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import ProgramStatusChanged
 from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
-from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
 from sluice.runtime.aggregates import AggregateStore, execute
+from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
@@ -54,17 +55,33 @@ class CheckerService:
     def state(self) -> CheckerState:
         return self._store.load(QUEUE_STREAM).state
 
+    def handlers(self) -> dict[str, BatchHandler]:
+        """The bus handlers: each poll's messages of a topic are one decision and one append."""
+        return {SCHEDULES: BatchHandler(self.parse_schedule_change, self.apply),
+                PROGRAM_NOTIFICATIONS: BatchHandler(self.parse_program_status, self.apply),
+                JOBS: BatchHandler(self.parse_job_triggered, self.apply)}
+
     async def on_job_triggered(self, record: Record) -> None:
+        await self.apply([(record, self.parse_job_triggered(record))])
+
+    async def on_program_status(self, record: Record) -> None:
+        await self.apply([(record, self.parse_program_status(record))])
+
+    async def on_schedule_changed(self, record: Record) -> None:
+        await self.apply([(record, self.parse_schedule_change(record))])
+
+    @staticmethod
+    def parse_job_triggered(record: Record) -> EnqueueJob:
         message = parse_bus_message(jobs_pb2.JobTriggered, record.value)
         if not message.job.id or not message.job.schedule_id:
             raise MalformedMessage("job.id and job.schedule_id are required")
         try:
-            job = job_from_proto(message.job)
+            return EnqueueJob(job_from_proto(message.job))
         except InvalidArgument as error:
             raise MalformedMessage(str(error)) from error
-        self._decide(EnqueueJob(job), record)
 
-    async def on_program_status(self, record: Record) -> None:
+    @staticmethod
+    def parse_program_status(record: Record) -> ObserveRun:
         try:
             notification = notification_from_bytes(record.value)
         except InvalidArgument as error:
@@ -72,9 +89,10 @@ class CheckerService:
         status = notification.payload
         if not isinstance(status, ProgramStatusChanged):
             raise MalformedMessage(f"expected a program status notification, got {type(status).__name__}")
-        self._decide(ObserveRun(status.program, status.run_id, status.status, notification.time), record)
+        return ObserveRun(status.program, status.run_id, status.status, notification.time)
 
-    async def on_schedule_changed(self, record: Record) -> None:
+    @staticmethod
+    def parse_schedule_change(record: Record) -> ObserveSchedule:
         change = parse_bus_message(schedules_pb2.ScheduleChanged, record.value)
         if not change.schedule_id:
             raise MalformedMessage("schedule_id: must not be empty")
@@ -82,13 +100,25 @@ class CheckerService:
             schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)
         except InvalidArgument as error:
             raise MalformedMessage(str(error)) from error
-        self._decide(ObserveSchedule(change.schedule_id, schedule), record)
+        return ObserveSchedule(change.schedule_id, schedule)
+
+    async def apply(self, items: list[tuple[Record, object]]) -> None:
+        """Decide on the commands of records not consumed before; the events and the consumed
+        positions are appended together."""
+        commands, checkpoints = [], {}
+        for record, command in items:
+            checkpoint = self._offsets.checkpoint(record)
+            if checkpoint is not None:  # else consumed before the last restart: its events are in the log
+                commands.append(command)
+                checkpoints[checkpoint.name] = checkpoint
+        if commands:
+            self._decide(commands, list(checkpoints.values()))
 
     def fire_due(self) -> bool:
         """Run an admission pass if the clock reached the next check; whether one was due."""
         if self._wake_at is None or self._wake_at > self._clock.now():
             return False
-        self._decide(CheckTime())
+        self._decide([CheckTime()])
         return True
 
     def next_wake_at(self) -> datetime | None:
@@ -109,17 +139,14 @@ class CheckerService:
         message = jobs_pb2.LaunchRequested(job=job_to_proto(event.job))
         return [Outgoing(LAUNCH_REQUESTS, event.job.id, message.SerializeToString())]
 
-    def _decide(self, command: object, record: Record | None = None) -> None:
-        checkpoint = self._offsets.checkpoint(record) if record is not None else None
-        if record is not None and checkpoint is None:
-            return  # consumed before the last restart: its events are in the log
+    def _decide(self, commands: list[object], checkpoints: list[Checkpoint] = ()) -> None:
         now = self._clock.now()
         state, events = execute(self._store, self._log, QUEUE_STREAM,
-                                lambda s: checking.decide(s, command, now, self._capacity),
-                                checkpoints=[checkpoint] if checkpoint else [])
-        if events and checkpoint:
-            self._offsets.recorded(checkpoint)
-        if events or isinstance(command, CheckTime):
+                                lambda s: checking.decide_many(s, commands, now, self._capacity), checkpoints=checkpoints)
+        if events:
+            for checkpoint in checkpoints:
+                self._offsets.recorded(checkpoint)
+        if events or any(isinstance(command, CheckTime) for command in commands):
             self._set_timer(state)
 
     def _set_timer(self, state: CheckerState) -> None:

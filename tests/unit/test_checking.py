@@ -60,12 +60,21 @@ def kinds(events) -> list[str]:
 def test_a_job_without_constraints_is_queued_and_admitted_in_one_decision():
     state, events = run(CheckerState(), EnqueueJob(job(1)))
     assert kinds(events) == ["JobQueued", "JobAdmitted"]
-    assert state.queue == {} and state.world.running(P) == 1
-    assert state.world.runs[P][0].run_id == run_id_for("s1-j1")
+    assert state.queue == {} and state.world.runs == {}  # no constraint counts P's runs: none kept
+    assert run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))[1] == []
+
+
+def test_runs_are_kept_for_programs_a_constraint_counts_and_for_all_under_a_load_limit():
+    state, _ = run(CheckerState(), EnqueueJob(job(1, ConcurrencyConstraint(2))))
+    assert state.world.runs[P][0].run_id == run_id_for("s1-j1") and state.world.running(P) == 1
+    assert run(state, ObserveRun(Q, "q-run", RunStatus.RUNNING, T0))[1] == []
+    state, events = run(state, ObserveRun(Q, "q-run", RunStatus.RUNNING, T0), capacity=Capacity(limit=5))
+    assert kinds(events) == ["LoadLimited", "RunObserved"] and state.world.running(Q) == 1
+    assert kinds(run(state, CheckTime(), capacity=Capacity(limit=5))[1]) == []
 
 
 def test_a_redelivered_job_changes_nothing_even_after_its_run_ended():
-    state, _ = run(CheckerState(), EnqueueJob(job(1)))
+    state, _ = run(CheckerState(), EnqueueJob(job(1, ConcurrencyConstraint(1))))
     state, _ = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))
     assert run(state, EnqueueJob(job(1)))[1] == []
     assert kinds(run(state, EnqueueJob(job(2)))[1]) == ["JobQueued", "JobAdmitted"]
@@ -92,7 +101,7 @@ def test_concurrency_slot_is_taken_by_one_job_and_freed_by_the_run_end():
 
 
 def test_an_unchanged_run_status_is_not_recorded_again():
-    state, _ = run(CheckerState(), EnqueueJob(job(1)))
+    state, _ = run(CheckerState(), EnqueueJob(job(1, ConcurrencyConstraint(3))))
     assert run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.STARTING, T0))[1] == []
 
 
@@ -140,14 +149,15 @@ def test_ended_runs_are_forgotten_beyond_what_the_constraints_need():
     state, _ = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0 + timedelta(minutes=5)))
     assert state.world.last_start(P) == T0 and state.horizon == timedelta(hours=1)
     later = T0 + timedelta(hours=2)
-    state, _ = run(state, ObserveRun(Q, "other", RunStatus.STARTING, later))
-    state, _ = run(state, ObserveRun(Q, "other", RunStatus.COMPLETED, later))
-    assert P not in state.world.runs
+    state, _ = run(state, ObserveRun(P, "other", RunStatus.STARTING, later))
+    state, _ = run(state, ObserveRun(P, "other", RunStatus.COMPLETED, later))
+    assert [r.run_id for r in state.world.runs[P]] == ["other"]
 
 
 def test_high_priority_passes_the_soft_load_limit():
     capacity = Capacity(limit=1, high_priority=5)
-    state, _ = run(CheckerState(), EnqueueJob(job(1)), capacity=capacity)
+    state, events = run(CheckerState(), EnqueueJob(job(1)), capacity=capacity)
+    assert kinds(events) == ["LoadLimited", "JobQueued", "JobAdmitted"]
     state, events = run(state, EnqueueJob(job(1, schedule="low")), capacity=capacity)
     assert kinds(events) == ["JobQueued", "JobDeferred"]
     state, events = run(state, EnqueueJob(job(1, schedule="high", priority=5)), capacity=capacity)
@@ -167,3 +177,4 @@ def test_replaying_the_events_gives_the_same_state():
     assert {type(e) for e in history} >= {ScheduleTracked, JobQueued, JobDeferred, JobAdmitted, RunObserved}
     assert not any(isinstance(e, ScheduleUntracked) for e in history)
     assert replace(state, queue={}) == state  # everything was admitted
+

@@ -24,6 +24,8 @@ from sluice.domain.constraints import (
     Capacity,
     ConcurrencyConstraint,
     Constraint,
+    MaxRunsPerWindowConstraint,
+    MinSinceLastRunConstraint,
     PendingJobFacts,
     WorldFacts,
     admit,
@@ -130,9 +132,17 @@ class ScheduleUntracked:
     at: datetime
 
 
-EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobWithdrawn, RunObserved, ScheduleTracked, ScheduleUntracked)
+@dataclass(frozen=True)
+class LoadLimited:
+    """The checker runs with a load limit: from now on it counts the runs of every program."""
+
+    at: datetime
+
+
+EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobWithdrawn, RunObserved, ScheduleTracked, ScheduleUntracked,
+          LoadLimited)
 CheckerEvent = (JobQueued | JobDeferred | JobAdmitted | JobWithdrawn | RunObserved | ScheduleTracked
-                | ScheduleUntracked)
+                | ScheduleUntracked | LoadLimited)
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,14 @@ class CheckerState:
     """How many schedules put a program into a group: it leaves the group when none does."""
     horizon: timedelta = timedelta(0)
     """How long ended runs are remembered: the longest any schedule's constraints need."""
+    watched: frozenset[ProgramRef] = frozenset()
+    """Programs whose runs some constraint counts (concurrency, groups, intervals, caps)."""
+    watch_all: bool = False
+    """A load limit counts every program's runs."""
+
+    def watches(self, program: ProgramRef) -> bool:
+        """Runs of other programs change no answer: the checker neither records nor reserves them."""
+        return self.watch_all or program in self.watched
 
     def facts(self) -> list[PendingJobFacts]:
         return [queued.facts() for queued in self.queue.values()]
@@ -175,25 +193,38 @@ class CheckerState:
 
 def decide(state: CheckerState, command: object, now: datetime, capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
     """The command's own events, then one admission pass over the queue they leave."""
+    return decide_many(state, [command], now, capacity)
+
+
+def decide_many(state: CheckerState, commands: list[object], now: datetime,
+                capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
+    """Several commands (a poll's worth of messages), then one admission pass: one decision, one append."""
+    events: list[CheckerEvent] = []
+    if (capacity.limit is not None or capacity.hard_limit is not None) and not state.watch_all:
+        events.append(LoadLimited(now))  # the load counts every run from now on
+        state = evolve(state, events[-1])
+    for command in commands:
+        own = _own_events(state, command, now)
+        state = fold(state, own)
+        events += own
+    if not events and not any(isinstance(command, CheckTime) for command in commands):
+        return []
+    return [*events, *_admission(state, admit(state.facts(), state.world, now, capacity), now)]
+
+
+def _own_events(state: CheckerState, command: object, now: datetime) -> list[CheckerEvent]:
     match command:
         case EnqueueJob(job):
-            events = _enqueue(state, job, now)
-            if not events:
-                return []
+            return _enqueue(state, job, now)
         case ObserveRun(program, run_id, status, at):
-            if state.world.observe(program, run_id, status, at) is state.world:
+            if not state.watches(program) or state.world.observe(program, run_id, status, at) is state.world:
                 return []
-            events = [RunObserved(program, run_id, status, at)]
+            return [RunObserved(program, run_id, status, at)]
         case ObserveSchedule(schedule_id, schedule):
-            events = _observe_schedule(state, schedule_id, schedule, now)
-            if not events:
-                return []
+            return _observe_schedule(state, schedule_id, schedule, now)
         case CheckTime():
-            events = []
-        case _:
-            raise TypeError(f"unknown command {command!r}")
-    after = fold(state, events)
-    return [*events, *_admission(after, admit(after.facts(), after.world, now, capacity), now)]
+            return []
+    raise TypeError(f"unknown command {command!r}")
 
 
 def next_check(state: CheckerState, now: datetime, capacity: Capacity = UNLIMITED) -> AdmissionDecision:
@@ -264,11 +295,14 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
             schedules = {**state.schedules, job.schedule_id: replace(tracked, last_sequence=job.sequence)}
             return replace(state, queue=queue, schedules=schedules,
-                           horizon=max(state.horizon, history_needed(job.constraints)))
+                           horizon=max(state.horizon, history_needed(job.constraints)),
+                           watched=_watch(state.watched, job.program, job.constraints))
         case JobDeferred(job_id):
             return replace(state, queue={**state.queue, job_id: replace(state.queue[job_id], checked=True)})
         case JobAdmitted(job, at):
             queue = {k: v for k, v in state.queue.items() if k != job.id}
+            if not state.watches(job.program):
+                return replace(state, queue=queue)
             return replace(state, queue=queue, world=state.world.reserve(job.program, run_id_for(job.id), at))
         case JobWithdrawn(job_id):
             return replace(state, queue={k: v for k, v in state.queue.items() if k != job_id})
@@ -281,7 +315,10 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             old = state.schedules.get(schedule_id)
             new = _tracked(event, old)
             return _regroup(replace(state, schedules={**state.schedules, schedule_id: new},
-                                    horizon=max(state.horizon, history_needed(event.constraints))), old, new)
+                                    horizon=max(state.horizon, history_needed(event.constraints)),
+                                    watched=_watch(state.watched, event.program, event.constraints)), old, new)
+        case LoadLimited():
+            return replace(state, watch_all=True)
         case ScheduleUntracked(schedule_id):
             old = state.schedules[schedule_id]
             new = replace(old, active=False, groups=frozenset(), deleted=True)
@@ -293,6 +330,16 @@ def fold(state: CheckerState, events: list[CheckerEvent]) -> CheckerState:
     for event in events:
         state = evolve(state, event)
     return state
+
+
+RUN_COUNTING = (ConcurrencyConstraint, MinSinceLastRunConstraint, MaxRunsPerWindowConstraint)
+
+
+def _watch(watched: frozenset[ProgramRef], program: ProgramRef, constraints: tuple[Constraint, ...]) -> frozenset[ProgramRef]:
+    """Watching only grows: a run started while nobody watched its program is never counted."""
+    if program in watched or not any(isinstance(c, RUN_COUNTING) for c in constraints):
+        return watched
+    return watched | {program}
 
 
 def _tracked(change: ScheduleTracked, old: TrackedSchedule | None) -> TrackedSchedule:

@@ -64,33 +64,48 @@ def _same(value: Any) -> Any:
 
 
 def from_jsonable(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
+    return _decoder(hint)(value)
+
+
+@cache
+def _decoder(hint: Any) -> typing.Callable[[Any], Any]:
+    """How to rebuild a value of type `hint` from JSON, worked out once per type hint."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, UnionType):
         options = [a for a in typing.get_args(hint) if a is not NoneType]
-        return _from_union(options, value)
+        return _none_passes(_union_decoder(tuple(options)))
     if dataclasses.is_dataclass(hint):
-        hints = _field_hints(hint)
-        return hint(**{name: from_jsonable(hints[name], value[name]) for name in hints if name in value})
+        fields = tuple(_field_hints(hint).items())
+
+        def dataclass_value(value: dict) -> Any:
+            return hint(**{name: _decoder(field_hint)(value[name]) for name, field_hint in fields if name in value})
+        return _none_passes(dataclass_value)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(value)
+        return _none_passes(hint)
     if hint is datetime:
-        return datetime.fromisoformat(value)
+        return _none_passes(datetime.fromisoformat)
     if origin is tuple:
         args = typing.get_args(hint)
         item = args[0] if args else Any
-        return tuple(from_jsonable(item, v) for v in value)
+        return _none_passes(lambda value: tuple(_decoder(item)(v) for v in value))
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         args = typing.get_args(hint)
         item = args[1] if args else Any
-        return {k: from_jsonable(item, v) for k, v in value.items()}
-    return value
+        return _none_passes(lambda value: {k: _decoder(item)(v) for k, v in value.items()})
+    return _same
+
+
+def _none_passes(decode: typing.Callable[[Any], Any]) -> typing.Callable[[Any], Any]:
+    return lambda value: None if value is None else decode(value)
+
+
+def _union_decoder(options: tuple[Any, ...]) -> typing.Callable[[Any], Any]:
+    if len(options) == 1:
+        return _decoder(options[0])
+    return lambda value: _from_union(list(options), value)
 
 
 def _from_union(options: list[Any], value: Any) -> Any:
-    if len(options) == 1:
-        return from_jsonable(options[0], value)
     # Unions of dataclasses are told apart by their fields' names: an exact match wins; else the one
     # option whose required fields are all present and that knows every key (an event written
     # before a field with a default was added).

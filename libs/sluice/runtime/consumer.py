@@ -5,7 +5,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from sluice.bus.port import Bus, Producer, Record, TopicPartition
 from sluice.bus.topics import DEAD_LETTER
@@ -22,9 +22,19 @@ MAX_MESSAGE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
+class BatchHandler:
+    """Handles a poll's records of one topic together (one decision, one append): `parse` turns a
+    record into a command or raises MalformedMessage (that record goes to the dead-letter topic),
+    `apply` takes every parsed (record, command) of the poll in order."""
+
+    parse: Callable[[Record], Any]
+    apply: Callable[[list[tuple[Record, Any]]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
 class Subscription:
     group: str
-    handlers: Mapping[str, Handler]  # topic -> handler
+    handlers: Mapping[str, Handler | BatchHandler]  # topic -> handler
     max_message_bytes: int = MAX_MESSAGE_BYTES
     on_assignment: Callable[[set[TopicPartition]], None] | None = None
     """Called with the member's partitions whenever the group assigns it others (a rebalance)."""
@@ -72,19 +82,66 @@ async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, p
             if subscription.on_assignment is not None and consumer.assignment() != assigned:
                 assigned = consumer.assignment()
                 subscription.on_assignment(assigned)
-            for record in records:
-                started = time.perf_counter()
-                reason = await _handle(record, subscription, dead_letter)
-                instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
+            for run in _runs_by_topic(records):
+                handler = subscription.handlers[run[0].topic]
+                if isinstance(handler, BatchHandler) and len(run) > 1:
+                    await _handle_batch(run, handler, subscription, dead_letter, instruments)
+                    continue
+                for record in run:
+                    started = time.perf_counter()
+                    reason = await _handle(record, subscription, dead_letter)
+                    instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
             if records:
                 await consumer.commit()
     finally:
         await consumer.close()
 
 
+def _runs_by_topic(records: list[Record]) -> list[list[Record]]:
+    """Consecutive records of one topic, in poll order."""
+    runs: list[list[Record]] = []
+    for record in records:
+        if runs and runs[-1][0].topic == record.topic:
+            runs[-1].append(record)
+        else:
+            runs.append([record])
+    return runs
+
+
+async def _handle_batch(records: list[Record], handler: BatchHandler, subscription: Subscription,
+                        dead_letter: Producer, instruments: ConsumerMetrics) -> None:
+    """Parse each record (dead-lettering what is malformed), apply the rest at once; if that fails,
+    record by record, so one bad record cannot hold back the others."""
+    started = time.perf_counter()
+    parsed = []
+    for record in records:
+        if len(record.value) > subscription.max_message_bytes:
+            instruments.record(record.topic, subscription.group, 0.0, await _handle(record, subscription, dead_letter))
+            continue
+        try:
+            parsed.append((record, handler.parse(record)))
+        except (MalformedMessage, InvalidArgument) as error:
+            await send_to_dead_letter(dead_letter, record, subscription.group, f"malformed: {error}")
+            instruments.record(record.topic, subscription.group, 0.0, MALFORMED)
+    try:
+        await handler.apply(parsed)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("%s: handling %d records of %s together failed; one by one now", subscription.group,
+                      len(parsed), records[0].topic)
+        for record, _ in parsed:
+            reason = await _handle(record, subscription, dead_letter)
+            instruments.record(record.topic, subscription.group, 0.0, reason)
+        return
+    seconds = (time.perf_counter() - started) / max(len(parsed), 1)
+    for record, _ in parsed:
+        instruments.record(record.topic, subscription.group, seconds, None)
+
+
 async def _handle(record: Record, subscription: Subscription, dead_letter: Producer) -> str | None:
     """Handle one record; the reason class when it went to the dead-letter topic, else None."""
-    group, handler = subscription.group, subscription.handlers[record.topic]
+    group, handler = subscription.group, _one_by_one(subscription.handlers[record.topic])
     if len(record.value) > subscription.max_message_bytes:
         await send_to_dead_letter(dead_letter, record, group,
                                   f"oversized: {len(record.value)} bytes > {subscription.max_message_bytes}")
@@ -106,6 +163,15 @@ async def _handle(record: Record, subscription: Subscription, dead_letter: Produ
                 return HANDLER_FAILED
             await asyncio.sleep(0.05 * 2**attempt)
     return None
+
+
+def _one_by_one(handler: Handler | BatchHandler) -> Handler:
+    if not isinstance(handler, BatchHandler):
+        return handler
+
+    async def handle(record: Record) -> None:
+        await handler.apply([(record, handler.parse(record))])
+    return handle
 
 
 async def send_to_dead_letter(producer: Producer, record: Record, group: str, reason: str) -> None:
