@@ -1,8 +1,12 @@
 """`make demo`: the clickstream example end to end in embedded mode.
 
 Starts `sluice standalone` (one process: SQLite event log, in-process bus, local Spark), registers
-the hourly-metrics schedule over gRPC, publishes clickstream partitions for US, UK and JP (each
-hour in its own time zone), waits for the PySpark runs and prints what happened."""
+the app's datasets (clickstream, hourly and daily metrics) and deploys the app over gRPC: hourly
+metrics on every new clickstream partition, and a daily aggregate per marketplace once its 24
+hours exist or at 02:00 local time. It adds clickstream partitions for US, UK and JP (each hour in
+its own time zone) in dataset transactions, waits for the PySpark runs -- which take the new
+partitions from their partition consumer and publish their output through a commit sequence --
+and prints what happened, the daily jobs still waiting included."""
 from __future__ import annotations
 
 import argparse
@@ -16,24 +20,31 @@ from zoneinfo import ZoneInfo
 
 from sluice.cli import render
 from sluice.client import SluiceClient
-from sluice.domain.common import PartitionRef
+import grpc
+
 from sluice.localserver import LocalServer
-from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
+from sluice.v1 import datasets_pb2, datasets_pb2_grpc, jobs_pb2, notifications_pb2, schedules_pb2
 from sluice_examples.clickstream import app
+from sluice_examples.clickstream import datasets as clickstream_datasets
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 
 TERMINAL = {notifications_pb2.COMPLETED, notifications_pb2.FAILED, notifications_pb2.KILLED, notifications_pb2.LOST}
 
 
-def publish_hours(client: SluiceClient, data_dir: Path, local_date: str, hours: list[int], rows: int) -> list[dict]:
+def publish_hours(partitions: datasets_pb2_grpc.PartitionsStub, data_dir: Path, local_date: str, hours: list[int],
+                  rows: int) -> list[dict]:
+    """Each generated hour is one dataset transaction; its commit publishes the partition notification."""
     published = []
     for hour in hours:
         for index, (marketplace, zone) in enumerate(MARKETPLACES.items()):
             local_hour = datetime.fromisoformat(f"{local_date}T{hour:02d}:00").replace(tzinfo=ZoneInfo(zone))
             partition = generate_hour(data_dir, app.NAMESPACE, marketplace, local_hour, rows, seed=hour * 10 + index)
-            ref = PartitionRef(partition["key"], partition["location"], partition["size_bytes"],
-                               partition["record_count"], partition.get("metadata", {}))
-            client.publish_partitions(app.NAMESPACE, app.INPUT_DATASET, [ref])
+            ref = notifications_pb2.PartitionRef(
+                key=[notifications_pb2.KeyValue(name=k, value=v) for k, v in partition["key"].items()],
+                location=partition["location"], size_bytes=partition["size_bytes"],
+                record_count=partition["record_count"], metadata=partition.get("metadata", {}))
+            partitions.AddPartitions(datasets_pb2.AddPartitionsRequest(
+                namespace=app.NAMESPACE, dataset=app.INPUT_DATASET, partitions=[ref], owner="demo"), timeout=30)
             published.append(partition)
     return published
 
@@ -78,11 +89,14 @@ def show_output_rows(runs: list) -> None:
 
 
 def deploy_request() -> schedules_pb2.DeployAppRequest:
+    programs = [schedules_pb2.ProgramSpec(name=p.program, entry_point=p.entry_point, description=p.description)
+                for p in app.programs()]
+    programs.append(schedules_pb2.ProgramSpec(name=clickstream_datasets.DAILY_PROGRAM,
+                                              entry_point=clickstream_datasets.DAILY_ENTRY_POINT,
+                                              description="Per marketplace metrics of one local day"))
     return schedules_pb2.DeployAppRequest(
-        namespace=app.NAMESPACE, app=app.APP,
-        programs=[schedules_pb2.ProgramSpec(name=p.program, entry_point=p.entry_point, description=p.description)
-                  for p in app.programs()],
-        schedules=[schedule_proto(spec) for spec in app.schedules()])
+        namespace=app.NAMESPACE, app=app.APP, programs=programs,
+        schedules=[schedule_proto(spec) for spec in app.schedules()] + clickstream_datasets.daily_schedules())
 
 
 def schedule_proto(spec: app.ScheduleSpec) -> schedules_pb2.Schedule:
@@ -115,18 +129,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with SluiceClient(server.address) as client:
             client.wait_ready()
+            partitions = datasets_pb2_grpc.PartitionsStub(grpc.insecure_channel(server.address))
+            for request in clickstream_datasets.datasets_requests(args.data_dir / "data"):
+                partitions.CreateDataset(request, timeout=30)
+            print("\n== Datasets registered")
+            print(render.table(("DATASET", "PARTITION KEYS", "LOCATION"),
+                               [(d.name, " ".join(k.name for k in d.partition_keys), os.path.relpath(d.base_location))
+                                for d in partitions.ListDatasets(datasets_pb2.ListDatasetsRequest(
+                                    namespace=app.NAMESPACE), timeout=30).datasets]))
             deployed = client.schedules.DeployApp(deploy_request(), timeout=30)
             print(f"\n== App {app.NAMESPACE}.{app.APP} deployed: {len(deployed.created)} schedule(s) created")
             schedules = client.list_schedules(app.NAMESPACE)
             print("\n== Schedules registered")
-            print(render.table(("NAME", "PROGRAM", "TRIGGER", "ENABLED", "PROPERTIES"),
-                               [(s.name, f"{s.program.app}.{s.program.program}",
-                                 f"{s.trigger.partition.count} new partition(s) of {s.trigger.partition.namespace}."
-                                 f"{s.trigger.partition.dataset}", s.enabled, render.pairs(s.properties))
-                                for s in schedules]))
+            print(render.table(("NAME", "PROGRAM", "DESCRIPTION", "ENABLED", "PROPERTIES"),
+                               [(s.name, f"{s.program.app}.{s.program.program}", s.description, s.enabled,
+                                 render.pairs(s.properties)) for s in schedules]))
 
-            published = publish_hours(client, args.data_dir / "data", args.date, hours, args.rows)
-            print("\n== Partitions published")
+            published = publish_hours(partitions, args.data_dir / "data", args.date, hours, args.rows)
+            print("\n== Partitions added (one transaction each)")
             print(render.table(("DATASET", "PARTITION", "RECORDS", "BYTES"),
                                [(app.INPUT_DATASET, render.pairs(p["key"]), p["record_count"], p["size_bytes"])
                                 for p in published]))
@@ -134,10 +154,14 @@ def main(argv: list[str] | None = None) -> int:
             print("\n== Waiting for the runs (spark-submit, local mode)")
             runs = wait_for_runs(client, len(published), args.timeout)
 
-            print("\n== Jobs")
-            print(render.table(("JOB", "STATE", "CREATED", "UPDATED"),
-                               [(j.id[:8], jobs_pb2.JobState.Name(j.state), render.when(j.created_at),
-                                 render.when(j.updated_at)) for j in client.list_jobs()]))
+            names = {s.id: s.name for s in schedules}
+            print("\n== Jobs (the daily ones wait for 24 hours of their marketplace, or 02:00 local time)")
+            print(render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED"),
+                               [(j.id[:8], names.get(j.schedule_id, j.schedule_id[:8]), jobs_pb2.JobState.Name(j.state),
+                                 render.when(j.created_at), render.when(j.updated_at)) for j in client.list_jobs()]))
+            hourly = partitions.ListPartitions(datasets_pb2.ListPartitionsRequest(
+                namespace=app.NAMESPACE, dataset=clickstream_datasets.HOURLY_DATASET), timeout=30).partitions
+            print(f"\n== {clickstream_datasets.HOURLY_DATASET}: {len(hourly)} partition(s) published by commit sequences")
             print("\n== Runs")
             print(render.table(("RUN", "PROGRAM", "INPUT", "STATUS", "DURATION", "ROWS OUT", "OUTPUT"),
                                [(r.id[:8], f"{r.program.app}.{r.program.program}",
