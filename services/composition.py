@@ -1,6 +1,8 @@
 """Composition root: wires each service's handlers to a bus, an event log and a gRPC server."""
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.run_outputs import RunPublisher
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService
+from sluice_services.lineage import http_api as lineage_http
 from sluice_services.lineage.grpc_api import LineageServicer
 from sluice_services.lineage.service import LineageService
 from sluice_services.matcher.lookup import ScheduleLookup
@@ -58,6 +61,10 @@ class Settings:
     log_level: str = "WARNING"
     capacity: Capacity = UNLIMITED
     """How many runs may go at once before normal-priority jobs wait (the checker's load limits)."""
+    lineage_port: int | None = None
+    """HTTP port of the lineage API (POST /api/v1/lineage, Marquez's read paths); 0: a free one; None: off."""
+    lineage_token: str = ""
+    """Bearer token the lineage HTTP endpoint requires of writers; empty: none."""
 
     @property
     def partitions_dir(self) -> Path:
@@ -117,8 +124,20 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
                        start=launcher.resume)
 
 
-def lineage_spec(log: EventLog, clock: Clock) -> ServiceSpec:
+def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -> ServiceSpec:
     lineage = LineageService(log, clock)
+
+    async def serve_http() -> None:
+        """The OpenLineage HTTP endpoint and the Marquez-compatible read API, when a port is set."""
+        if settings.lineage_port is None:
+            return
+        runner = await lineage_http.serve(lineage, settings.host, settings.lineage_port, settings.lineage_token)
+        logging.getLogger(__name__).warning("lineage HTTP API on http://%s:%s/api/v1/", settings.host,
+                                            lineage_http.bound_port(runner))
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
 
     async def on_lineage_event(record) -> None:
         lineage.handle_message(record.value)
@@ -126,7 +145,7 @@ def lineage_spec(log: EventLog, clock: Clock) -> ServiceSpec:
     binding = GrpcBinding(lineage_pb2.DESCRIPTOR.services_by_name["Lineage"].full_name,
                           lineage_pb2_grpc.add_LineageServicer_to_server, LineageServicer(lineage))
     return ServiceSpec("lineage", [Subscription("lineage", {LINEAGE: on_lineage_event})], grpc=[binding],
-                       recover=lineage.rebuild)
+                       recover=lineage.rebuild, background=[serve_http])
 
 
 def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, settings: Settings,
@@ -136,6 +155,6 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
         "matcher": lambda: matcher_spec(log, clock, producer),
         "checker": lambda: checker_spec(log, clock, settings.capacity),
         "launcher": lambda: launcher_spec(log, clock, settings),
-        "lineage": lambda: lineage_spec(log, clock),
+        "lineage": lambda: lineage_spec(log, clock, settings),
     }
     return [factories[name]() for name in names]

@@ -73,6 +73,8 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "load_limit": (int, None, _at_least_one),
     "load_hard_limit": (int, None, _at_least_one),
     "high_priority": (int, 1, _any),
+    "lineage_port": (int, None, _port),
+    "lineage_token": (str, "", _any),
 }
 
 
@@ -179,7 +181,8 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     spark=SparkConfig(master=values["spark_master"]), apps_dir=Path(values["apps_dir"]),
                     max_parallel_runs=values["max_parallel_runs"], event_log=values["event_log"], bus=values["bus"],
                     metrics_port=values["metrics_port"], log_level=values["log_level"],
-                    capacity=_capacity(values))
+                    capacity=_capacity(values), lineage_port=values["lineage_port"],
+                    lineage_token=values["lineage_token"])
 
 
 def _capacity(values: Mapping[str, Any]) -> Capacity:

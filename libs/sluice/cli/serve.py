@@ -42,6 +42,11 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
            help="checker: at this many runs going, normal-priority jobs wait (env SLUICE_LOAD_LIMIT; default none)")
     option("--load-hard-limit", type=int, metavar="RUNS",
            help="checker: the limit for every job, high priority too (env SLUICE_LOAD_HARD_LIMIT; default none)")
+    option("--lineage-port", type=int, metavar="PORT",
+           help="lineage: serve POST /api/v1/lineage and Marquez's read API over HTTP on this port; 0 picks a "
+                "free one (env SLUICE_LINEAGE_PORT; default: off)")
+    option("--lineage-token", metavar="TOKEN",
+           help="lineage: bearer token required to POST events (env SLUICE_LINEAGE_TOKEN; default: none)")
     option("--high-priority", type=int, metavar="P",
            help="checker: jobs of at least this priority pass the load limit (env SLUICE_HIGH_PRIORITY; default 1)")
 
