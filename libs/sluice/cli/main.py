@@ -11,6 +11,7 @@ import grpc
 from google.protobuf import duration_pb2, json_format
 
 from sluice.cli import datasets as datasets_cli
+from sluice.cli import sre
 from sluice.cli import render
 from sluice.cli.serve import add_server_options, run_server
 from sluice.client import SluiceClient, default_server, parse_pairs
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     lineage_show.add_argument("--namespace", default="")
     lineage_show.set_defaults(handler=_show_lineage)
     datasets_cli.register(commands, UsageError)
+    sre.add_commands(commands)
     return parser
 
 

@@ -1,0 +1,308 @@
+"""Offline commands for operators: read the event log and the dead-letter topic directly, with no
+server running (`sluice log ...`, `sluice dlq ...`). They find the log and the bus as the servers
+do: --event-log / --bus / --data-dir, the SLUICE_* variables, or a --config file."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from sluice.bus.port import Record
+from sluice.bus.topics import DEAD_LETTER
+from sluice.cli import render
+from sluice.clock import SystemClock
+from sluice.eventlog.port import ANY_VERSION, NewEvent, RecordedEvent
+from sluice.runtime.errors import InvalidArgument
+
+REPLAYS_STREAM = "dlq-replays"
+"""Each replayed dead letter is recorded here, so a second replay is refused unless forced."""
+DRAIN_IDLE_SECONDS = 2.0
+
+
+class OperatorError(Exception):
+    """One line for the operator; exit code 1."""
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    log = commands.add_parser("log", help="read the event log (offline)").add_subparsers(metavar="ACTION")
+    stats = log.add_parser("stats", help="head position, events per stream category and per type")
+    tail = log.add_parser("tail", help="the last events")
+    tail.add_argument("-n", type=int, default=20, help="how many (default 20)")
+    show = log.add_parser("show", help="every event of one stream, with its data")
+    show.add_argument("stream")
+    read = log.add_parser("read", help="events after a position, with their data")
+    read.add_argument("--from", dest="after", type=int, default=0, metavar="POSITION",
+                      help="start after this position (default 0: the beginning)")
+    read.add_argument("--limit", type=int, default=100)
+    for parser, handler in ((stats, _log_stats), (tail, _log_tail), (show, _log_show), (read, _log_read)):
+        _add_sources(parser)
+        parser.set_defaults(handler=_offline(handler), server_mode=True)
+
+    dlq = commands.add_parser("dlq", help="dead-lettered bus messages (offline)").add_subparsers(metavar="ACTION")
+    listing = dlq.add_parser("list", help="every dead letter: id, source, reason")
+    show_one = dlq.add_parser("show", help="one dead letter with its headers and bytes")
+    show_one.add_argument("id", help="PARTITION/OFFSET in the dead-letter topic, as `dlq list` prints it")
+    replay = dlq.add_parser("replay", help="publish dead letters again to the topic they came from")
+    replay.add_argument("ids", nargs="+", metavar="ID")
+    replay.add_argument("--force", action="store_true", help="replay also what was replayed before")
+    for parser, handler in ((listing, _dlq_list), (show_one, _dlq_show), (replay, _dlq_replay)):
+        _add_sources(parser)
+        parser.set_defaults(handler=_offline(handler), server_mode=True)
+
+
+def _add_sources(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file, as for `sluice serve`")
+    parser.add_argument("--data-dir", type=Path, help="where the default SQLite log and bus live (default .sluice)")
+    parser.add_argument("--event-log", metavar="URL", help="sqlite:///path or postgresql://...")
+    parser.add_argument("--bus", metavar="URL", help="inprocess:///path or kafka://host:port")
+
+
+def _offline(handler: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from sluice_services.config import ConfigError, load_settings
+
+        try:
+            settings = load_settings(args, "standalone")
+            return handler(settings, args) or 0
+        except ConfigError as error:
+            return _fail(str(error), 2)
+        except (OperatorError, InvalidArgument) as error:
+            return _fail(str(error), 1)
+        except OSError as error:
+            return _fail(f"cannot open the event log or the bus: {error}", 1)
+    return run
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"sluice: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+def _open_log(settings):
+    from sluice_services.adapters import open_event_log
+
+    path = settings.data_dir / "events.db"
+    if not settings.event_log and not path.exists():
+        raise OperatorError(f"no event log at {path} (give --event-log or --data-dir)")
+    try:
+        return open_event_log(settings.event_log, settings.data_dir, SystemClock())
+    except InvalidArgument:
+        raise
+    except Exception as error:  # a driver's own error type: the URL is wrong or the server is down
+        raise OperatorError(f"cannot open the event log {settings.event_log or path}: {error}") from error
+
+
+# -- sluice log ---------------------------------------------------------------------------------
+
+def _log_stats(settings, args) -> int:
+    log = _open_log(settings)
+    try:
+        categories, types, count, after = Counter(), Counter(), 0, 0
+        while events := log.read_all(after, 5000):
+            for event in events:
+                categories[_category(event.stream)] += 1
+                types[event.type] += 1
+            count += len(events)
+            after = events[-1].position
+        head = log.head_position()
+    finally:
+        log.close()
+    if args.json:
+        print(json.dumps({"head_position": head, "events": count, "categories": dict(categories),
+                          "types": dict(types)}, indent=2))
+        return 0
+    print(f"head position {head}, {count} events\n")
+    print(render.table(("STREAM CATEGORY", "EVENTS"), sorted(categories.items())))
+    print()
+    print(render.table(("EVENT TYPE", "EVENTS"), sorted(types.items(), key=lambda item: (-item[1], item[0]))))
+    return 0
+
+
+def _log_tail(settings, args) -> int:
+    if args.n < 1:
+        raise OperatorError(f"-n: must be at least 1, got {args.n}")
+    log = _open_log(settings)
+    try:
+        head = log.head_position()
+        after, events = max(0, head - args.n), []
+        while len(events) < args.n and after > 0:  # positions may have gaps: widen until enough
+            events = _read_from(log, after, head)
+            after = max(0, after - args.n)
+        if len(events) < args.n:
+            events = _read_from(log, 0, head)
+    finally:
+        log.close()
+    return _print_events(args, events[-args.n:], with_data=False)
+
+
+def _log_show(settings, args) -> int:
+    log = _open_log(settings)
+    try:
+        events = log.read_stream(args.stream)
+    finally:
+        log.close()
+    if not events:
+        raise OperatorError(f"no stream {args.stream!r} in the event log (see `sluice log stats`)")
+    return _print_events(args, events, with_data=True)
+
+
+def _log_read(settings, args) -> int:
+    if args.limit < 1:
+        raise OperatorError(f"--limit: must be at least 1, got {args.limit}")
+    log = _open_log(settings)
+    try:
+        head = log.head_position()
+        if args.after < 0 or args.after > head:
+            raise OperatorError(f"--from: position {args.after} is outside the log (0 to {head})")
+        events = log.read_all(args.after, args.limit)
+    finally:
+        log.close()
+    return _print_events(args, events, with_data=True)
+
+
+def _read_from(log, after: int, head: int) -> list[RecordedEvent]:
+    events = []
+    while batch := log.read_all(after, 5000):
+        events += batch
+        after = batch[-1].position
+        if after >= head:
+            break
+    return events
+
+
+def _print_events(args, events: list[RecordedEvent], with_data: bool) -> int:
+    if args.json:
+        print(json.dumps([_event_json(e) for e in events], indent=2))
+        return 0
+    rows = [(e.position, e.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), e.stream, e.version, e.type,
+             _data_text(e.data) if with_data else "") for e in events]
+    headers = ("POSITION", "RECORDED", "STREAM", "VERSION", "TYPE", "DATA" if with_data else "")
+    print(render.table(headers, rows))
+    return 0
+
+
+def _event_json(event: RecordedEvent) -> dict[str, Any]:
+    try:
+        data: Any = json.loads(event.data)
+    except (ValueError, UnicodeDecodeError):
+        data = bytes(event.data).hex()
+    return {"position": event.position, "stream": event.stream, "version": event.version, "type": event.type,
+            "id": event.id, "recorded_at": event.recorded_at.isoformat(), "metadata": dict(event.metadata),
+            "data": data}
+
+
+def _data_text(data: bytes, width: int = 120) -> str:
+    text = bytes(data).decode("utf-8", errors="replace")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _category(stream: str) -> str:
+    return stream.split("-", 1)[0] + "-*" if "-" in stream else stream
+
+
+# -- sluice dlq ---------------------------------------------------------------------------------
+
+def _dlq_list(settings, args) -> int:
+    letters = asyncio.run(_dead_letters(settings))
+    if args.json:
+        print(json.dumps([_letter_json(r) for r in letters], indent=2))
+        return 0
+    rows = [(_letter_id(r), _header(r, "source-topic"), _header(r, "consumer-group"), len(r.value),
+             _header(r, "reason")[:100]) for r in letters]
+    print(render.table(("ID", "SOURCE TOPIC", "GROUP", "BYTES", "REASON"), rows) if rows else "no dead letters")
+    return 0
+
+
+def _dlq_show(settings, args) -> int:
+    record = _find(asyncio.run(_dead_letters(settings)), args.id)
+    if args.json:
+        print(json.dumps(_letter_json(record), indent=2))
+        return 0
+    for name, value in record.headers:
+        print(f"{name}: {value.decode('utf-8', errors='replace')}")
+    print(f"key: {record.key.decode('utf-8', errors='replace') if record.key else '-'}")
+    print(f"bytes ({len(record.value)}): {record.value[:512].hex()}{'…' if len(record.value) > 512 else ''}")
+    return 0
+
+
+def _dlq_replay(settings, args) -> int:
+    letters = asyncio.run(_dead_letters(settings))
+    chosen = [_find(letters, letter_id) for letter_id in args.ids]
+    log = _open_log(settings)
+    try:
+        done = {json.loads(e.data)["id"] for e in log.read_stream(REPLAYS_STREAM)}
+        again = [_letter_id(r) for r in chosen if _letter_id(r) in done]
+        if again and not args.force:
+            raise OperatorError(f"already replayed: {', '.join(again)} (--force replays them again)")
+        asyncio.run(_republish(settings, chosen))
+        log.append(REPLAYS_STREAM, [NewEvent(str(uuid.uuid4()), "DeadLetterReplayed", json.dumps(
+            {"id": _letter_id(r), "topic": _header(r, "source-topic")}).encode()) for r in chosen], ANY_VERSION)
+    finally:
+        log.close()
+    for record in chosen:
+        print(f"replayed {_letter_id(record)} to {_header(record, 'source-topic')}")
+    return 0
+
+
+async def _dead_letters(settings) -> list[Record]:
+    """Every record of the dead-letter topic, read under a throwaway group (nothing is committed)."""
+    bus = _open_bus(settings)
+    consumer = bus.consumer(f"sluice-dlq-{uuid.uuid4().hex[:12]}", [DEAD_LETTER])
+    records: list[Record] = []
+    try:
+        idle = 0.0
+        while idle < DRAIN_IDLE_SECONDS:
+            batch = await consumer.poll(timeout=0.5)
+            records += batch
+            idle = 0.0 if batch else idle + 0.5
+    finally:
+        await consumer.close()
+        await bus.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+async def _republish(settings, records: list[Record]) -> None:
+    bus = _open_bus(settings)
+    producer = bus.producer()
+    try:
+        for record in records:
+            headers = [(name, value) for name, value in record.headers
+                       if name not in ("reason", "source-topic", "source-partition", "source-offset", "consumer-group")]
+            await producer.send(_header(record, "source-topic"), record.value, key=record.key, headers=headers)
+    finally:
+        await producer.close()
+        await bus.close()
+
+
+def _open_bus(settings):
+    from sluice_services.adapters import open_bus
+
+    path = settings.data_dir / "bus.db"
+    if not settings.bus and not path.exists():
+        raise OperatorError(f"no bus at {path} (give --bus or --data-dir)")
+    return open_bus(settings.bus, settings.data_dir, SystemClock())
+
+
+def _find(records: list[Record], letter_id: str) -> Record:
+    for record in records:
+        if _letter_id(record) == letter_id:
+            return record
+    raise OperatorError(f"no dead letter {letter_id!r} (see `sluice dlq list`)")
+
+
+def _letter_id(record: Record) -> str:
+    return f"{record.partition}/{record.offset}"
+
+
+def _header(record: Record, name: str) -> str:
+    return next((value.decode("utf-8", errors="replace") for key, value in record.headers if key == name), "")
+
+
+def _letter_json(record: Record) -> dict[str, Any]:
+    return {"id": _letter_id(record), "headers": {k: v.decode("utf-8", errors="replace") for k, v in record.headers},
+            "key": record.key.decode("utf-8", errors="replace") if record.key else None, "value_hex": record.value.hex()}
