@@ -78,6 +78,10 @@ class MatcherService:
                 self._index_schedule(state.schedule)
                 self._set_timer(stream.removeprefix(STREAM_PREFIX), state)
 
+    def states(self) -> dict[str, MatcherState]:
+        """Each schedule's state by schedule id (what `sluice replay matcher` shows)."""
+        return {stream.removeprefix(STREAM_PREFIX): state for stream, state in self._store.states().items()}
+
     def schedules_for(self, event_key: str) -> set[str]:
         return set(self._index.get(event_key, ()))
 

@@ -54,6 +54,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         _add_sources(parser)
         parser.set_defaults(handler=_offline(handler), server_mode=True)
 
+    from sluice.cli import replay as replay_command
+    replay_command.add_command(commands, _offline, _add_sources)
+
 
 def _add_sources(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file, as for `sluice serve`")
@@ -83,7 +86,7 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _open_log(settings):
+def open_log(settings):
     from sluice_services.adapters import open_event_log
 
     path = settings.data_dir / "events.db"
@@ -100,7 +103,7 @@ def _open_log(settings):
 # -- sluice log ---------------------------------------------------------------------------------
 
 def _log_stats(settings, args) -> int:
-    log = _open_log(settings)
+    log = open_log(settings)
     try:
         categories, types, count, after = Counter(), Counter(), 0, 0
         while events := log.read_all(after, 5000):
@@ -126,7 +129,7 @@ def _log_stats(settings, args) -> int:
 def _log_tail(settings, args) -> int:
     if args.n < 1:
         raise OperatorError(f"-n: must be at least 1, got {args.n}")
-    log = _open_log(settings)
+    log = open_log(settings)
     try:
         head = log.head_position()
         after, events = max(0, head - args.n), []
@@ -141,7 +144,7 @@ def _log_tail(settings, args) -> int:
 
 
 def _log_show(settings, args) -> int:
-    log = _open_log(settings)
+    log = open_log(settings)
     try:
         events = log.read_stream(args.stream)
     finally:
@@ -154,7 +157,7 @@ def _log_show(settings, args) -> int:
 def _log_read(settings, args) -> int:
     if args.limit < 1:
         raise OperatorError(f"--limit: must be at least 1, got {args.limit}")
-    log = _open_log(settings)
+    log = open_log(settings)
     try:
         head = log.head_position()
         if args.after < 0 or args.after > head:
@@ -233,7 +236,7 @@ def _dlq_show(settings, args) -> int:
 def _dlq_replay(settings, args) -> int:
     letters = asyncio.run(_dead_letters(settings))
     chosen = [_find(letters, letter_id) for letter_id in args.ids]
-    log = _open_log(settings)
+    log = open_log(settings)
     try:
         done = {json.loads(e.data)["id"] for e in log.read_stream(REPLAYS_STREAM)}
         again = [_letter_id(r) for r in chosen if _letter_id(r) in done]
