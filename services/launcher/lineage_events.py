@@ -7,6 +7,12 @@ from datetime import datetime
 
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import parent_run
+from openlineage.client.generated.base_subset_dataset import (
+    InputSubsetInputDatasetFacet,
+    OutputSubsetOutputDatasetFacet,
+    Partition,
+    PartitionSubsetCondition,
+)
 from openlineage.client.serde import Serde
 
 from sluice.domain.runs import Run as SluiceRun
@@ -36,8 +42,12 @@ def _program_event(run: SluiceRun, state: RunState, at: datetime) -> bytes:
         run=parent_run.Run(runId=job.id),
         job=parent_run.Job(namespace=job.program.namespace, name=schedule_job_name(job)),
     )
-    inputs = [InputDataset(namespace=i.namespace, name=i.dataset) for i in _unique(run.inputs)]
-    outputs = [OutputDataset(namespace=o.namespace, name=o.dataset) for o in _unique(run.outputs)]
+    inputs = [InputDataset(namespace=namespace, name=name, inputFacets={
+        "subset": InputSubsetInputDatasetFacet(inputCondition=_partitions(keys))})
+        for (namespace, name), keys in _by_dataset(run.inputs).items()]
+    outputs = [OutputDataset(namespace=namespace, name=name, outputFacets={
+        "subset": OutputSubsetOutputDatasetFacet(outputCondition=_partitions(keys))})
+        for (namespace, name), keys in _by_dataset(run.outputs).items()]
     event = RunEvent(eventType=state, eventTime=at.isoformat(), producer=PRODUCER,
                      run=Run(runId=run.id, facets={"parent": parent}),
                      job=Job(namespace=job.program.namespace, name=program_job_name(job)),
@@ -45,8 +55,15 @@ def _program_event(run: SluiceRun, state: RunState, at: datetime) -> bytes:
     return Serde.to_json(event).encode()
 
 
-def _unique(partitions):
-    seen = {}
+def _by_dataset(partitions) -> dict[tuple[str, str], list[dict[str, str]]]:
+    """Each dataset once, with the keys of its partitions the run read or wrote (its subset facet)."""
+    found: dict[tuple[str, str], list[dict[str, str]]] = {}
     for p in partitions:
-        seen.setdefault((p.namespace, p.dataset), p)
-    return list(seen.values())
+        keys = found.setdefault((p.namespace, p.dataset), [])
+        if dict(p.partition.key) not in keys:
+            keys.append(dict(p.partition.key))
+    return found
+
+
+def _partitions(keys: list[dict[str, str]]) -> PartitionSubsetCondition:
+    return PartitionSubsetCondition(partitions=[Partition(dimensions=key) for key in keys])

@@ -174,7 +174,13 @@ def _run_json(run: Run) -> dict[str, Any]:
         "endedAt": run.ended_at.isoformat() if run.ended_at else None,
         "inputs": [_dataset_id(d) for d in run.inputs],
         "outputs": [_dataset_id(d) for d in run.outputs],
+        "partitions": [_partition_json(p) for p in run.partitions],
     }
+
+
+def _partition_json(qualified: str) -> dict[str, Any]:
+    dataset, _, keys = qualified.partition(":")
+    return {**_dataset_id(dataset), "dimensions": dict(pair.split("=", 1) for pair in keys.split(",") if pair)}
 
 
 def _dataset_id(qualified: str) -> dict[str, str]:

@@ -164,3 +164,39 @@ async def test_servicer_over_a_real_grpc_server(service):
         await server.stop(None)
     assert [j.name for j in jobs.jobs] == [SCHEDULE, CHILD]
     assert [(r.run_id, r.state) for r in runs.runs] == [(P1, "COMPLETE"), (P2, "FAIL")]
+
+
+def test_the_hourly_clickstream_runs_of_three_marketplaces_are_one_job_graph_with_their_partitions(log, service):
+    """Seed 002's experiment-metrics example: one schedule runs the program once per marketplace;
+    lineage shows one job hierarchy, each run with the partitions it read and wrote."""
+    from datetime import datetime, timedelta, timezone
+
+    from openlineage.client.event_v2 import RunState
+
+    from sluice.domain.common import PartitionRef, ProgramRef, RunStatus
+    from sluice.domain.jobs import Job, TriggerContext
+    from sluice.domain.runs import InputPartition, OutputPartition, Run
+    from sluice_services.launcher import lineage_events
+
+    t0 = datetime(2026, 11, 22, 9, tzinfo=timezone.utc)
+    program = ProgramRef("experiments", "clickstream", "hourly_metrics")
+    for index, marketplace in enumerate(("US", "UK", "JP")):
+        key = {"marketplace": marketplace, "date": "2026-11-22", "hour": "9"}
+        job = Job(f"00000000-0000-4000-8000-00000000000{index}", "s", 1, program,
+                  TriggerContext("s", "hourly_metrics_on_arrival"), t0)
+        run = Run(f"10000000-0000-4000-8000-00000000000{index}", job, RunStatus.COMPLETED, t0,
+                  inputs=(InputPartition("experiments", "clickstream", PartitionRef(key, f"/in/{marketplace}")),),
+                  outputs=(OutputPartition("experiments", "hourly_metrics", PartitionRef(key, f"/out/{marketplace}")),))
+        for message in [*lineage_events.run_ended(run, RunState.COMPLETE, t0 + timedelta(minutes=5 + index)),
+                        *lineage_events.run_started(run, t0 + timedelta(minutes=index))]:  # end before start
+            service.handle_message(message)
+    jobs = service.state.jobs
+    assert sorted(name for namespace, name in jobs if namespace == "experiments") == ["clickstream.hourly_metrics_on_arrival",
+                                                "clickstream.hourly_metrics_on_arrival.hourly_metrics"]
+    program_runs = [r for r in service.state.runs.values()
+                    if r.job_namespace == "experiments" and r.job_name.endswith(".hourly_metrics")]
+    assert len(program_runs) == 3 and {r.state for r in program_runs} == {"COMPLETE"}
+    assert {r.parent_run_id for r in program_runs} == {f"00000000-0000-4000-8000-00000000000{i}" for i in range(3)}
+    assert sorted(p for r in program_runs for p in r.partitions if p.startswith("experiments/clickstream:")) == [
+        f"experiments/clickstream:date=2026-11-22,hour=9,marketplace={m}" for m in ("JP", "UK", "US")]
+    assert all(any(p.startswith("experiments/hourly_metrics:") for p in r.partitions) for r in program_runs)

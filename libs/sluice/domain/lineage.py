@@ -47,6 +47,7 @@ class RunEventRecord:
     outputs: tuple[str, ...]
     run_facets: Mapping[str, Any] = field(default_factory=dict)   # raw, unknown facets included
     job_facets: Mapping[str, Any] = field(default_factory=dict)
+    partitions: tuple[str, ...] = ()  # sorted unique "namespace/name:key=value,..." from subset facets
 
     @property
     def key(self) -> tuple[str, str, datetime]:
@@ -79,6 +80,8 @@ def parse_run_event(obj: Any) -> RunEventRecord:
         job_namespace=_get(job, "namespace", str, "job.namespace"), job_name=_get(job, "name", str, "job.name"),
         parent=parent, inputs=_datasets(obj, "inputs"), outputs=_datasets(obj, "outputs"),
         run_facets=run_facets, job_facets=_facets(job, "job.facets"),
+        partitions=_partitions(obj, "inputs", "inputFacets", "inputCondition")
+        + _partitions(obj, "outputs", "outputFacets", "outputCondition"),
     )
 
 
@@ -132,6 +135,30 @@ def _datasets(obj: dict, key: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def _partitions(obj: dict, key: str, facets_key: str, condition_key: str) -> tuple[str, ...]:
+    """The partitions a run read or wrote, from the datasets' subset facets with a partition
+    condition: so the runs of one job over different partitions (one per marketplace, say) stay
+    runs of one job. Other subset conditions are kept as facets only."""
+    found = set()
+    for i, item in enumerate(obj.get(key) or []):
+        facets = item.get(facets_key) or {}
+        subset = facets.get("subset") if isinstance(facets, dict) else None
+        condition = subset.get(condition_key) if isinstance(subset, dict) else None
+        if not isinstance(condition, dict) or condition.get("type") != "partition":
+            continue
+        at = f"{key}[{i}].{facets_key}.subset.{condition_key}.partitions"
+        partitions = condition.get("partitions")
+        if not isinstance(partitions, list):
+            raise InvalidRunEvent(at, "must be a list")
+        for j, partition in enumerate(partitions):
+            dimensions = partition.get("dimensions") if isinstance(partition, dict) else None
+            if not isinstance(dimensions, dict):
+                raise InvalidRunEvent(f"{at}[{j}].dimensions", "must be an object")
+            keys = ",".join(f"{k}={dimensions[k]}" for k in sorted(dimensions))
+            found.add(f"{item['namespace']}/{item['name']}:{keys}")
+    return tuple(sorted(found))
+
+
 # -- state ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -155,6 +182,7 @@ class Run:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     last_event_time: datetime | None  # None: a placeholder, known only as a parent
+    partitions: tuple[str, ...] = ()  # "namespace/name:key=value,..." it read or wrote
 
 
 @dataclass(frozen=True)
@@ -172,6 +200,7 @@ class RunFacts:
     last_seen: datetime | None = None
     inputs: frozenset = frozenset()
     outputs: frozenset = frozenset()
+    partitions: frozenset = frozenset()
     seen: frozenset = frozenset()             # {(type, time)} of its events
 
     def absorb(self, r: RunEventRecord) -> RunFacts:
@@ -187,6 +216,7 @@ class RunFacts:
             last_seen=_max(self.last_seen, t),
             inputs=self.inputs | set(r.inputs),
             outputs=self.outputs | set(r.outputs),
+            partitions=self.partitions | set(r.partitions),
             seen=self.seen | {(r.event_type, t)},
         )
 
@@ -279,7 +309,8 @@ def _run_of(f: RunFacts, job: Job) -> Run:
     return Run(run_id=f.run_id, job_namespace=job.namespace, job_name=job.name,
                state=chosen[2] if chosen else UNKNOWN, parent_run_id=f.parent[2] if f.parent else None,
                started_at=f.first_start or f.first_seen, ended_at=f.terminal[0] if f.terminal else None,
-               inputs=tuple(sorted(f.inputs)), outputs=tuple(sorted(f.outputs)), last_event_time=f.last_seen)
+               inputs=tuple(sorted(f.inputs)), outputs=tuple(sorted(f.outputs)), last_event_time=f.last_seen,
+               partitions=tuple(sorted(f.partitions)))
 
 
 # -- rendering --------------------------------------------------------------------------------
