@@ -128,9 +128,7 @@ def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -
     lineage = LineageService(log, clock)
 
     async def serve_http() -> None:
-        """The OpenLineage HTTP endpoint and the Marquez-compatible read API, when a port is set."""
-        if settings.lineage_port is None:
-            return
+        """The OpenLineage HTTP endpoint and the Marquez-compatible read API."""
         runner = await lineage_http.serve(lineage, settings.host, settings.lineage_port, settings.lineage_token)
         logging.getLogger(__name__).warning("lineage HTTP API on http://%s:%s/api/v1/", settings.host,
                                             lineage_http.bound_port(runner))
@@ -145,7 +143,7 @@ def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -
     binding = GrpcBinding(lineage_pb2.DESCRIPTOR.services_by_name["Lineage"].full_name,
                           lineage_pb2_grpc.add_LineageServicer_to_server, LineageServicer(lineage))
     return ServiceSpec("lineage", [Subscription("lineage", {LINEAGE: on_lineage_event})], grpc=[binding],
-                       recover=lineage.rebuild, background=[serve_http])
+                       recover=lineage.rebuild, background=[serve_http] if settings.lineage_port is not None else [])
 
 
 def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, settings: Settings,

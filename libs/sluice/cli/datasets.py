@@ -20,7 +20,8 @@ import grpc
 from google.protobuf import json_format
 
 from sluice.cli import render
-from sluice.client import SluiceClient, parse_pairs
+from sluice.cli.output import UsageError, pairs, print_many, print_message
+from sluice.client import SluiceClient
 from sluice.domain.consumer.serialization import ConsumerStateError, state_from_bytes, state_to_json
 from sluice.v1 import datasets_pb2 as pb
 from sluice.v1 import datasets_pb2_grpc
@@ -29,13 +30,7 @@ from sluice.wire.common import timestamp_to_proto
 
 KEY_TYPES = {"STRING": pb.KEY_TYPE_STRING, "INT": pb.KEY_TYPE_INT, "DATE": pb.KEY_TYPE_DATE}
 
-UsageError: type[Exception] = ValueError
-"""main() passes its own usage error class in (so `python -m sluice.cli.main` reports it in one line)."""
-
-
-def register(commands, usage_error: type[Exception]) -> None:
-    global UsageError
-    UsageError = usage_error
+def register(commands) -> None:
     datasets = commands.add_parser("datasets", help="partitioned datasets and their partitions").add_subparsers(
         metavar="ACTION")
     create = datasets.add_parser("create", help="define a partitioned dataset")
@@ -47,7 +42,7 @@ def register(commands, usage_error: type[Exception]) -> None:
     create.set_defaults(handler=_create)
     describe = datasets.add_parser("describe", help="a dataset's definition")
     describe.add_argument("dataset", metavar="NAMESPACE.NAME")
-    describe.set_defaults(handler=lambda c, a: _print(a, _stub(c).GetDataset(pb.GetDatasetRequest(**_name(a)))))
+    describe.set_defaults(handler=lambda c, a: print_message(a, _stub(c).GetDataset(pb.GetDatasetRequest(**_name(a)))))
     listing = datasets.add_parser("list", help="datasets")
     listing.add_argument("--namespace", default="")
     listing.set_defaults(handler=_list)
@@ -75,7 +70,7 @@ def register(commands, usage_error: type[Exception]) -> None:
     sequences.set_defaults(handler=_commits)
     release = datasets.add_parser("release", help="retry a quarantined commit sequence after fixing its cause")
     release.add_argument("id")
-    release.set_defaults(handler=lambda c, a: _print(a, _stub(c).ReleaseCommitSequence(
+    release.set_defaults(handler=lambda c, a: print_message(a, _stub(c).ReleaseCommitSequence(
         pb.ReleaseCommitSequenceRequest(id=a.id))))
 
     consumer = commands.add_parser("consumer", help="partition consumers").add_subparsers(metavar="ACTION")
@@ -109,21 +104,21 @@ def _create(client: SluiceClient, args) -> int:
         keys.append(pb.PartitionKey(name=name, type=KEY_TYPES[kind]))
     dataset = pb.Dataset(**_name(args), partition_keys=keys, base_location=args.base_location,
                          description=args.description)
-    return _print(args, _stub(client).CreateDataset(pb.CreateDatasetRequest(dataset=dataset), timeout=10))
+    return print_message(args, _stub(client).CreateDataset(pb.CreateDatasetRequest(dataset=dataset), timeout=10))
 
 
 def _list(client: SluiceClient, args) -> int:
     found = _stub(client).ListDatasets(pb.ListDatasetsRequest(namespace=args.namespace), timeout=10).datasets
     rows = [(f"{d.namespace}.{d.name}", ", ".join(f"{k.name}:{pb.KeyType.Name(k.type)[9:]}" for k in d.partition_keys),
              d.next_position, d.base_location) for d in found]
-    return _print_many(args, found, render.table(("DATASET", "PARTITION KEYS", "TRANSACTIONS", "BASE LOCATION"), rows))
+    return print_many(args, found, render.table(("DATASET", "PARTITION KEYS", "TRANSACTIONS", "BASE LOCATION"), rows))
 
 
 def _add(client: SluiceClient, args) -> int:
     name = _name(args)
-    partition = npb.PartitionRef(key=[npb.KeyValue(name=k, value=v) for k, v in _pairs(args.key, "--key").items()],
+    partition = npb.PartitionRef(key=[npb.KeyValue(name=k, value=v) for k, v in pairs(args.key, "--key").items()],
                                  location=args.location, size_bytes=args.size_bytes, record_count=args.record_count,
-                                 metadata=_pairs(args.metadata, "--metadata"))
+                                 metadata=pairs(args.metadata, "--metadata"))
     response = _stub(client).AddPartitions(pb.AddPartitionsRequest(
         namespace=name["namespace"], dataset=name["name"], partitions=[partition], owner="cli"), timeout=10)
     print(json.dumps({"position": response.position}) if args.json else
@@ -133,14 +128,14 @@ def _add(client: SluiceClient, args) -> int:
 
 def _partitions(client: SluiceClient, args) -> int:
     name = _name(args)
-    keys = [pb.KeyCondition(name=k, one_of=v.split("|")) for k, v in _pairs(args.where, "--where").items()]
+    keys = [pb.KeyCondition(name=k, one_of=v.split("|")) for k, v in pairs(args.where, "--where").items()]
     for text in args.range:
         key, equals, bounds = text.partition("=")
         low, dots, high = bounds.partition("..")
         if not equals or not dots or not key:
             raise UsageError(f"--range: expected K=LOW..HIGH, got {text!r}")
         keys.append(pb.KeyCondition(name=key, lower=low or None, upper=high or None))
-    metadata = [pb.MetadataCondition(name=k, one_of=[v]) for k, v in _pairs(args.metadata, "--metadata").items()]
+    metadata = [pb.MetadataCondition(name=k, one_of=[v]) for k, v in pairs(args.metadata, "--metadata").items()]
     request = pb.ListPartitionsRequest(namespace=name["namespace"], dataset=name["name"], after=args.after,
                                        where=pb.PartitionFilter(keys=keys, metadata=metadata), limit=args.limit,
                                        committed_after=_time(args.since, "--since"),
@@ -162,7 +157,7 @@ def _commits(client: SluiceClient, args) -> int:
                                               timeout=10).sequences
     rows = [(s.id[:8], s.run_id[:8], s.status, f"{s.steps_done}/{s.steps}", ", ".join(s.datasets), s.failures,
              (s.error or "-")[:60]) for s in found]
-    return _print_many(args, found, render.table(("SEQUENCE", "RUN", "STATUS", "STEPS", "DATASETS", "FAILURES",
+    return print_many(args, found, render.table(("SEQUENCE", "RUN", "STATUS", "STEPS", "DATASETS", "FAILURES",
                                                   "ERROR"), rows))
 
 
@@ -195,23 +190,3 @@ def _time(text: str | None, option: str):
     if when.tzinfo is None:
         raise UsageError(f"{option}: give a zone, e.g. {text}Z or {text}+01:00")
     return timestamp_to_proto(when)
-
-
-def _pairs(values: list[str], what: str) -> dict[str, str]:
-    try:
-        return dict(parse_pairs(values, what))
-    except ValueError as error:
-        raise UsageError(str(error)) from error
-
-
-def _print(args, message) -> int:
-    print(json.dumps(json_format.MessageToDict(message), indent=2) if args.json else
-          json_format.MessageToJson(message, indent=2))
-    return 0
-
-
-def _print_many(args, messages, text: str) -> int:
-    print(json.dumps([json_format.MessageToDict(m) for m in messages], indent=2) if args.json else text)
-    return 0
-
-

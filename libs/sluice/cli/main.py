@@ -13,16 +13,13 @@ from google.protobuf import duration_pb2, json_format
 from sluice.cli import datasets as datasets_cli
 from sluice.cli import sre
 from sluice.cli import render
+from sluice.cli.output import UsageError, pairs, print_many, print_message
 from sluice.cli.serve import add_server_options, run_server
-from sluice.client import SluiceClient, default_server, parse_pairs
+from sluice.client import SluiceClient, default_server
 from sluice.domain.common import PartitionRef
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
 
 SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
-
-
-class UsageError(Exception):
-    pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,12 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     runs_list.set_defaults(handler=_list_runs)
     runs_get = runs.add_parser("get")
     runs_get.add_argument("id")
-    runs_get.set_defaults(handler=lambda c, a: _print(a, c.get_run(a.id)))
+    runs_get.set_defaults(handler=lambda c, a: print_message(a, c.get_run(a.id)))
     lineage = commands.add_parser("lineage", help="inspect lineage").add_subparsers(metavar="ACTION")
     lineage_show = lineage.add_parser("show", help="the job tree with runs")
     lineage_show.add_argument("--namespace", default="")
     lineage_show.set_defaults(handler=_show_lineage)
-    datasets_cli.register(commands, UsageError)
+    datasets_cli.register(commands)
     sre.add_commands(commands)
     return parser
 
@@ -172,7 +169,7 @@ def _by_id(rpc: str, request_type) -> Callable:
         if rpc == "DeleteSchedule":
             print(json.dumps({"deleted": args.id}) if args.json else f"deleted {args.id}")
             return 0
-        return _print(args, response)
+        return print_message(args, response)
     return handler
 
 
@@ -185,19 +182,19 @@ def _create_schedule(client: SluiceClient, args) -> int:
             schedule = json_format.Parse(args.file.read(), schedules_pb2.Schedule())
         except json_format.ParseError as error:
             raise UsageError(f"--file: not a Schedule: {error}") from error
-        return _print(args, client.create_schedule(schedule))
+        return print_message(args, client.create_schedule(schedule))
     for option in ("name", "namespace", "app", "program"):
         if not getattr(args, option):
             raise UsageError(f"--{option} is required (or --file)")
     schedule = schedules_pb2.Schedule(
         name=args.name, program=notifications_pb2.ProgramRef(namespace=args.namespace, app=args.app, program=args.program),
-        properties=_pairs(args.property, "--property"), trigger=_trigger(args), enabled=args.enabled,
+        properties=pairs(args.property, "--property"), trigger=_trigger(args), enabled=args.enabled,
         description=args.description, constraints=_constraints(args), priority=args.priority,
         timeout=duration_pb2.Duration(seconds=args.timeout),
         timeout_policy=schedules_pb2.TimeoutPolicy.Value("TIMEOUT_" + args.timeout_policy.upper().replace("-", "_")),
         misfire_policy=schedules_pb2.MisfirePolicy.Value("MISFIRE_" + args.misfire.upper().replace("-", "_")),
         catch_up=duration_pb2.Duration(seconds=args.catch_up) if args.catch_up is not None else None)
-    return _print(args, client.create_schedule(schedule))
+    return print_message(args, client.create_schedule(schedule))
 
 
 def _trigger(args) -> schedules_pb2.Trigger:
@@ -264,7 +261,7 @@ def _statuses(values: list[str]) -> list[str]:
 
 def _filters(values: list[str]) -> dict[str, schedules_pb2.AllowedValues]:
     return {key: schedules_pb2.AllowedValues(values=allowed.split("|"))
-            for key, allowed in _pairs(values, "--filter").items()}
+            for key, allowed in pairs(values, "--filter").items()}
 
 
 def _deploy_app(client: SluiceClient, args) -> int:
@@ -276,7 +273,7 @@ def _deploy_app(client: SluiceClient, args) -> int:
         request.update_schedules = False
     response = client.schedules.DeployApp(request, timeout=30)
     if args.json:
-        return _print(args, response)
+        return print_message(args, response)
     print(f"deployed {request.namespace}.{request.app}: created {len(response.created)}, "
           f"updated {len(response.updated)}, deleted {len(response.deleted)} schedule(s)")
     return 0
@@ -286,12 +283,12 @@ def _list_schedules(client: SluiceClient, args) -> int:
     found = client.list_schedules(args.namespace, args.app)
     rows = [(s.id[:8], s.name, f"{s.program.namespace}.{s.program.app}.{s.program.program}", _trigger_text(s.trigger),
              "yes" if s.enabled else "no", s.generation) for s in found]
-    return _print_many(args, found, render.table(("ID", "NAME", "PROGRAM", "TRIGGER", "ENABLED", "GEN"), rows))
+    return print_many(args, found, render.table(("ID", "NAME", "PROGRAM", "TRIGGER", "ENABLED", "GEN"), rows))
 
 
 def _notify_partition(client: SluiceClient, args) -> int:
-    partition = PartitionRef(_pairs(args.key, "--key"), args.location, args.size_bytes, args.record_count,
-                             _pairs(args.metadata, "--metadata"))
+    partition = PartitionRef(pairs(args.key, "--key"), args.location, args.size_bytes, args.record_count,
+                             pairs(args.metadata, "--metadata"))
     notification_id = client.publish_partitions(args.namespace, args.dataset, [partition], args.id or str(uuid.uuid4()))
     print(json.dumps({"id": notification_id}) if args.json else f"published notification {notification_id}")
     return 0
@@ -301,14 +298,14 @@ def _list_jobs(client: SluiceClient, args) -> int:
     found = client.list_jobs(args.schedule, args.pending)
     rows = [(j.id[:8], j.schedule_id[:8], _job_state(j), render.when(j.created_at), render.when(j.updated_at),
              render.when(j.next_check), j.reason or "-") for j in found]
-    return _print_many(args, found, render.table(
+    return print_many(args, found, render.table(
         ("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "NEXT CHECK", "WAITING ON / REASON"), rows))
 
 
 def _job_history(client: SluiceClient, args) -> int:
     found = client.list_jobs(args.schedule)
     rows = [(j.id[:8], render.when(t.at), _job_state_name(t.state), t.cause) for j in found for t in j.history]
-    return _print_many(args, found, render.table(("JOB", "AT", "STATE", "CAUSE"), rows))
+    return print_many(args, found, render.table(("JOB", "AT", "STATE", "CAUSE"), rows))
 
 
 def _list_runs(client: SluiceClient, args) -> int:
@@ -316,7 +313,7 @@ def _list_runs(client: SluiceClient, args) -> int:
     rows = [(r.id[:8], r.job_id[:8], f"{r.program.app}.{r.program.program}",
              notifications_pb2.RunStatus.Name(r.status), render.when(r.started_at), render.duration(r.started_at, r.ended_at),
              sum(o.partition.record_count for o in r.outputs), (r.error or "-")[:60]) for r in found]
-    return _print_many(args, found, render.table(("RUN", "JOB", "PROGRAM", "STATUS", "STARTED", "DURATION", "ROWS OUT", "ERROR"), rows))
+    return print_many(args, found, render.table(("RUN", "JOB", "PROGRAM", "STATUS", "STARTED", "DURATION", "ROWS OUT", "ERROR"), rows))
 
 
 def _show_lineage(client: SluiceClient, args) -> int:
@@ -360,22 +357,6 @@ def _trigger_text(trigger: schedules_pb2.Trigger) -> str:
     return "?"
 
 
-def _pairs(values: list[str], what: str) -> dict[str, str]:
-    try:
-        return dict(parse_pairs(values, what))
-    except ValueError as error:
-        raise UsageError(str(error)) from error
-
-
-def _print(args, message) -> int:
-    print(json.dumps(json_format.MessageToDict(message), indent=2) if args.json else
-          json_format.MessageToJson(message, indent=2))
-    return 0
-
-
-def _print_many(args, messages, text: str) -> int:
-    print(json.dumps([json_format.MessageToDict(m) for m in messages], indent=2) if args.json else text)
-    return 0
 
 
 if __name__ == "__main__":
