@@ -4,6 +4,7 @@
 |-----------|---------------------------------------|---------------------------------------|
 | event log | (empty) or sqlite:///path/events.db   | SQLite file (default: <data-dir>/events.db) |
 | event log | postgresql://user@host:port/db        | PostgreSQL                            |
+| event log | kurrentdb://host:2113?tls=false       | KurrentDB 25.1+ (also esdb://, kdb://; &streamPrefix=p-) |
 | bus       | (empty) or inprocess:///path/bus.db   | durable in-process bus (default: <data-dir>/bus.db) |
 | bus       | kafka://host:port[,host:port]         | Kafka                                 |
 """
@@ -16,6 +17,9 @@ from sluice.clock import Clock
 from sluice.eventlog.port import EventLog
 from sluice.runtime.errors import InvalidArgument
 
+KURRENTDB_SCHEMES = ("kurrentdb", "kurrentdb+discover", "kdb", "kdb+discover", "esdb", "esdb+discover")
+"""kurrentdbclient's URL schemes, named here so that choosing an adapter does not import grpc."""
+
 
 def open_event_log(url: str, data_dir: Path, clock: Clock) -> EventLog:
     if not url or url.startswith("sqlite://"):
@@ -26,7 +30,15 @@ def open_event_log(url: str, data_dir: Path, clock: Clock) -> EventLog:
         from sluice.eventlog.postgres import PostgresEventLog
 
         return PostgresEventLog(url, clock=clock)
-    raise InvalidArgument("--event-log", f"unsupported URL {url!r} (sqlite:///path or postgresql://...)")
+    if url.startswith(tuple(f"{scheme}://" for scheme in KURRENTDB_SCHEMES)):
+        from sluice.eventlog.kurrentdb import KurrentEventLog
+
+        try:
+            return KurrentEventLog.from_url(url, clock=clock)
+        except ValueError as error:  # an unknown option, a "$" prefix...
+            raise InvalidArgument("--event-log", f"{url!r}: {error}") from error
+    raise InvalidArgument("--event-log",
+                          f"unsupported URL {url!r} (sqlite:///path, postgresql://... or kurrentdb://host:port)")
 
 
 def open_bus(url: str, data_dir: Path, clock: Clock) -> Bus:

@@ -34,7 +34,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
            help="where programs live: <apps-dir>/<app>/<program>.py (env SLUICE_APPS_DIR; default examples/)")
     option("--max-parallel-runs", type=int, help="programs running at once (env SLUICE_MAX_PARALLEL_RUNS; default 2)")
     option("--event-log", metavar="URL",
-           help="sqlite:///path or postgresql://... (env SLUICE_EVENT_LOG; default <data-dir>/events.db)")
+           help="sqlite:///path, postgresql://... or kurrentdb://host:2113?tls=false (env SLUICE_EVENT_LOG; "
+                "default <data-dir>/events.db)")
     option("--bus", metavar="URL",
            help="inprocess:///path or kafka://host:port (env SLUICE_BUS; default <data-dir>/bus.db)")
     option("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL (env SLUICE_LOG_LEVEL; default WARNING)")
