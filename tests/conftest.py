@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Iterator
 
 import pytest
 from hypothesis import settings
+
+from sluice.testing.postgres import PostgresNotInstalled, PostgresServer
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -34,3 +37,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the session; each test takes a fresh database on it
+    (`postgres.create_database()`). Without the binaries (`make postgres`) the tests using it fail
+    with that hint instead of skipping."""
+    try:
+        server = PostgresServer()
+    except PostgresNotInstalled as missing:
+        pytest.fail(str(missing), pytrace=False)
+    with server:
+        yield server

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import uuid
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 
@@ -18,7 +18,6 @@ from sluice.domain.triggers import AndTrigger, PartitionTrigger
 from sluice.eventlog.port import EventLog
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.testing.postgres import PostgresNotInstalled, PostgresServer
 from sluice_services.matcher.service import TYPES, MatcherService
 
 pytestmark = pytest.mark.integration
@@ -28,16 +27,6 @@ ROUNDS = 25
 PROGRAM = ProgramRef("ns", "app", "join")
 SCHEDULE = Schedule(schedule_id_for(PROGRAM, "join"), "join", PROGRAM,
                     AndTrigger((PartitionTrigger("ns", "left", 1), PartitionTrigger("ns", "right", 1))), enabled=True)
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    try:
-        server = PostgresServer()
-    except PostgresNotInstalled as missing:
-        pytest.fail(str(missing), pytrace=False)
-    with server:
-        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -24,7 +24,6 @@ from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
 from sluice.testing.kafka import KafkaBroker
-from sluice.testing.postgres import PostgresNotInstalled, PostgresServer
 from sluice.wire.common import notification_to_proto
 from sluice_services.composition import matcher_spec, registry_spec
 from sluice_services.matcher.service import TYPES, MatcherService
@@ -93,16 +92,6 @@ def matches_and_jobs(log) -> tuple[list[tuple[str, str]], dict[str, list]]:
             elif isinstance(event, JobTriggered):
                 jobs[event.job.schedule_id].append(event.job)
     return matched, jobs
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    try:
-        server = PostgresServer()
-    except PostgresNotInstalled as missing:
-        pytest.fail(str(missing), pytrace=False)
-    with server:
-        yield server
 
 
 class Member:

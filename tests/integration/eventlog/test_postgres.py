@@ -11,7 +11,7 @@ import random
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import psycopg
 import pytest
@@ -31,17 +31,6 @@ from tests.integration.eventlog.contract import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    """One server for the module; each test takes a fresh database on it (`dsn`)."""
-    try:
-        server = PostgresServer()
-    except PostgresNotInstalled as missing:
-        pytest.fail(str(missing), pytrace=False)
-    with server:
-        yield server
 
 
 @pytest.fixture
