@@ -65,6 +65,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "port": (int, 50051, _port),
     "metrics_port": (int, None, _port),
     "spark_master": (str, "local[*]", _any),
+    "spark_submit": (str, "", _any),
     "apps_dir": (Path, DEFAULT_APPS_DIR, _any),
     "max_parallel_runs": (int, 2, _at_least_one),
     "event_log": (str, "", _any),
@@ -178,11 +179,17 @@ def _type_name(value: Any) -> str:
 
 def to_settings(values: Mapping[str, Any]) -> Settings:
     return Settings(data_dir=Path(values["data_dir"]), host=values["host"], port=values["port"],
-                    spark=SparkConfig(master=values["spark_master"]), apps_dir=Path(values["apps_dir"]),
+                    spark=_spark(values), apps_dir=Path(values["apps_dir"]),
                     max_parallel_runs=values["max_parallel_runs"], event_log=values["event_log"], bus=values["bus"],
                     metrics_port=values["metrics_port"], log_level=values["log_level"],
                     capacity=_capacity(values), lineage_port=values["lineage_port"],
                     lineage_token=values["lineage_token"])
+
+
+def _spark(values: Mapping[str, Any]) -> SparkConfig:
+    if values["spark_submit"]:
+        return SparkConfig(master=values["spark_master"], spark_submit=values["spark_submit"])
+    return SparkConfig(master=values["spark_master"])
 
 
 def _capacity(values: Mapping[str, Any]) -> Capacity:

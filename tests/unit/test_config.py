@@ -147,3 +147,9 @@ def test_the_example_file_configures_every_service_on_kafka_and_postgresql():
     for name, each in chosen.items():
         assert each.bus.startswith("kafka://") and each.event_log.startswith("postgresql://"), name
     assert chosen["launcher"].max_parallel_runs > 1
+
+
+def test_spark_submit_command_comes_from_the_option_or_the_environment_else_the_venvs():
+    assert settings().spark.spark_submit.endswith("spark-submit")
+    assert settings(env={"SLUICE_SPARK_SUBMIT": "/opt/spark/bin/spark-submit"}).spark.spark_submit == "/opt/spark/bin/spark-submit"
+    assert settings("--spark-submit", "/usr/bin/spark-submit").spark.spark_submit == "/usr/bin/spark-submit"

@@ -30,6 +30,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
            help="serve GET /metrics and /healthz over HTTP on this port; 0 picks a free one "
                 "(env SLUICE_METRICS_PORT; default: no metrics endpoint)")
     option("--spark-master", help="Spark master URL for programs (env SLUICE_SPARK_MASTER; default local[*])")
+    option("--spark-submit", metavar="PATH",
+           help="the spark-submit command that starts programs (env SLUICE_SPARK_SUBMIT; default the venv's)")
     option("--apps-dir", type=Path,
            help="where programs live: <apps-dir>/<app>/<program>.py (env SLUICE_APPS_DIR; default examples/)")
     option("--max-parallel-runs", type=int, help="programs running at once (env SLUICE_MAX_PARALLEL_RUNS; default 2)")
