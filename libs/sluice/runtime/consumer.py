@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
-from sluice.bus.port import Bus, Producer, Record, TopicPartition
+from sluice.bus.port import Bus, Consumer, Producer, Record, TopicPartition
 from sluice.bus.topics import DEAD_LETTER
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.metrics import Registry
@@ -72,29 +72,47 @@ class ConsumerMetrics:
 
 async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, poll_timeout: float = 0.2,
                   metrics: Registry | None = None) -> None:
-    instruments = ConsumerMetrics(metrics or Registry())
-    instruments.start(subscription)
     consumer = bus.consumer(subscription.group, list(subscription.handlers))
-    assigned: set[TopicPartition] | None = None
+    loop = ConsumerLoop(consumer, subscription, dead_letter, metrics)
     try:
         while True:
-            records = await consumer.poll(timeout=poll_timeout)
-            if subscription.on_assignment is not None and consumer.assignment() != assigned:
-                assigned = consumer.assignment()
-                subscription.on_assignment(assigned)
-            for run in _runs_by_topic(records):
-                handler = subscription.handlers[run[0].topic]
-                if isinstance(handler, BatchHandler) and len(run) > 1:
-                    await _handle_batch(run, handler, subscription, dead_letter, instruments)
-                    continue
-                for record in run:
-                    started = time.perf_counter()
-                    reason = await _handle(record, subscription, dead_letter)
-                    instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
-            if records:
-                await consumer.commit()
+            await loop.step(poll_timeout)
     finally:
         await consumer.close()
+
+
+class ConsumerLoop:
+    """One group member's loop, a poll at a time: `consume` steps it forever; the crash harness
+    (tests/crash) steps it in a chosen order."""
+
+    def __init__(self, consumer: Consumer, subscription: Subscription, dead_letter: Producer,
+                 metrics: Registry | None = None) -> None:
+        self.consumer = consumer
+        self._subscription = subscription
+        self._dead_letter = dead_letter
+        self._instruments = ConsumerMetrics(metrics or Registry())
+        self._instruments.start(subscription)
+        self._assigned: set[TopicPartition] | None = None
+
+    async def step(self, poll_timeout: float) -> int:
+        """Poll once, handle what came in order, commit it; how many records were handled."""
+        subscription, consumer = self._subscription, self.consumer
+        records = await consumer.poll(timeout=poll_timeout)
+        if subscription.on_assignment is not None and consumer.assignment() != self._assigned:
+            self._assigned = consumer.assignment()
+            subscription.on_assignment(self._assigned)
+        for run in _runs_by_topic(records):
+            handler = subscription.handlers[run[0].topic]
+            if isinstance(handler, BatchHandler) and len(run) > 1:
+                await _handle_batch(run, handler, subscription, self._dead_letter, self._instruments)
+                continue
+            for record in run:
+                started = time.perf_counter()
+                reason = await _handle(record, subscription, self._dead_letter)
+                self._instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
+        if records:
+            await consumer.commit()
+        return len(records)
 
 
 def _runs_by_topic(records: list[Record]) -> list[list[Record]]:

@@ -43,22 +43,40 @@ class OutboxRelay:
             "sluice_outbox_published_total", "Messages the outbox relay published to the bus.", ("relay", "topic"))
         self._position = registry.gauge(
             "sluice_outbox_position", "Log position of the last event the outbox relay has read.", ("relay",))
+        self._after: int | None = None
+        self._unsaved = 0
 
     async def run(self) -> None:
-        after = self._log.read_checkpoint(self._checkpoint) or 0
-        position = self._position.labels(self._name)
-        position.set(after)
-        unsaved = 0
-        async for event in self._log.subscribe(after):
-            messages = self._route(event)
-            for message in messages:
-                await self._producer.send(
-                    message.topic, message.value, key=message.key.encode(),
-                    headers=[(EVENT_ID_HEADER, event.id.encode())],
-                )
-                self._published.labels(self._name, message.topic).inc()
-            position.set(event.position)
-            unsaved += 1
-            if messages or unsaved >= CHECKPOINT_EVERY:
-                self._log.save_checkpoint(Checkpoint(self._checkpoint, event.position))
-                unsaved = 0
+        async for event in self._log.subscribe(self._start()):
+            await self._relay(event)
+
+    async def publish_pending(self, limit: int = 1000) -> int:
+        """Relay what has committed since the last call (at most `limit` events), without waiting:
+        the crash harness (tests/crash) steps relays this way; how many events were read."""
+        if self._after is None:
+            self._start()
+        events = self._log.read_all(self._after, limit)
+        for event in events:
+            await self._relay(event)
+        return len(events)
+
+    def _start(self) -> int:
+        self._after = self._log.read_checkpoint(self._checkpoint) or 0
+        self._unsaved = 0
+        self._position.labels(self._name).set(self._after)
+        return self._after
+
+    async def _relay(self, event: RecordedEvent) -> None:
+        messages = self._route(event)
+        for message in messages:
+            await self._producer.send(
+                message.topic, message.value, key=message.key.encode(),
+                headers=[(EVENT_ID_HEADER, event.id.encode())],
+            )
+            self._published.labels(self._name, message.topic).inc()
+        self._position.labels(self._name).set(event.position)
+        self._after = event.position
+        self._unsaved += 1
+        if messages or self._unsaved >= CHECKPOINT_EVERY:
+            self._log.save_checkpoint(Checkpoint(self._checkpoint, event.position))
+            self._unsaved = 0
