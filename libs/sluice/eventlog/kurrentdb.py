@@ -52,6 +52,8 @@ from kurrentdbclient import RecordedEvent as KurrentRecordedEvent
 from kurrentdbclient.exceptions import InvalidCommitPositionError, NotFoundError, WrongCurrentVersionError
 
 from sluice.clock import Clock, SystemClock
+from sluice.eventlog import kurrentdb_snapshots
+from sluice.eventlog.snapshots import Snapshot
 from sluice.eventlog.kurrentdb_codec import (
     Attempt,
     after_position,
@@ -247,6 +249,22 @@ class KurrentEventLog:
 
     def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
         return self._subscribers.follow(after)
+
+    # -- snapshots (sluice.eventlog.snapshots, stored as kurrentdb_snapshots describes) ----------
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        self._check_open()
+        self._client.multi_append_to_stream([kurrentdb_snapshots.saved(self._prefix, snapshot, self._new_uuid())])
+
+    def read_snapshot(self, name: str) -> Snapshot | None:
+        self._check_open()
+        return kurrentdb_snapshots.snapshot_of(name, self._last(kurrentdb_snapshots.snapshot_stream(self._prefix, name)))
+
+    def delete_snapshot(self, name: str) -> bool:
+        if self.read_snapshot(name) is None:
+            return False
+        self._client.multi_append_to_stream([kurrentdb_snapshots.deleted(self._prefix, name, self._new_uuid())])
+        return True
 
     def close(self) -> None:
         if self._closed:

@@ -66,6 +66,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     name  TEXT   PRIMARY KEY,
     value BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS snapshots (                  -- see sluice.eventlog.snapshots
+    name     TEXT   PRIMARY KEY,
+    position BIGINT NOT NULL,
+    schema   TEXT   NOT NULL,
+    data     BYTEA  NOT NULL
+);
 """
 class PostgresEventLog(SqlEventLogBase):
     """The EventLog port over PostgreSQL. Thread-safe; several instances (processes) may share a database."""

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Sequence
 
 from sluice.eventlog.port import NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend
+from sluice.eventlog.snapshots import Snapshot
 from sluice.eventlog.subscription import Subscribers
 
 COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
@@ -51,6 +52,28 @@ class SqlEventLogBase:
     def read_checkpoint(self, name: str) -> int | None:
         rows = self._query("SELECT value FROM checkpoints WHERE name = {p}", (name,))
         return rows[0][0] if rows else None
+
+    # -- snapshots (sluice.eventlog.snapshots): one row per name, in the same database as the log --
+
+    def save_snapshot(self, snapshot: Snapshot) -> None:
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO snapshots (name, position, schema, data) VALUES ({p}, {p}, {p}, {p})"
+                " ON CONFLICT (name) DO UPDATE SET position = excluded.position, schema = excluded.schema,"
+                " data = excluded.data".format(p=self.PLACEHOLDER),
+                (snapshot.name, snapshot.position, snapshot.schema, bytes(snapshot.data)))
+
+    def read_snapshot(self, name: str) -> Snapshot | None:
+        rows = self._query("SELECT position, schema, data FROM snapshots WHERE name = {p}", (name,))
+        return Snapshot(name, rows[0][0], rows[0][1], bytes(rows[0][2])) if rows else None
+
+    def delete_snapshot(self, name: str) -> bool:
+        with self._transaction() as conn:
+            deleted = conn.execute("DELETE FROM snapshots WHERE name = {p}".format(p=self.PLACEHOLDER), (name,))
+            return deleted.rowcount > 0
+
+    def _transaction(self) -> Any:
+        raise NotImplementedError
 
     def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
         return self._subscribers.follow(after)

@@ -42,6 +42,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     name  TEXT    PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS snapshots (                  -- see sluice.eventlog.snapshots
+    name     TEXT    PRIMARY KEY,
+    position INTEGER NOT NULL,
+    schema   TEXT    NOT NULL,
+    data     BLOB    NOT NULL
+);
 """
 class SqliteEventLog(SqlEventLogBase):
     """The EventLog port over SQLite. Thread-safe: one connection behind a lock."""
