@@ -23,8 +23,15 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
 
     async def ListRuns(self, request: lineage_pb2.ListLineageRunsRequest, context) -> lineage_pb2.ListLineageRunsResponse:
         """Runs matching every filter that is set (job_namespace, job_name, parent_run_id), oldest first."""
+        state = self._service.state
+        if request.job_namespace and request.job_name:
+            candidates = state.runs_of((request.job_namespace, request.job_name))
+        elif request.parent_run_id:
+            candidates = state.children_of(request.parent_run_id.lower())
+        else:
+            candidates = state.runs.values()
         runs = [
-            run for run in self._service.state.runs.values()
+            run for run in candidates
             if (not request.job_namespace or run.job_namespace == request.job_namespace)
             and (not request.job_name or run.job_name == request.job_name)
             and (not request.parent_run_id or run.parent_run_id == request.parent_run_id.lower())

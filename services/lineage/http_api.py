@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections import defaultdict
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
@@ -107,9 +106,10 @@ class _Routes:
         if not 0 <= depth <= MAX_DEPTH:
             return _error(400, f"depth: must be from 0 to {MAX_DEPTH}, got {depth}")
         graph = _Graph(self._service.state)
-        if node not in graph.nodes:
+        start = graph.find(node)
+        if start is None:
             return _error(404, f"nodeId: no node {node!r} (job:<namespace>:<name> or dataset:<namespace>:<name>)")
-        return web.json_response({"graph": graph.around(node, depth)})
+        return web.json_response({"graph": graph.around(start, depth)})
 
     def _find(self, request: web.Request, suffix: str) -> Job | web.Response:
         """The job by fully qualified name; by simple name a redirect, or the candidates when several."""
@@ -144,12 +144,16 @@ def _error(status: int, reason: str) -> web.Response:
 
 
 def _runs_of(state: LineageState, job: Job) -> list[Run]:
-    runs = [run for run in state.runs.values() if (run.job_namespace, run.job_name) == (job.namespace, job.name)]
-    return sorted(runs, key=lambda run: (run.started_at or run.last_event_time or _EPOCH, run.run_id), reverse=True)
+    return sorted(state.runs_of(job.key), key=_newest_first, reverse=True)
+
+
+def _newest_first(run: Run) -> tuple:
+    return (run.started_at or run.last_event_time or _EPOCH, run.run_id)
 
 
 def _job_json(state: LineageState, job: Job) -> dict[str, Any]:
-    runs = _runs_of(state, job)
+    inputs, outputs = state.datasets_of(job.key)
+    latest = max(state.runs_of(job.key), key=_newest_first, default=None)
     return {
         "id": {"namespace": job.namespace, "name": job.name},
         "type": "BATCH",
@@ -157,9 +161,9 @@ def _job_json(state: LineageState, job: Job) -> dict[str, Any]:
         "simpleName": job.simple_name,
         "parentJobName": job.parent_job_name,
         "namespace": job.namespace,
-        "inputs": [_dataset_id(d) for d in sorted({d for run in runs for d in run.inputs})],
-        "outputs": [_dataset_id(d) for d in sorted({d for run in runs for d in run.outputs})],
-        "latestRun": _run_json(runs[0]) if runs else None,
+        "inputs": [_dataset_id(d) for d in inputs],
+        "outputs": [_dataset_id(d) for d in outputs],
+        "latestRun": _run_json(latest) if latest else None,
     }
 
 
@@ -188,43 +192,67 @@ def _dataset_id(qualified: str) -> dict[str, str]:
     return {"namespace": namespace, "name": name}
 
 
+Node = tuple[str, Any]   # ("job", (namespace, name)) or ("dataset", "namespace/name")
+
+
 class _Graph:
-    """Jobs and datasets as nodes; a job's runs read its inputs and wrote its outputs."""
+    """Jobs and datasets as nodes; a job's runs read its inputs and wrote its outputs. Walks the
+    state's maintained edges out from the start node, so a query costs the size of its answer."""
 
     def __init__(self, state: LineageState) -> None:
-        self.nodes: dict[str, dict[str, Any]] = {}
-        self.edges: dict[str, set[tuple[str, str]]] = defaultdict(set)
-        for job in state.jobs.values():
-            job_node = f"job:{job.namespace}:{job.name}"
-            self.nodes[job_node] = {"type": "JOB", "data": _job_json(state, job)}
-            for run in _runs_of(state, job):
-                for dataset in run.inputs:
-                    self._link(self._dataset(dataset), job_node)
-                for dataset in run.outputs:
-                    self._link(job_node, self._dataset(dataset))
+        self._state = state
 
-    def _dataset(self, qualified: str) -> str:
-        namespace, _, name = qualified.partition("/")
-        node = f"dataset:{namespace}:{name}"
-        self.nodes.setdefault(node, {"type": "DATASET", "data": {"namespace": namespace, "name": name}})
-        return node
+    def find(self, node_id: str) -> Node | None:
+        """The node a nodeId names, None if there is none. A namespace may contain ':' (s3://...)."""
+        kind, _, rest = node_id.partition(":")
+        for at in (i for i, c in enumerate(rest) if c == ":"):
+            namespace, name = rest[:at], rest[at + 1:]
+            if kind == "job" and (namespace, name) in self._state.jobs:
+                return "job", (namespace, name)
+            if kind == "dataset" and any(self._state.jobs_of(f"{namespace}/{name}")):
+                return "dataset", f"{namespace}/{name}"
+        return None
 
-    def _link(self, origin: str, destination: str) -> None:
-        edge = (origin, destination)
-        self.edges[origin].add(edge)
-        self.edges[destination].add(edge)
+    def _edges(self, node: Node) -> list[tuple[Node, Node]]:
+        kind, key = node
+        if kind == "job":
+            inputs, outputs = self._state.datasets_of(key)
+            return [(("dataset", d), node) for d in inputs] + [(node, ("dataset", d)) for d in outputs]
+        readers, writers = self._state.jobs_of(key)
+        return [(node, ("job", j)) for j in readers] + [(("job", j), node) for j in writers]
 
-    def around(self, start: str, depth: int) -> list[dict[str, Any]]:
-        seen, frontier = {start}, [start]
+    def around(self, start: Node, depth: int) -> list[dict[str, Any]]:
+        edges = {start: self._edges(start)}
+        frontier = [start]
         for _ in range(depth):
-            frontier = [other for node in frontier for edge in self.edges[node] for other in edge if other not in seen]
-            seen.update(frontier)
-            if not frontier:
+            reached = []
+            for node in frontier:
+                for other in (end for edge in edges[node] for end in edge if end not in edges):
+                    edges[other] = self._edges(other)
+                    reached.append(other)
+            if not (frontier := reached):
                 break
-        return [{"id": node, **self.nodes[node],
-                 "inEdges": [{"origin": o, "destination": d} for o, d in sorted(self.edges[node]) if d == node],
-                 "outEdges": [{"origin": o, "destination": d} for o, d in sorted(self.edges[node]) if o == node]}
-                for node in sorted(seen)]
+        rendered = []
+        for node in sorted(edges, key=_node_id):
+            me, links = _node_id(node), sorted((_node_id(o), _node_id(d)) for o, d in edges[node])
+            rendered.append({"id": me, **self._data(node),
+                             "inEdges": [{"origin": o, "destination": d} for o, d in links if d == me],
+                             "outEdges": [{"origin": o, "destination": d} for o, d in links if o == me]})
+        return rendered
+
+    def _data(self, node: Node) -> dict[str, Any]:
+        kind, key = node
+        if kind == "job":
+            return {"type": "JOB", "data": _job_json(self._state, self._state.jobs[key])}
+        return {"type": "DATASET", "data": _dataset_id(key)}
+
+
+def _node_id(node: Node) -> str:
+    kind, key = node
+    if kind == "job":
+        return f"job:{key[0]}:{key[1]}"
+    namespace, _, name = key.partition("/")
+    return f"dataset:{namespace}:{name}"
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

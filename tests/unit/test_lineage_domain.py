@@ -17,11 +17,13 @@ from sluice.domain.lineage import (
     EMPTY,
     UNKNOWN,
     InvalidRunEvent,
+    StaleLineageState,
     evolve,
     fold,
     parse_run_event,
     render_tree,
 )
+from sluice.domain.lineage_index import LineageIndex
 
 T0 = datetime(2026, 3, 1, 10, 0, tzinfo=timezone.utc)
 NS = "sluice"
@@ -246,6 +248,7 @@ def test_every_arrival_order_with_redeliveries_gives_the_same_state(order, repea
     assert state == EXPECTED
     assert (state.jobs, state.runs) == (EXPECTED.jobs, EXPECTED.runs)
     assert render_tree(state) == render_tree(EXPECTED)
+    assert_indexes_match_a_recomputation(state)
 
 
 def test_every_permutation_of_the_tricky_events_gives_the_same_state():
@@ -254,11 +257,60 @@ def test_every_permutation_of_the_tricky_events_gives_the_same_state():
     for order in itertools.permutations(tricky):
         state = fold(order)
         assert (state.jobs, state.runs) == (expected.jobs, expected.runs), order
+        assert_indexes_match_a_recomputation(state)
 
 
 def test_ties_at_the_same_event_time_are_broken_deterministically():
     complete, fail = record(P1, RunState.COMPLETE, 10, "j"), record(P1, RunState.FAIL, 10, "j")
     assert fold([complete, fail]).runs[P1].state == fold([fail, complete]).runs[P1].state == "FAIL"
+
+
+INDEXES = ("job_of_run", "runs_of_job", "children", "jobs", "inputs_of_job", "outputs_of_job", "readers", "writers")
+
+
+def assert_indexes_match_a_recomputation(state):
+    """What was maintained event by event equals what the facts give from scratch."""
+    maintained = state._index
+    recomputed = LineageIndex.from_facts(maintained.facts.values())
+    for name in INDEXES:
+        assert getattr(maintained, name) == getattr(recomputed, name), name
+
+
+def test_a_parent_that_changes_requalifies_every_descendant():
+    other = "0195499e-1a00-7000-8000-0000000000ff"
+    before = fold([record(S, RunState.START, 0, SCHEDULE),
+                   record(P1, RunState.START, 1, "hourly_metrics", parent=(S, NS, SCHEDULE), outputs=["m/h"]),
+                   record(SPARK, RunState.START, 2, "aggregate", parent=(P1, NS, "hourly_metrics"), inputs=["raw"])])
+    assert before.runs[SPARK].job_name == f"{SCHEDULE}.hourly_metrics.aggregate"
+    later = evolve(before, record(P1, RunState.COMPLETE, 9, "hourly_metrics", parent=(other, NS, "backfill")))
+    assert later.runs[P1].job_name == "backfill.hourly_metrics" and later.runs[P1].parent_run_id == other
+    assert later.runs[SPARK].job_name == "backfill.hourly_metrics.aggregate"
+    assert (NS, f"{SCHEDULE}.hourly_metrics.aggregate") not in later.jobs and (NS, SCHEDULE) in later.jobs
+    assert later.datasets_of((NS, "backfill.hourly_metrics.aggregate")) == (("s3://lake/raw",), ())
+    assert later.jobs_of("s3://lake/m/h") == ((), ((NS, "backfill.hourly_metrics"),))
+    assert [r.run_id for r in later.children_of(other)] == [P1] and not later.children_of(S)
+    assert_indexes_match_a_recomputation(later)
+
+
+def test_a_cycle_that_forms_and_breaks_again_leaves_the_indexes_consistent():
+    a = record(P1, RunState.START, 1, "a", parent=(P2, NS, "b"))
+    b = record(P2, RunState.START, 2, "b", parent=(P1, NS, "a"))
+    c = record(P3, RunState.START, 3, "c", parent=(P2, NS, "b"))
+    b_rooted = record(P2, RunState.COMPLETE, 9, "b", parent=(S, NS, SCHEDULE))
+    for order in itertools.permutations([a, b, c, b_rooted]):
+        state = fold(order)
+        assert state.runs[P3].job_name == f"{SCHEDULE}.b.c"
+        assert_indexes_match_a_recomputation(state)
+
+
+def test_a_state_that_was_evolved_cannot_be_read_but_an_equal_state_can_be_rebuilt():
+    first = evolve(EMPTY, HISTORY[0])
+    second = evolve(first, HISTORY[1])
+    with pytest.raises(StaleLineageState):
+        first.runs
+    with pytest.raises(StaleLineageState):
+        evolve(first, HISTORY[2])
+    assert second == fold(HISTORY[:2]) and not EMPTY.runs
 
 
 # -- rendering --------------------------------------------------------------------------------

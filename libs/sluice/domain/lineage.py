@@ -1,17 +1,19 @@
 """OpenLineage run events folded into a job hierarchy, the same whatever the arrival order.
 
 Pure. Each run keeps what was learnt about it (`RunFacts`), merged by max, min and union only,
-so `evolve` is commutative and idempotent; jobs, fully qualified names and run states are
-derived from those facts when first asked for.
+so `evolve` is commutative and idempotent; jobs, fully qualified names, run states and dataset
+edges are functions of those facts, kept up to date event by event (sluice.domain.lineage_index).
 """
 from __future__ import annotations
 
 import re
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import cached_property
-from typing import Any, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from sluice.domain.lineage_index import Job, JobKey, LineageIndex
 
 EVENT_TYPES = ("START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER")
 TERMINAL = ("COMPLETE", "ABORT", "FAIL")
@@ -161,16 +163,7 @@ def _partitions(obj: dict, key: str, facets_key: str, condition_key: str) -> tup
 
 # -- state ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Job:
-    namespace: str
-    name: str                         # fully qualified: parent names joined by '.'
-    simple_name: str
-    parent_job_name: str | None
-    parent_job_namespace: str | None = None
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Run:
     run_id: str
     job_namespace: str
@@ -185,7 +178,7 @@ class Run:
     partitions: tuple[str, ...] = ()  # "namespace/name:key=value,..." it read or wrote
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunFacts:
     """What is known about one run; every field merges by max, min or union."""
 
@@ -205,18 +198,19 @@ class RunFacts:
 
     def absorb(self, r: RunEventRecord) -> RunFacts:
         t, rank, p = r.event_time, _RANK[r.event_type], r.parent
-        return replace(
-            self,
+        return RunFacts(
+            self.run_id,
             job=_max(self.job, (t, rank, r.job_namespace, r.job_name)),
+            claims=self.claims,
             parent=_max(self.parent, p and (t, rank, p.run_id, p.job_namespace, p.job_name)),
             terminal=_max(self.terminal, (t, rank, r.event_type) if r.event_type in TERMINAL else None),
             progress=_max(self.progress, (t, rank, r.event_type) if r.event_type in ("START", "RUNNING") else None),
             first_start=_min(self.first_start, t if r.event_type == "START" else None),
             first_seen=_min(self.first_seen, t),
             last_seen=_max(self.last_seen, t),
-            inputs=self.inputs | set(r.inputs),
-            outputs=self.outputs | set(r.outputs),
-            partitions=self.partitions | set(r.partitions),
+            inputs=_union(self.inputs, r.inputs),
+            outputs=_union(self.outputs, r.outputs),
+            partitions=_union(self.partitions, r.partitions),
             seen=self.seen | {(r.event_type, t)},
         )
 
@@ -229,82 +223,136 @@ def _min(a: Any, b: Any) -> Any:
     return a if b is None else b if a is None else min(a, b)
 
 
-@dataclass(frozen=True)
+def _union(known: frozenset, more: tuple[str, ...]) -> frozenset:
+    return known if not more or known.issuperset(more) else known | set(more)
+
+
+class StaleLineageState(RuntimeError):
+    """A state read after it was evolved: only the newest state of a history can be read."""
+
+
 class LineageState:
-    facts: Mapping[str, RunFacts] = field(default_factory=dict)   # by run id; never mutated
+    """A value: equal states have equal facts. `evolve` updates the index in place, O(the runs
+    whose job changed), and the state it was given becomes unreadable (StaleLineageState)
+    rather than copying the index per event or silently showing the new facts."""
 
-    def has_seen(self, record: RunEventRecord) -> bool:
-        f = self.facts.get(record.run_id)
-        return f is not None and (record.event_type, record.event_time) in f.seen
+    __slots__ = ("_index", "_version")
+    __hash__ = None  # type: ignore[assignment]
 
-    @cached_property
-    def _derived(self) -> tuple[dict[tuple[str, str], Job], dict[str, Run]]:
-        return _derive(self.facts)
+    def __init__(self, index: LineageIndex | None = None) -> None:
+        self._index = index
+        self._version = index.version if index is not None else 0
+
+    def _read(self) -> LineageIndex:
+        if self._index is None:
+            return _EMPTY_INDEX
+        if self._index.version != self._version:
+            raise StaleLineageState("this lineage state was evolved since; read the newest one")
+        return self._index
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LineageState):
+            return NotImplemented
+        return self is other or self._read().facts == other._read().facts
+
+    def __repr__(self) -> str:
+        index = self._read()
+        return f"LineageState({len(index.jobs)} jobs, {len(index.facts)} runs)"
 
     @property
-    def jobs(self) -> Mapping[tuple[str, str], Job]:
-        """By (namespace, fully qualified name)."""
-        return self._derived[0]
+    def facts(self) -> Mapping[str, RunFacts]:
+        return MappingProxyType(self._read().facts)
+
+    def has_seen(self, record: RunEventRecord) -> bool:
+        f = self._read().facts.get(record.run_id)
+        return f is not None and (record.event_type, record.event_time) in f.seen
+
+    @property
+    def jobs(self) -> Mapping[JobKey, Job]:
+        """By (namespace, fully qualified name), in that order."""
+        return _Jobs(self._read())
 
     @property
     def runs(self) -> Mapping[str, Run]:
-        return self._derived[1]
+        """By run id, in that order; each Run is made when asked for."""
+        return _Runs(self._read())
+
+    def runs_of(self, key: JobKey) -> list[Run]:
+        index = self._read()
+        return [_run_of(index, run_id) for run_id in index.runs_of_job.get(key, ())]
+
+    def children_of(self, run_id: str) -> list[Run]:
+        index = self._read()
+        return [_run_of(index, child) for child in index.children.get(run_id, ())]
+
+    def datasets_of(self, key: JobKey) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The datasets its runs read and wrote, "namespace/name", sorted."""
+        index = self._read()
+        return tuple(sorted(index.inputs_of_job.get(key, ()))), tuple(sorted(index.outputs_of_job.get(key, ())))
+
+    def jobs_of(self, dataset: str) -> tuple[tuple[JobKey, ...], tuple[JobKey, ...]]:
+        """The jobs whose runs read and wrote this dataset, sorted."""
+        index = self._read()
+        return tuple(sorted(index.readers.get(dataset, ()))), tuple(sorted(index.writers.get(dataset, ())))
+
+
+class _Jobs(Mapping):
+    def __init__(self, index: LineageIndex) -> None:
+        self._index = index
+
+    def __getitem__(self, key: JobKey) -> Job:
+        return self._index.jobs[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index.jobs
+
+    def __iter__(self) -> Iterator[JobKey]:
+        return iter(self._index.sorted_job_keys())
+
+    def __len__(self) -> int:
+        return len(self._index.jobs)
+
+
+class _Runs(Mapping):
+    def __init__(self, index: LineageIndex) -> None:
+        self._index = index
+
+    def __getitem__(self, run_id: str) -> Run:
+        if run_id not in self._index.facts:
+            raise KeyError(run_id)
+        return _run_of(self._index, run_id)
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._index.facts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._index.facts))
+
+    def __len__(self) -> int:
+        return len(self._index.facts)
 
 
 EMPTY = LineageState()
+_EMPTY_INDEX = LineageIndex()
 
 
 def evolve(state: LineageState, record: RunEventRecord) -> LineageState:
-    facts = dict(state.facts)
-    _apply(facts, record)
-    return state if facts == state.facts else LineageState(facts)
+    index = state._index if state._index is not None else LineageIndex()
+    state._read()                                             # a stale state cannot be evolved either
+    if not index.apply(record, RunFacts):
+        return state
+    index.version += 1
+    return LineageState(index)
 
 
 def fold(records: Iterable[RunEventRecord], state: LineageState = EMPTY) -> LineageState:
-    """evolve over many records without copying the state for each."""
-    facts = dict(state.facts)
     for record in records:
-        _apply(facts, record)
-    return LineageState(facts)
+        state = evolve(state, record)
+    return state
 
 
-def _apply(facts: dict[str, RunFacts], r: RunEventRecord) -> None:
-    facts[r.run_id] = facts.get(r.run_id, RunFacts(r.run_id)).absorb(r)
-    if r.parent:                                              # the parent exists, maybe as a placeholder
-        p = facts.get(r.parent.run_id, RunFacts(r.parent.run_id))
-        facts[r.parent.run_id] = replace(p, claims=p.claims | {(r.parent.job_namespace, r.parent.job_name)})
-
-
-def _derive(facts: Mapping[str, RunFacts]) -> tuple[dict[tuple[str, str], Job], dict[str, Run]]:
-    named: dict[str, Job] = {}                                # run id -> its job
-    for run_id in sorted(facts):
-        chain, cur = [], run_id
-        while cur in facts and cur not in named and cur not in chain:
-            chain.append(cur)
-            cur = facts[cur].parent[2] if facts[cur].parent else None
-        above = named.get(cur)                                # None at a root; a cycle is cut at its top
-        for rid in reversed(chain):
-            named[rid] = above = _job_of(facts[rid], above)
-    jobs: dict[tuple[str, str], Job] = {}                     # runs may disagree: pick deterministically
-    for job in sorted(named.values(), key=lambda j: (j.parent_job_name is None, j.parent_job_name or "",
-                                                      j.parent_job_namespace or "", j.simple_name)):
-        jobs.setdefault((job.namespace, job.name), job)
-    return dict(sorted(jobs.items())), {rid: _run_of(facts[rid], named[rid]) for rid in sorted(facts)}
-
-
-def _job_of(f: RunFacts, parent_job: Job | None) -> Job:
-    namespace, given = f.job[2:] if f.job else min(f.claims)
-    if parent_job is None:
-        return Job(namespace, given, given, None)
-    simple = given                                            # unless the producer already qualified it
-    for prefix in (parent_job.name + ".", f.parent[4] + "."):
-        if given.startswith(prefix) and len(given) > len(prefix):
-            simple = given[len(prefix):]
-            break
-    return Job(namespace, f"{parent_job.name}.{simple}", simple, parent_job.name, parent_job.namespace)
-
-
-def _run_of(f: RunFacts, job: Job) -> Run:
+def _run_of(index: LineageIndex, run_id: str) -> Run:
+    f, job = index.facts[run_id], index.job_of_run[run_id]
     chosen = f.terminal or f.progress
     return Run(run_id=f.run_id, job_namespace=job.namespace, job_name=job.name,
                state=chosen[2] if chosen else UNKNOWN, parent_run_id=f.parent[2] if f.parent else None,
@@ -313,53 +361,4 @@ def _run_of(f: RunFacts, job: Job) -> Run:
                partitions=tuple(sorted(f.partitions)))
 
 
-# -- rendering --------------------------------------------------------------------------------
-
-def render_tree(state: LineageState, namespace: str | None = None, max_runs: int = 5) -> str:
-    """The job hierarchy as an indented tree; each job with its latest runs (id tail, state, duration)."""
-    jobs = {k: j for k, j in state.jobs.items() if namespace is None or j.namespace == namespace}
-    if not jobs:
-        return "(no lineage)" if namespace is None else f"(no lineage in namespace {namespace})"
-    children: dict[Any, list[tuple[str, str]]] = {}
-    for key, job in jobs.items():
-        parent = (job.parent_job_namespace, job.parent_job_name)
-        children.setdefault(parent if parent in jobs else None, []).append(key)
-    runs: dict[tuple[str, str], list[Run]] = {}
-    for run in sorted(state.runs.values(), key=_run_order):
-        runs.setdefault((run.job_namespace, run.job_name), []).append(run)
-    lines: list[str] = []
-
-    def walk(key: tuple[str, str], head: str, body: str, parent_ns: str | None) -> None:
-        job, job_runs = jobs[key], runs.get(key, [])
-        summary = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state for r in job_runs).items()))
-        ns = f"  (namespace {job.namespace})" if parent_ns not in (None, job.namespace) else ""
-        lines.append(f"{head}{job.name}{ns}  [{len(job_runs)} run{'s' * (len(job_runs) != 1)}: {summary}]")
-        if len(job_runs) > max_runs:
-            lines.append(f"{body}  · ... {len(job_runs) - max_runs} earlier")
-        for run in job_runs[-max_runs:] if max_runs else ():
-            lines.append(f"{body}  · run ..{run.run_id[-8:]}  {run.state:<8}  {_duration(run)}")
-        kids = children.get(key, [])
-        for i, kid in enumerate(kids):
-            last = i == len(kids) - 1
-            walk(kid, body + ("  └─ " if last else "  ├─ "), body + ("     " if last else "  │  "), job.namespace)
-
-    roots = children.get(None, [])
-    namespaces = sorted({ns for ns, _ in roots})
-    for ns in namespaces:
-        if len(namespaces) > 1:
-            lines.append(f"[namespace {ns}]")
-        for key in (k for k in roots if k[0] == ns):
-            walk(key, "", "", None)
-    return "\n".join(lines)
-
-
-def _run_order(run: Run) -> tuple:
-    return (run.started_at is not None, run.started_at or datetime.min.replace(tzinfo=timezone.utc), run.run_id)
-
-
-def _duration(run: Run) -> str:
-    if run.started_at is None or run.ended_at is None:
-        return "running" if run.state in ("START", "RUNNING") else "-"
-    seconds = (run.ended_at - run.started_at).total_seconds()
-    minutes, hours = int(seconds // 60), int(seconds // 3600)
-    return f"{seconds:.1f}s" if seconds < 60 else f"{minutes}m{int(seconds % 60):02d}s" if hours < 1 else f"{hours}h{minutes % 60:02d}m"
+from sluice.domain.lineage_render import render_tree  # noqa: E402  (it reads LineageState)

@@ -1,0 +1,196 @@
+"""The lineage read model, maintained event by event.
+
+Pure (no I/O). `LineageIndex.apply` merges one run event into the run facts and updates, for
+the runs whose derived job changed only, the indexes the queries use: the job of every run,
+the runs of every job, the children of every run, the chosen `Job` of every fully qualified
+name and the dataset edges of every job. Every index is a function of the facts alone, so the
+result does not depend on the arrival order; `LineageIndex.from_facts` recomputes it from
+scratch, which tests compare with the incremental result.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from sluice.domain.lineage import RunEventRecord, RunFacts
+
+JobKey = tuple[str, str]                 # (namespace, fully qualified name)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    namespace: str
+    name: str                         # fully qualified: parent names joined by '.'
+    simple_name: str
+    parent_job_name: str | None
+    parent_job_namespace: str | None = None
+
+    @property
+    def key(self) -> JobKey:
+        return (self.namespace, self.name)
+
+
+def _preference(job: Job) -> tuple:
+    """Runs may name one fully qualified job differently (a root 'a.b', or 'b' under 'a'): the
+    least of these wins."""
+    return (job.parent_job_name is None, job.parent_job_name or "", job.parent_job_namespace or "", job.simple_name)
+
+
+class LineageIndex:
+    def __init__(self) -> None:
+        self.facts: dict[str, RunFacts] = {}
+        self.job_of_run: dict[str, Job] = {}
+        self.runs_of_job: dict[JobKey, set[str]] = {}
+        self.children: dict[str, set[str]] = {}          # run id -> runs whose parent facet names it
+        self.jobs: dict[JobKey, Job] = {}
+        self.inputs_of_job: dict[JobKey, Counter[str]] = {}    # dataset -> how many of its runs read it
+        self.outputs_of_job: dict[JobKey, Counter[str]] = {}
+        self.readers: dict[str, Counter[JobKey]] = {}           # dataset -> jobs whose runs read it
+        self.writers: dict[str, Counter[JobKey]] = {}
+        self._namings: dict[JobKey, Counter[Job]] = {}          # every Job some run derives, by key
+        self._sorted_jobs: list[JobKey] | None = None
+        self.version = 0                                          # events applied that changed something
+
+    @classmethod
+    def from_facts(cls, facts: Iterable[RunFacts]) -> LineageIndex:
+        index = cls()
+        index.facts = {f.run_id: f for f in facts}
+        for f in index.facts.values():
+            if f.parent:
+                index.children.setdefault(f.parent[2], set()).add(f.run_id)
+        for run_id in index.facts:
+            index._move(run_id, None, index.derive_job(run_id))
+        return index
+
+    def sorted_job_keys(self) -> list[JobKey]:
+        if self._sorted_jobs is None:
+            self._sorted_jobs = sorted(self.jobs)
+        return self._sorted_jobs
+
+    # -- updates ------------------------------------------------------------------------------
+
+    def apply(self, record: RunEventRecord, blank: type[RunFacts]) -> bool:
+        """Merge one event; False when it taught nothing new (a redelivery)."""
+        run_id, parent = record.run_id, record.parent
+        parent_changed = False
+        if parent:                                    # the parent exists, maybe only as a placeholder
+            before = self.facts.get(parent.run_id)
+            claim = (parent.job_namespace, parent.job_name)
+            if before is None or claim not in before.claims:
+                base = before or blank(parent.run_id)
+                self.facts[parent.run_id] = replace(base, claims=base.claims | {claim})
+                parent_changed = True
+        before = self.facts.get(run_id)
+        after = (before or blank(run_id)).absorb(record)
+        if after == before:
+            if parent_changed:
+                self._rename(parent.run_id, everything_below=False)
+            return parent_changed
+        self.facts[run_id] = after
+        old_parent = before.parent[2] if before and before.parent else None
+        new_parent = after.parent[2] if after.parent else None
+        if old_parent != new_parent:
+            if old_parent is not None:
+                self._discard(self.children, old_parent, run_id)
+            self.children.setdefault(new_parent, set()).add(run_id)
+        job = self.job_of_run.get(run_id)
+        if job is not None and before is not None:       # datasets it adds count for its current job
+            self._count(job.key, after.inputs - before.inputs, after.outputs - before.outputs, +1)
+        if parent_changed:
+            self._rename(parent.run_id, everything_below=False)
+        self._rename(run_id, everything_below=old_parent != new_parent)
+        return True
+
+    def _rename(self, start: str, everything_below: bool) -> None:
+        """Re-derive the job of `start` and of its descendants: all of them when its parent
+        changed (a cycle may have formed or broken below), else only below a job that changed."""
+        stack, visited = [start], set()
+        while stack:
+            run_id = stack.pop()
+            if run_id in visited:
+                continue
+            visited.add(run_id)
+            old, new = self.job_of_run.get(run_id), self.derive_job(run_id)
+            if old != new:
+                self._move(run_id, old, new)
+            if old != new or everything_below:
+                stack.extend(self.children.get(run_id, ()))
+
+    def derive_job(self, run_id: str) -> Job:
+        """Walk up the parents; a cycle is cut at its least run id, which then counts as a root."""
+        chain, position, current = [run_id], {run_id: 0}, run_id
+        while (f := self.facts[current]).parent and (up := f.parent[2]) in self.facts:
+            if up in position:
+                cut = min(chain[position[up]:])
+                del chain[position[cut] + 1:]
+                break
+            position[up] = len(chain)
+            chain.append(up)
+            current = up
+        job = None
+        for rid in reversed(chain):
+            job = _job_of(self.facts[rid], job)
+        return job
+
+    def _move(self, run_id: str, old: Job | None, new: Job) -> None:
+        f = self.facts[run_id]
+        if old is not None:
+            self._discard(self.runs_of_job, old.key, run_id)
+            self._count(old.key, f.inputs, f.outputs, -1)
+            self._name(old, -1)
+        self.job_of_run[run_id] = new
+        self.runs_of_job.setdefault(new.key, set()).add(run_id)
+        self._count(new.key, f.inputs, f.outputs, +1)
+        self._name(new, +1)
+
+    def _name(self, job: Job, delta: int) -> None:
+        namings = self._namings.setdefault(job.key, Counter())
+        namings[job] += delta
+        if namings[job] <= 0:
+            del namings[job]
+        if not namings:
+            del self._namings[job.key]
+            del self.jobs[job.key]
+            self._sorted_jobs = None
+            return
+        if job.key not in self.jobs:
+            self._sorted_jobs = None
+        self.jobs[job.key] = min(namings, key=_preference)
+
+    def _count(self, key: JobKey, inputs: Iterable[str], outputs: Iterable[str], delta: int) -> None:
+        for by_job, by_dataset, datasets in ((self.inputs_of_job, self.readers, inputs),
+                                             (self.outputs_of_job, self.writers, outputs)):
+            for dataset in datasets:
+                _add(by_job.setdefault(key, Counter()), dataset, delta, by_job, key)
+                _add(by_dataset.setdefault(dataset, Counter()), key, delta, by_dataset, dataset)
+
+    @staticmethod
+    def _discard(index: dict, key, member) -> None:
+        members = index.get(key)
+        if members is not None:
+            members.discard(member)
+            if not members:
+                del index[key]
+
+
+def _add(counter: Counter, item, delta: int, owner: dict, owner_key) -> None:
+    counter[item] += delta
+    if counter[item] <= 0:
+        del counter[item]
+        if not counter:
+            del owner[owner_key]
+
+
+def _job_of(f: RunFacts, parent_job: Job | None) -> Job:
+    namespace, given = f.job[2:] if f.job else min(f.claims)
+    if parent_job is None:
+        return Job(namespace, given, given, None)
+    simple = given                                            # unless the producer already qualified it
+    for prefix in (parent_job.name + ".", f.parent[4] + "."):
+        if given.startswith(prefix) and len(given) > len(prefix):
+            simple = given[len(prefix):]
+            break
+    return Job(namespace, f"{parent_job.name}.{simple}", simple, parent_job.name, parent_job.namespace)
+
