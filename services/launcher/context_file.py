@@ -16,7 +16,7 @@ def program_job_name(job: Job) -> str:
     return f"{schedule_job_name(job)}.{job.program.program}"
 
 
-def build_context(run_id: str, job: Job, data_dir: Path, run_dir: Path) -> dict:
+def build_context(run_id: str, job: Job, data_dir: Path, run_dir: Path, attempt: int = 1) -> dict:
     context = job.context
     return {
         "run_id": run_id,
@@ -29,6 +29,7 @@ def build_context(run_id: str, job: Job, data_dir: Path, run_dir: Path) -> dict:
             "data_dir": str(data_dir.resolve()),
             "staging_dir": str((run_dir / "staging").resolve()),
             "result_path": str((run_dir / "result.json").resolve()),
+            "attempt": attempt,
         },
         "notifications": [_notification(n) for n in context.notifications],
         "lineage": {

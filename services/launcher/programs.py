@@ -6,9 +6,10 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 from sluice.domain.common import ProgramRef
+from sluice_services.launcher.tracking import SupervisedChild, SupervisedProgram, spawned
 
 
 class ProgramCatalog(Protocol):
@@ -32,13 +33,27 @@ class ProgramProcess(Protocol):
     @property
     def pid(self) -> int: ...
 
-    async def wait(self) -> int:
-        """Wait for the program to end; its exit code."""
+    async def wait(self) -> int | None:
+        """Wait for the program to end; its exit code, None if it ended leaving none (it vanished:
+        the run is LOST)."""
         ...
 
 
 class ProgramSubmitter(Protocol):
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> ProgramProcess: ...
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> ProgramProcess:
+        """Start the program for the attempt whose directory is `context_path.parent`."""
+        ...
+
+
+@runtime_checkable
+class ProgramFinder(Protocol):
+    """A submitter whose programs outlive the launcher implements this too: after a restart, the
+    launcher asks it for the program of an attempt it had started (or was starting). Without it, a
+    restarted launcher starts STARTING attempts again and takes RUNNING ones for LOST."""
+
+    def find(self, attempt_dir: Path) -> ProgramProcess | None:
+        """The program started for the attempt (even one still starting), None if none was."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -54,22 +69,35 @@ class SparkConfig:
     spark_submit: str = str(Path(sys.executable).parent / "spark-submit")
 
 
-class SparkSubmitter:
-    """Starts a program with spark-submit against the configured master (local[*] by default)."""
+SUPERVISE = Path(__file__).with_name("supervise.py")
 
-    def __init__(self, config: SparkConfig = SparkConfig()) -> None:
+
+class SparkSubmitter:
+    """Starts a program with spark-submit against the configured master (local[*] by default),
+    through the supervise wrapper, in a session of its own (it outlives the launcher). With any
+    master the driver is this local spark-submit process (client mode): its exit is the run's end."""
+
+    def __init__(self, config: SparkConfig = SparkConfig(), poll_seconds: float = 1.0) -> None:
         self._config = config
+        self._poll_seconds = poll_seconds
+        """How often a re-attached program is looked at, where the kernel cannot tell (no pidfd)."""
 
     def command(self, entry_point: Path, context_path: Path) -> list[str]:
         conf: Sequence[str] = [arg for k, v in sorted(self._config.conf.items()) for arg in ("--conf", f"{k}={v}")]
         return [self._config.spark_submit, "--master", self._config.master, *conf, str(entry_point),
                 "--sluice-context", str(context_path)]
 
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> asyncio.subprocess.Process:
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> SupervisedChild:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
         with open(log_path, "ab") as log_file:
-            return await asyncio.create_subprocess_exec(
+            child = await asyncio.create_subprocess_exec(
+                sys.executable, "-I", "-S", str(SUPERVISE), str(context_path.parent), "--",
                 *self.command(entry_point, context_path), stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
             )
+        return SupervisedChild(child, context_path.parent, self._poll_seconds)
+
+    def find(self, attempt_dir: Path) -> SupervisedProgram | None:
+        claimant = spawned(attempt_dir)
+        return None if claimant is None else SupervisedProgram(claimant, attempt_dir, self._poll_seconds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from datetime import datetime
 from pathlib import Path
 
 from openlineage.client.event_v2 import RunState
@@ -20,12 +21,13 @@ from sluice.ids import derived_id
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
+from sluice.runtime.timers import run_timer_loop
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto, parse_bus_message
 from sluice.wire.jobs import job_from_proto
 from sluice_services.launcher import lineage_events
 from sluice_services.launcher.context_file import build_context
-from sluice_services.launcher.programs import ProgramCatalog, ProgramSubmitter
+from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
 from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
 from sluice_services.launcher.run_outputs import RunPublisher
 
@@ -44,22 +46,38 @@ class LauncherService:
         self._clock = clock
         self._catalog = catalog
         self._submitter = submitter
+        self._finder = submitter if isinstance(submitter, ProgramFinder) else None
         self._data_dir = data_dir
         self._slots = asyncio.Semaphore(max_parallel)
         self._store: AggregateStore[Run | None] = AggregateStore(log, TYPES, runs.evolve, None)
         self._tasks: set[asyncio.Task] = set()
+        self._following: set[str] = set()
+        """Runs whose current attempt a task of this launcher starts or waits for."""
+        self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
 
     def resume(self) -> None:
-        """Runs that never started are launched now; runs that were going when the launcher stopped
-        are marked LOST (re-attaching to a live process is not done yet)."""
+        """Carry on with every run that has not ended: an attempt due now is started, unless the
+        supervise wrapper's files show it started before the restart; then it is re-attached to
+        (a live process is waited for, an ended one's exit code taken), or LOST if it vanished
+        without one. Retries not due yet wait for `fire_due`."""
+        self.fire_due()
+
+    def fire_due(self) -> None:
+        """Start (or re-attach to) every current attempt that is due and not followed yet."""
+        now = self._clock.now()
         for run in self.runs():
-            if run.status is RunStatus.STARTING:
+            if not run.status.terminal and run.due_at <= now and run.id not in self._following:
                 self._spawn(run)
-            elif run.status is RunStatus.RUNNING:
-                self._decide(run.id, MarkLost("the launcher restarted while the run was going"))
+
+    def next_wake_at(self) -> datetime | None:
+        return min((r.due_at for r in self.runs() if not r.status.terminal and r.id not in self._following),
+                   default=None)
+
+    async def run_timers(self) -> None:
+        await run_timer_loop(self._clock, self.fire_due, self.next_wake_at, self._timers_changed)
 
     def runs(self, schedule_id: str = "") -> list[Run]:
         found = [r for r in self._store.states().values() if r is not None]
@@ -68,6 +86,11 @@ class LauncherService:
 
     def get(self, run_id: str) -> Run | None:
         return self._store.load(runs.stream_name(run_id)).state
+
+    def attempt_dir(self, run: Run) -> Path:
+        """Where the current attempt's files live: runs/<run id> for the first, runs/<run id>/attempt-<n> after."""
+        run_dir = self._data_dir.parent / "runs" / run.id
+        return run_dir if run.attempt.number == 1 else run_dir / f"attempt-{run.attempt.number}"
 
     async def on_launch_requested(self, record: Record) -> None:
         message = parse_bus_message(jobs_pb2.LaunchRequested, record.value)
@@ -79,14 +102,20 @@ class LauncherService:
             self._spawn(self.get(run_id))
 
     async def drain(self) -> None:
-        """Wait for the runs this launcher started (tests, orderly shutdown)."""
+        """Wait for the runs this launcher follows (tests, orderly shutdown); retries not due yet are not waited for."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def _spawn(self, run: Run) -> None:
+        self._following.add(run.id)
         task = asyncio.create_task(self._launch(run))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+
+        def done(finished: asyncio.Task) -> None:
+            self._tasks.discard(finished)
+            self._following.discard(run.id)
+            self._timers_changed.set()  # a retry may be due later
+        task.add_done_callback(done)
 
     async def _launch(self, run: Run) -> None:
         async with self._slots:
@@ -94,42 +123,67 @@ class LauncherService:
                 await self._execute(run)
             except asyncio.CancelledError:
                 raise
-            except Exception as error:  # whatever went wrong, the run ends FAILED with the reason
+            except Exception as error:  # whatever went wrong, the attempt ends FAILED with the reason
                 log.exception("run %s failed to launch", run.id)
                 self._decide(run.id, MarkFailed(f"launcher error: {error!r}"))
 
     async def _execute(self, run: Run) -> None:
+        attempt_dir = self.attempt_dir(run)
+        found = self._finder.find(attempt_dir) if self._finder else None
+        if found is not None:  # started before the launcher restarted
+            if run.status is RunStatus.STARTING:  # ... and it stopped before recording that
+                self._decide(run.id, MarkStarted(found.pid, _process_start(found)))
+            exit_code = await found.wait()
+        elif run.status is RunStatus.RUNNING:
+            exit_code = None  # nothing to find it by
+        else:
+            process = await self._start(run, attempt_dir)
+            if process is None:
+                return
+            exit_code = await process.wait()
+        if exit_code is None:
+            self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
+                       else f"its process {found.pid} ended without an exit status")
+        elif exit_code != 0:
+            self._failed(run.id, attempt_dir, f"exit code {exit_code}: {_tail(attempt_dir / 'driver.log')}")
+        else:
+            self._publish(run, attempt_dir)
+
+    async def _start(self, run: Run, attempt_dir: Path) -> ProgramProcess | None:
+        """Start the attempt; None if its program is not deployed."""
         entry_point = self._catalog.entry_point(run.job.program)
         if entry_point is None:
-            self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} is not deployed"))
-            return
-        run_dir = self._data_dir.parent / "runs" / run.id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        context_path = run_dir / "context.json"
-        context = build_context(run.id, run.job, self._data_dir, run_dir)
+            self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} is not deployed", retryable=False))
+            return None
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        context_path = attempt_dir / "context.json"
+        context = build_context(run.id, run.job, self._data_dir, attempt_dir, run.attempt.number)
         context["system"].update(self._publisher.system_context() if self._publisher else {})
         context_path.write_text(json.dumps(context, indent=2))
-        log_path = run_dir / "driver.log"
-        process = await self._submitter.submit(entry_point, context_path, log_path)
-        self._decide(run.id, MarkStarted(process.pid))
-        exit_code = await process.wait()
-        if exit_code != 0:
-            self._failed(run.id, run_dir, f"exit code {exit_code}: {_tail(log_path)}")
-            return
+        process = await self._submitter.submit(entry_point, context_path, attempt_dir / "driver.log")
+        self._decide(run.id, MarkStarted(process.pid, _process_start(process)))
+        return process
+
+    def _publish(self, run: Run, attempt_dir: Path) -> None:
         try:
-            result = read_result(run_dir / "result.json")
+            result = read_result(attempt_dir / "result.json")
             outputs = (self._publisher.publish(run.id, result) if self._publisher
                        else publish_outputs(result, self._data_dir))
         except (PublishError, KeyError) as error:
-            self._failed(run.id, run_dir, f"publishing outputs failed: {error}")
+            self._failed(run.id, attempt_dir, f"publishing outputs failed: {error}", retryable=False)
             return
         inputs = inputs_of(result) or tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())
         self._decide(run.id, MarkCompleted(outputs, inputs))
 
-    def _failed(self, run_id: str, run_dir: Path, error: str) -> None:
+    def _lost(self, run: Run, attempt_dir: Path, reason: str) -> None:
+        if self._publisher:
+            self._publisher.release(run.id, attempt_dir, reason)
+        self._decide(run.id, MarkLost(reason))
+
+    def _failed(self, run_id: str, run_dir: Path, error: str, retryable: bool = True) -> None:
         if self._publisher:
             self._publisher.release(run_id, run_dir, error)  # partitions it consumed are retried
-        self._decide(run_id, MarkFailed(error))
+        self._decide(run_id, MarkFailed(error, retryable))
 
     def _decide(self, run_id: str, command: object) -> list:
         now = self._clock.now()
@@ -143,7 +197,9 @@ class LauncherService:
         event = TYPES.decode(recorded)
         run = self.get(event.run_id)
         match event:
-            case runs.RunStarted(_, _, at):
+            case runs.RunStarted(_, _, at, attempt):
+                if any(a.started_at is not None for a in run.attempts[:attempt - 1]):
+                    return []  # a retry: the run was reported RUNNING by an earlier attempt and still is
                 return [*self._status(run, RunStatus.RUNNING, recorded), *_lineage(run, lineage_events.run_started(run, at))]
             case runs.RunCompleted(_, outputs, _, at):
                 return [*self._status(run, RunStatus.COMPLETED, recorded), *self._outputs(outputs, recorded),
@@ -172,6 +228,11 @@ class LauncherService:
             messages.append(Outgoing(PARTITION_NOTIFICATIONS, notification.event_key(),
                                      notification_to_proto(notification).SerializeToString()))
         return messages
+
+
+def _process_start(process: ProgramProcess) -> int:
+    """The start time that tells the process from a later one with its pid, 0 where unknown (a fake)."""
+    return getattr(process, "process_start", 0)
 
 
 def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:

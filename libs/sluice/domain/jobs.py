@@ -10,6 +10,32 @@ from sluice.domain.common import Notification, PartitionCommitted, PartitionRef,
 from sluice.domain.constraints.specs import Constraint, TimeoutPolicy
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """What the launcher does when an attempt of a run ends LOST (the launcher lost track of the
+    process: it vanished without an exit status) or FAILED: with retries left it starts another
+    attempt of the same run after a delay; the run's history keeps every attempt, and the run is
+    reported ended (to the checker, to program-status triggers) once, with its last attempt's status.
+    The default retries a LOST attempt twice (after 60 s, then 120 s) and never a FAILED one."""
+
+    max_retries: int = 2
+    """Attempts after the first one, at most; 0 never retries."""
+    delay_seconds: int = 60
+    """Wait before the first retry."""
+    backoff: float = 2.0
+    """Each further retry waits this many times longer than the one before (1: a constant delay)."""
+    retry_failed: bool = False
+    """Whether a FAILED attempt (the program exited non-zero) is retried too; LOST always is.
+    Failures to publish outputs are never retried: the program's result would not change."""
+
+    def delay_before(self, retry: int) -> float:
+        """Seconds to wait before retry number `retry` (1, 2, ...)."""
+        return self.delay_seconds * self.backoff ** (retry - 1)
+
+
+DEFAULT_RETRY_POLICY = RetryPolicy()
+
+
 class JobState(enum.Enum):
     PENDING_TRIGGER = "PENDING_TRIGGER"
     """Created by the first matching notification; the trigger is not satisfied yet."""
@@ -60,6 +86,8 @@ class Job:
     """The job's number within its schedule (1, 2, ...), in the order the matcher triggered them."""
     triggered_at: datetime | None = None
     """When the trigger fired: delays and timeouts count from here."""
+    retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    """The schedule's, when its trigger fired: what the launcher does with a LOST or FAILED attempt."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))

@@ -1,8 +1,11 @@
-"""The launcher's aggregate, one per run: a job's single execution of its program."""
+"""The launcher's aggregate, one per run: a job's single execution of its program, made of one
+attempt or more. An attempt that ends LOST (or FAILED, when the job's retry policy says so) with
+retries left is followed by another attempt of the same run, due after the policy's delay; the run
+ends once, with the status of its last attempt."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sluice.domain.common import PartitionRef, RunStatus
 from sluice.domain.jobs import Job
@@ -35,7 +38,11 @@ class RequestRun:
 
 @dataclass(frozen=True)
 class MarkStarted:
+    """The current attempt's process was seen started: `process_start` is its start time in clock
+    ticks after boot (/proc/<pid>/stat), which tells it from a later process given the same pid."""
+
     pid: int
+    process_start: int = 0
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class MarkCompleted:
 @dataclass(frozen=True)
 class MarkFailed:
     error: str
+    retryable: bool = True
+    """False when retrying cannot help (the outputs could not be published): the run ends FAILED."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,8 @@ class RunStarted:
     run_id: str
     pid: int
     at: datetime
+    attempt: int = 1
+    process_start: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,8 +102,34 @@ class RunLost:
     at: datetime
 
 
-EVENTS = (RunRequested, RunStarted, RunCompleted, RunFailed, RunLost)
-RunEvent = RunRequested | RunStarted | RunCompleted | RunFailed | RunLost
+@dataclass(frozen=True)
+class RunRetryScheduled:
+    """Attempt `attempt` ended with `status` (LOST or FAILED); attempt `attempt + 1` is due at `due_at`."""
+
+    run_id: str
+    attempt: int
+    status: RunStatus
+    error: str
+    due_at: datetime
+    at: datetime
+
+
+EVENTS = (RunRequested, RunStarted, RunCompleted, RunFailed, RunLost, RunRetryScheduled)
+RunEvent = RunRequested | RunStarted | RunCompleted | RunFailed | RunLost | RunRetryScheduled
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start (or try to start) of the run's program."""
+
+    number: int
+    due_at: datetime
+    status: RunStatus = RunStatus.STARTING
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    pid: int | None = None
+    process_start: int = 0
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,17 +139,31 @@ class Run:
     status: RunStatus
     requested_at: datetime
     started_at: datetime | None = None
+    """When its first attempt started."""
     ended_at: datetime | None = None
     pid: int | None = None
+    """The current attempt's process."""
     error: str = ""
     outputs: tuple[OutputPartition, ...] = ()
     inputs: tuple[InputPartition, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
+    """Every attempt, oldest first; the last one is the current one."""
 
     @property
     def duration_seconds(self) -> float | None:
         if self.ended_at is None:
             return None
         return (self.ended_at - (self.started_at or self.requested_at)).total_seconds()
+
+    @property
+    def attempt(self) -> Attempt:
+        return self.attempts[-1] if self.attempts else Attempt(1, self.requested_at, self.status, self.started_at,
+                                                               self.ended_at, self.pid)
+
+    @property
+    def due_at(self) -> datetime:
+        """When the current attempt may be started (a retry waits for its delay)."""
+        return self.attempt.due_at
 
 
 def decide(run: Run | None, command: object, now: datetime) -> list[RunEvent]:
@@ -124,27 +175,55 @@ def decide(run: Run | None, command: object, now: datetime) -> list[RunEvent]:
     if run.status.terminal:
         return []
     match command:
-        case MarkStarted(pid):
-            return [RunStarted(run.id, pid, now)] if run.status is RunStatus.STARTING else []
+        case MarkStarted(pid, process_start):
+            return [RunStarted(run.id, pid, now, run.attempt.number, process_start)] \
+                if run.status is RunStatus.STARTING else []
         case MarkCompleted(outputs, inputs):
             return [RunCompleted(run.id, outputs, inputs, now)]
-        case MarkFailed(error):
+        case MarkFailed(error, retryable):
+            policy = run.job.retry_policy
+            if retryable and policy.retry_failed and _retries_left(run):
+                return [_retry(run, RunStatus.FAILED, error, now)]
             return [RunFailed(run.id, error, now)]
         case MarkLost(reason):
-            return [RunLost(run.id, reason, now)]
+            return [_retry(run, RunStatus.LOST, reason, now)] if _retries_left(run) else [RunLost(run.id, reason, now)]
     raise TypeError(f"unknown command {command!r}")
+
+
+def _retries_left(run: Run) -> bool:
+    return run.attempt.number <= run.job.retry_policy.max_retries
+
+
+def _retry(run: Run, status: RunStatus, error: str, now: datetime) -> RunRetryScheduled:
+    delay = run.job.retry_policy.delay_before(run.attempt.number)
+    return RunRetryScheduled(run.id, run.attempt.number, status, error, now + timedelta(seconds=delay), now)
 
 
 def evolve(run: Run | None, event: RunEvent) -> Run:
     match event:
         case RunRequested(run_id, job, at):
-            return Run(run_id, job, RunStatus.STARTING, at)
-        case RunStarted(_, pid, at):
-            return replace(run, status=RunStatus.RUNNING, pid=pid, started_at=at)
+            return Run(run_id, job, RunStatus.STARTING, at, attempts=(Attempt(1, at),))
+        case RunStarted(_, pid, at, _, process_start):
+            attempt = replace(run.attempt, status=RunStatus.RUNNING, started_at=at, pid=pid, process_start=process_start)
+            return replace(run, status=RunStatus.RUNNING, pid=pid, started_at=run.started_at or at,
+                           attempts=_with_current(run, attempt))
         case RunCompleted(_, outputs, inputs, at):
-            return replace(run, status=RunStatus.COMPLETED, outputs=outputs, inputs=inputs, ended_at=at)
+            return _ended(replace(run, outputs=outputs, inputs=inputs), RunStatus.COMPLETED, "", at)
         case RunFailed(_, error, at):
-            return replace(run, status=RunStatus.FAILED, error=error, ended_at=at)
+            return _ended(run, RunStatus.FAILED, error, at)
         case RunLost(_, reason, at):
-            return replace(run, status=RunStatus.LOST, error=reason, ended_at=at)
+            return _ended(run, RunStatus.LOST, reason, at)
+        case RunRetryScheduled(_, attempt, status, error, due_at, at):
+            ended = replace(run.attempt, status=status, error=error, ended_at=at)
+            return replace(run, status=RunStatus.STARTING, pid=None, error=error,
+                           attempts=(*_with_current(run, ended), Attempt(attempt + 1, due_at)))
     raise TypeError(f"unknown event {event!r}")
+
+
+def _ended(run: Run, status: RunStatus, error: str, at: datetime) -> Run:
+    attempt = replace(run.attempt, status=status, error=error, ended_at=at)
+    return replace(run, status=status, error=error, ended_at=at, attempts=_with_current(run, attempt))
+
+
+def _with_current(run: Run, attempt: Attempt) -> tuple[Attempt, ...]:
+    return (*run.attempts[:-1], attempt) if run.attempts else (attempt,)

@@ -8,6 +8,7 @@ from typing import Mapping
 
 from sluice.domain.common import ProgramRef
 from sluice.domain.constraints import Constraint, TimeoutPolicy, validate_constraints
+from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy
 from sluice.domain.triggers import Trigger, validate_trigger
 from sluice.ids import derived_id
 from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
@@ -51,6 +52,8 @@ class Schedule:
     misfire_policy: MisfirePolicy = MisfirePolicy.FIRE_ONCE
     catch_up_seconds: int = DEFAULT_CATCH_UP_SECONDS
     """FIRE_EACH: how far back missed fire times are still run."""
+    retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    """What the launcher does with a run attempt that ends LOST (or FAILED, when configured)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))
@@ -206,6 +209,16 @@ def validate(schedule: Schedule) -> None:
         raise InvalidArgument("schedule.misfire_policy", f"must be one of {', '.join(p.value for p in MisfirePolicy)}")
     if schedule.catch_up_seconds < 1:
         raise InvalidArgument("schedule.catch_up", f"must be at least 1 second, got {schedule.catch_up_seconds}")
+    validate_retry_policy(schedule.retry_policy, "schedule.retry_policy")
+
+
+def validate_retry_policy(policy: RetryPolicy, path: str) -> None:
+    if not isinstance(policy.max_retries, int) or policy.max_retries < 0:
+        raise InvalidArgument(f"{path}.max_retries", f"must not be negative, got {policy.max_retries}")
+    if not isinstance(policy.delay_seconds, int) or policy.delay_seconds < 0:
+        raise InvalidArgument(f"{path}.delay", f"must not be negative, got {policy.delay_seconds} seconds")
+    if not policy.backoff >= 1.0 or policy.backoff > 100:
+        raise InvalidArgument(f"{path}.backoff", f"must be between 1 and 100, got {policy.backoff}")
 
 
 def _require_name(path: str, value: str) -> None:

@@ -4,9 +4,12 @@ from google.protobuf import duration_pb2
 
 from sluice.domain.jobs import Job, JobState, TriggerContext
 from sluice.v1 import jobs_pb2 as pb
+from sluice.domain.jobs import DEFAULT_RETRY_POLICY
 from sluice.wire.schedules import (
     constraint_from_proto,
     constraint_to_proto,
+    retry_policy_from_proto,
+    retry_policy_to_proto,
     timeout_policy_from_proto,
     timeout_policy_to_proto,
 )
@@ -56,6 +59,7 @@ def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> p
         timeout_policy=timeout_policy_to_proto(job.timeout_policy),
         sequence=job.sequence,
         triggered_at=timestamp_to_proto(job.triggered_at),
+        retry_policy=retry_policy_to_proto(job.retry_policy),
     )
 
 
@@ -73,4 +77,5 @@ def job_from_proto(message: pb.Job) -> Job:
         timeout_policy_from_proto(message.timeout_policy),
         message.sequence,
         timestamp_from_proto(message.triggered_at) if message.HasField("triggered_at") else None,
+        retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy") else DEFAULT_RETRY_POLICY,
     )

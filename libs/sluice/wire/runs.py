@@ -18,4 +18,8 @@ def run_to_proto(run: Run) -> pb.Run:
         outputs=[pb.OutputPartition(namespace=o.namespace, dataset=o.dataset, partition=partition_to_proto(o.partition))
                  for o in run.outputs],
         inputs=[partition_to_proto(i.partition) for i in run.inputs],
+        attempts=[pb.RunAttempt(number=a.number, status=notifications_pb2.RunStatus.Value(a.status.value),
+                                due_at=timestamp_to_proto(a.due_at), started_at=timestamp_to_proto(a.started_at),
+                                ended_at=timestamp_to_proto(a.ended_at), error=a.error, pid=a.pid or 0)
+                  for a in run.attempts],
     )

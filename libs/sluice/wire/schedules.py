@@ -14,6 +14,7 @@ from sluice.domain.constraints import (
     TimeoutPolicy,
     TimeWindowConstraint,
 )
+from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy
 from sluice.domain.schedules import DEFAULT_CATCH_UP_SECONDS, MisfirePolicy, Schedule, validate
 from sluice.domain.triggers import (
     AndTrigger,
@@ -47,6 +48,7 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
         timeout_policy=timeout_policy_to_proto(schedule.timeout_policy),
         misfire_policy=pb.MisfirePolicy.Value(f"MISFIRE_{schedule.misfire_policy.value}"),
         catch_up=duration_pb2.Duration(seconds=schedule.catch_up_seconds),
+        retry_policy=retry_policy_to_proto(schedule.retry_policy),
     )
 
 
@@ -67,6 +69,8 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "sch
         timeout_policy=timeout_policy_from_proto(message.timeout_policy),
         misfire_policy=_misfire_from_proto(message.misfire_policy),
         catch_up_seconds=message.catch_up.seconds if message.HasField("catch_up") else DEFAULT_CATCH_UP_SECONDS,
+        retry_policy=retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy")
+        else DEFAULT_RETRY_POLICY,
     )
     try:
         validate(schedule)
@@ -145,6 +149,21 @@ def _misfire_from_proto(value: int) -> MisfirePolicy:
     if value not in pb.MisfirePolicy.values():
         return value  # left for validation to reject with the field's name
     return MisfirePolicy(pb.MisfirePolicy.Name(value).removeprefix("MISFIRE_"))
+
+
+def retry_policy_to_proto(policy: RetryPolicy) -> pb.RetryPolicy:
+    return pb.RetryPolicy(max_retries=policy.max_retries, delay=duration_pb2.Duration(seconds=policy.delay_seconds),
+                          backoff=policy.backoff, retry_failed=policy.retry_failed)
+
+
+def retry_policy_from_proto(message: pb.RetryPolicy) -> RetryPolicy:
+    """Unset delay and backoff take the defaults; the values are validated with the schedule."""
+    return RetryPolicy(
+        max_retries=message.max_retries,
+        delay_seconds=message.delay.seconds if message.HasField("delay") else DEFAULT_RETRY_POLICY.delay_seconds,
+        backoff=message.backoff or DEFAULT_RETRY_POLICY.backoff,
+        retry_failed=message.retry_failed,
+    )
 
 
 def timeout_policy_to_proto(policy: TimeoutPolicy) -> int:

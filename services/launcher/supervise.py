@@ -1,0 +1,73 @@
+"""The wrapper a program is started through, so that its start and its exit status outlive the
+launcher: `python supervise.py ATTEMPT_DIR -- COMMAND...`. Standard library only (it is run by
+path, with `-I -S`, to start fast).
+
+1. It claims the attempt: `spawned` ("<pid> <start ticks>") appears in ATTEMPT_DIR atomically and
+   only if it did not exist (a link of a complete temporary file). A second wrapper for the same
+   attempt (a restarted launcher that could not know whether the first one got this far) finds it
+   and exits with CLAIMED, having started nothing.
+2. It runs COMMAND, forwarding SIGTERM/SIGINT to it.
+3. It writes COMMAND's exit code to `exit_code` atomically (temporary file, rename), then exits
+   with that code (128 + N when COMMAND was killed by signal N).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+SPAWNED = "spawned"
+EXIT_CODE = "exit_code"
+CLAIMED = 75
+
+
+def process_start_ticks(pid: int | str) -> int | None:
+    """The process's start time in clock ticks after boot (field 22 of /proc/<pid>/stat), None
+    when there is no such process. With the pid it names one process: pids are reused, this is not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19])
+
+
+def _write_atomically(path: str, text: str, exclusive: bool) -> bool:
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        if exclusive:
+            os.link(temporary, path)
+        else:
+            os.replace(temporary, path)
+    except FileExistsError:
+        return False
+    finally:
+        if exclusive:
+            os.unlink(temporary)
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: supervise.py ATTEMPT_DIR -- COMMAND...", file=sys.stderr)
+        return 2
+    attempt_dir, command = argv[0], argv[2:]
+    claim = f"{os.getpid()} {process_start_ticks('self')}\n"
+    if not _write_atomically(os.path.join(attempt_dir, SPAWNED), claim, exclusive=True):
+        print(f"supervise: {attempt_dir} was already started by another launcher", file=sys.stderr)
+        return CLAIMED
+    child = subprocess.Popen(command)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: child.send_signal(number))
+    code = child.wait()
+    _write_atomically(os.path.join(attempt_dir, EXIT_CODE), f"{code}\n", exclusive=False)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
