@@ -34,6 +34,7 @@ from sluice.wire.jobs import job_from_proto, job_to_proto
 from sluice.wire.schedules import schedule_from_proto
 
 TYPES = EventTypes(checking.EVENTS)
+SNAPSHOTS = ("checker",)
 
 
 class CheckerService:
@@ -41,13 +42,14 @@ class CheckerService:
         self._log = log
         self._clock = clock
         self._capacity = capacity
-        self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState())
+        self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState(),
+                                                                     snapshot=SNAPSHOTS[0])
         self._offsets = ConsumedOffsets(log, "checker")
         self._wake_at: datetime | None = None
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
-        self._store.forget(QUEUE_STREAM)
+        self._store.restore()  # the queue's last snapshot; its first load reads the stream after it
         self._offsets.clear()
         self._set_timer(self.state)
 

@@ -28,14 +28,17 @@ STREAM_PREFIX = "schedule-"
 TYPES = EventTypes(schedules.EVENTS)
 APP_PREFIX = "app-"
 APP_TYPES = EventTypes(apps.EVENTS)
+SNAPSHOTS = ("registry-schedules", "registry-apps")
 
 
 class RegistryService:
     def __init__(self, log: EventLog, clock: Clock) -> None:
         self._log = log
         self._clock = clock
-        self._store: AggregateStore[ScheduleState] = AggregateStore(log, TYPES, schedules.evolve, ScheduleState())
-        self._apps: AggregateStore[AppState] = AggregateStore(log, APP_TYPES, apps.evolve, AppState())
+        self._store: AggregateStore[ScheduleState] = AggregateStore(log, TYPES, schedules.evolve, ScheduleState(),
+                                                                      snapshot=SNAPSHOTS[0])
+        self._apps: AggregateStore[AppState] = AggregateStore(log, APP_TYPES, apps.evolve, AppState(),
+                                                              snapshot=SNAPSHOTS[1])
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)

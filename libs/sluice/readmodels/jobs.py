@@ -1,5 +1,7 @@
 """Jobs read model: every job's state and history, projected from the matcher's, checker's and
-launcher's events. Disposable: rebuilt from the log at start."""
+launcher's events. Disposable: rebuilt at start from its last snapshot (the projection at a position,
+saved every SNAPSHOT_EVERY events it folds) and the log after it; `sluice rebuild jobs` drops the
+snapshot and folds the whole log again."""
 from __future__ import annotations
 
 import asyncio
@@ -10,9 +12,13 @@ from sluice.domain import checking, matching, runs
 from sluice.domain.codec import EventTypes
 from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.runtime import snapshots
+from sluice.runtime.snapshots import Snapshots, schema_of
 
 TYPES = EventTypes((*matching.EVENTS, checking.JobDeferred, checking.JobAdmitted, checking.JobWithdrawn,
                     runs.RunRequested))
+SNAPSHOT = "jobs"
+READ_BATCH = 10_000
 
 
 @dataclass(frozen=True)
@@ -37,8 +43,12 @@ class JobView:
 
 
 class JobsView:
-    def __init__(self) -> None:
+    def __init__(self, snapshot_every: int | None = None) -> None:
         self._jobs: dict[str, JobView] = {}
+        self.position = 0
+        """Every event up to this position is in the view."""
+        self._snapshot_every = snapshot_every or snapshots.SNAPSHOT_EVERY
+        self._unsnapshotted = 0
 
     def list(self, schedule_id: str = "") -> list[JobView]:
         jobs = (j for j in self._jobs.values() if not schedule_id or j.schedule_id == schedule_id)
@@ -48,14 +58,48 @@ class JobsView:
         return self._jobs.get(job_id)
 
     async def follow(self, log: EventLog) -> None:
-        async for recorded in log.subscribe(0):
+        """Start from the last snapshot, then fold every event as it commits (saving a snapshot every
+        SNAPSHOT_EVERY events folded)."""
+        store = _snapshots(log)
+        self.restore(store)
+        async for recorded in log.subscribe(self.position):
             self.apply(recorded)
+            self._snapshot_if_due(store)
             if recorded.position % 100 == 0:
                 await asyncio.sleep(0)  # a long catch-up must not starve the other services in the loop
 
+    def recover(self, log: EventLog) -> int:
+        """Start from the last snapshot and fold the log up to its head (no following); events folded."""
+        store = _snapshots(log)
+        self.restore(store)
+        folded = 0
+        while records := log.read_all(self.position, READ_BATCH):
+            for recorded in records:
+                self.apply(recorded)
+            folded += len(records)
+        if folded >= self._snapshot_every and store.enabled:
+            self.snapshot(store)  # also when few were jobs' events: the next start reads less
+        return folded
+
+    def restore(self, store: Snapshots) -> None:
+        self._jobs, self.position, self._unsnapshotted = {}, 0, 0
+        loaded = store.load()
+        if loaded is not None and isinstance(loaded[1], dict):
+            self.position, self._jobs = loaded
+
+    def snapshot(self, store: Snapshots) -> None:
+        store.save(self.position, dict(self._jobs))
+        self._unsnapshotted = 0
+
+    def _snapshot_if_due(self, store: Snapshots) -> None:
+        if self._unsnapshotted >= self._snapshot_every and store.enabled:
+            self.snapshot(store)
+
     def apply(self, recorded: RecordedEvent) -> None:
+        self.position = max(self.position, recorded.position)
         if recorded.type not in TYPES:
             return
+        self._unsnapshotted += 1
         match TYPES.decode(recorded):
             case matching.JobCreated(job_id, schedule_id, _, at):
                 self._jobs[job_id] = JobView(job_id, schedule_id, JobState.PENDING_TRIGGER, at, at,
@@ -87,3 +131,8 @@ class JobsView:
 
     def _update(self, job_id: str, at: datetime, **changes: object) -> None:
         self._jobs[job_id] = replace(self._jobs[job_id], updated_at=at, **changes)
+
+
+def _snapshots(log: EventLog) -> Snapshots:
+    return Snapshots(log, SNAPSHOT, schema_of(JobsView, JobView, matching.JobCreated, checking.JobAdmitted,
+                                              runs.RunRequested))

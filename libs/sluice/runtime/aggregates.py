@@ -1,16 +1,22 @@
 """Load an aggregate by folding its stream, decide, append with the expected version."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from sluice.domain.codec import EventTypes, encode
 from sluice.eventlog.port import NO_STREAM, Checkpoint, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
+from sluice.runtime import snapshots
+from sluice.runtime.snapshots import Snapshots, schema_of
 
 S = TypeVar("S")
 
 MAX_CONFLICT_RETRIES = 5
+READ_BATCH = 10_000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -23,30 +29,112 @@ class AggregateStore(Generic[S]):
     """Keeps the folded state of the streams it wrote or read, so a hot aggregate is not re-read.
 
     Event ids are derived from (stream, version): a replayed or retried append produces the same
-    ids, and the outbox publishes each event under that id for consumers to deduplicate."""
+    ids, and the outbox publishes each event under that id for consumers to deduplicate.
 
-    def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S) -> None:
+    With a `snapshot` name the store saves its streams' states (each with its version) after every
+    `snapshot_every` (default snapshots.SNAPSHOT_EVERY) events it appended or caught up with, and `restore` (at the start of
+    `catch_up`) starts from the last snapshot: recovery folds only the log after it. A store that
+    followed a prefix (`catch_up`) first reads the log up to its head, so its snapshot holds every
+    event of the prefix up to that position; one that did not (a single stream, like the checker's
+    queue) saves position 0, and each stream's tail is read from its version on first load."""
+
+    def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S, *,
+                 snapshot: str | None = None, snapshot_every: int | None = None) -> None:
         self._log = log
         self._types = types
         self._evolve = evolve
         self._initial = initial
         self._cache: dict[str, Loaded[S]] = {}
+        self._restored: dict[str, Loaded[S]] = {}
+        """States from the snapshot whose streams were not read since: their tails may be missing."""
+        self._snapshots = Snapshots(log, snapshot, schema_of(evolve, type(initial), Loaded)) if snapshot else None
+        self._snapshot_every = snapshot_every or snapshots.SNAPSHOT_EVERY
+        self._unsnapshotted = 0
+        self._prefix: str | None = None
+        self._position: int | None = None
+        """With a prefix: every event of the prefix's streams up to here is in the cache."""
 
     def load(self, stream: str) -> Loaded[S]:
         cached = self._cache.get(stream)
         if cached is None:
-            cached = self._fold(stream, Loaded(self._initial, NO_STREAM))
+            cached = self._fold(stream, self._restored.pop(stream, Loaded(self._initial, NO_STREAM)))
             self._cache[stream] = cached
         return cached
 
     def states(self) -> dict[str, S]:
-        return {stream: loaded.state for stream, loaded in self._cache.items()}
+        return {stream: loaded.state for stream, loaded in {**self._restored, **self._cache}.items()}
 
     def observe(self, stream: str, version: int, event: Any) -> None:
         """Fold an event read elsewhere (a catch-up at start) into the cache."""
-        current = self._cache.get(stream, Loaded(self._initial, NO_STREAM))
+        current = self._cache.get(stream)
+        if current is None:
+            current = self._restored.pop(stream, None)
+            if current is None:
+                current = Loaded(self._initial, NO_STREAM)
+            else:
+                self._cache[stream] = current
         if version == current.version + 1:
             self._cache[stream] = Loaded(self._evolve(current.state, event), version)
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def restore(self) -> int:
+        """Forget every state and start again from the last usable snapshot; the position after which
+        the log must be read (0 without a snapshot)."""
+        self._cache.clear()
+        self._restored = {}
+        self._unsnapshotted = 0
+        loaded = self._snapshots.load() if self._snapshots else None
+        if loaded is None:
+            return 0
+        position, streams = loaded
+        if not isinstance(streams, dict) or not all(isinstance(v, Loaded) for v in streams.values()):
+            log.warning("snapshot %s holds no stream states: folding the whole log", self._snapshots.name)
+            return 0
+        self._restored = streams
+        return position
+
+    def followed(self, prefix: str, position: int, folded: int, read: int = 0) -> None:
+        """catch_up read the prefix's streams up to `position`: `read` events after the snapshot, of
+        which it folded `folded`. A long read is worth a snapshot even when few were folded (a
+        store of rarely written streams would otherwise read the same tail at every start)."""
+        for stream, loaded in self._restored.items():
+            self._cache.setdefault(stream, loaded)
+        self._restored = {}
+        self._prefix, self._position = prefix, position
+        self._unsnapshotted += folded
+        if self._snapshots is not None and read >= self._snapshot_every:
+            self.snapshot()
+        self.snapshot_if_due()
+
+    def snapshot(self) -> None:
+        """Save the states now (with a prefix, after reading the log up to its head)."""
+        if self._snapshots is None or not self._snapshots.enabled:
+            return
+        if self._prefix is not None:
+            self._read_to_head()
+        streams = {**self._restored, **self._cache}
+        self._snapshots.save(self._position or 0, streams)
+        self._unsnapshotted = 0
+
+    def snapshot_if_due(self) -> None:
+        """Snapshot when `snapshot_every` events were appended or caught up with since the last one
+        (called between decisions: never while an append's events are half committed to the cache)."""
+        if self._snapshots is not None and self._unsnapshotted >= self._snapshot_every:
+            self.snapshot()
+
+    def _read_to_head(self) -> None:
+        """Bring every stream of the prefix up to the log's head: one another writer moved (or a
+        conflict made this store forget) is read again from the last version it knows."""
+        assert self._prefix is not None and self._position is not None
+        while records := self._log.read_all(self._position, READ_BATCH):
+            for recorded in records:
+                if recorded.stream.startswith(self._prefix) and recorded.type in self._types:
+                    cached = self._cache.get(recorded.stream)
+                    if cached is None or cached.version < recorded.version:
+                        self._cache[recorded.stream] = self._fold(
+                            recorded.stream, cached or self._restored.pop(recorded.stream, Loaded(self._initial, NO_STREAM)))
+            self._position = records[-1].position
 
     def prepare(self, stream: str, events: Sequence[Any]) -> StreamAppend:
         loaded = self.load(stream)
@@ -59,7 +147,17 @@ class AggregateStore(Generic[S]):
         for event in events:
             state = self._evolve(state, event)
         self._cache[stream] = Loaded(state, new_version)
+        self._unsnapshotted += len(events)
         return state
+
+    def put(self, stream: str, state: S, version: int) -> None:
+        """The state after an append whose events the caller folded already (no second evolve)."""
+        before = self._cache.get(stream)
+        self._unsnapshotted += version - (before.version if before is not None else NO_STREAM)
+        self._cache[stream] = Loaded(state, version)
+        # Safe here, unlike in commit: a stream of the same append that is read again from the log
+        # before its own put gets the very state put() then sets.
+        self.snapshot_if_due()
 
     def forget(self, stream: str) -> None:
         self._cache.pop(stream, None)
@@ -107,18 +205,24 @@ def execute_batch(
             continue
         for (stream, events), version in zip(decided.items(), versions):
             store.commit(stream, events, version)
+        store.snapshot_if_due()
         return decided
     raise RuntimeError(f"streams {list(streams)[:3]}...: gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
 
 
 def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, types: EventTypes,
-             on_event: Callable[[Any], None] = lambda event: None, batch: int = 10_000) -> None:
-    """Fold every stream with the prefix into the store's cache (service recovery)."""
-    after = 0
+             on_event: Callable[[Any], None] = lambda event: None, batch: int = READ_BATCH) -> None:
+    """Fold every stream with the prefix into the store's cache (service recovery): from the store's
+    last snapshot on, if it keeps snapshots (then `on_event` sees only the events after it)."""
+    after = store.restore()
+    folded = read = 0
     while records := log.read_all(after, batch):
+        read += len(records)
         for recorded in records:
             if recorded.stream.startswith(stream_prefix) and recorded.type in types:
                 event = types.decode(recorded)
                 store.observe(recorded.stream, recorded.version, event)
                 on_event(event)
+                folded += 1
         after = records[-1].position
+    store.followed(stream_prefix, after, folded, read)

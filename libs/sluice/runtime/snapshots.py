@@ -1,0 +1,160 @@
+"""Snapshots of folded state, so that recovery reads a snapshot and the log after it, not all history.
+
+    snapshots = Snapshots(log, "jobs", schema_of(JobView, JobsView.apply))
+    loaded = snapshots.load()                  # (position, state) or None: fold from the start
+    ...
+    snapshots.save(position, state)            # every event up to `position` is in `state`
+
+A snapshot is never trusted blindly. Its schema is a fingerprint of the source of every module
+that defines the state's classes and the code that folds it, so a snapshot written by other code
+(an older or newer release, a patched fold) is ignored; its bytes carry a SHA-256, so a damaged
+one is ignored; and unpickling only builds Sluice's own classes and plain data (no arbitrary
+callables), so whoever can write to the event store cannot run code through a snapshot. An
+ignored snapshot costs one full fold, nothing else: the next save replaces it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import io
+import logging
+import pickle
+import sys
+import typing
+import zlib
+from functools import cache
+from typing import Any
+
+from sluice.eventlog.snapshots import Snapshot, snapshot_store
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_EVERY = 10_000
+"""Events folded since the last snapshot before a service writes a new one: what a recovery folds at
+most on top of its snapshot (besides what happened during its last SNAPSHOT_EVERY events)."""
+
+_SAFE_MODULES = frozenset({"builtins", "datetime", "zoneinfo", "collections", "copyreg", "enum", "decimal",
+                           "_codecs"})
+_SAFE_BUILTINS = frozenset({"frozenset", "set", "tuple", "list", "dict", "bytes", "bytearray", "str", "int",
+                            "float", "bool", "complex", "object", "getattr", "slice", "range", "NoneType"})
+
+
+class SnapshotUnusable(Exception):
+    """Bytes that are not a snapshot this code can use."""
+
+
+def schema_of(*parts: object) -> str:
+    """A fingerprint of the code behind a state: the source of the modules defining `parts` (classes,
+    functions) and every dataclass reachable from their type hints."""
+    modules: set[str] = set()
+    for part in parts:
+        modules |= _modules_of(part)
+    digest = hashlib.sha256()
+    for name in sorted(modules):
+        digest.update(name.encode() + b"\0" + _module_source(name) + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def pack(state: Any) -> bytes:
+    body = zlib.compress(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    return hashlib.sha256(body).digest() + body
+
+
+def unpack(data: bytes) -> Any:
+    digest, body = data[:32], data[32:]
+    if len(digest) < 32 or hashlib.sha256(body).digest() != digest:
+        raise SnapshotUnusable("checksum mismatch")
+    try:
+        return _RestrictedUnpickler(io.BytesIO(zlib.decompress(body))).load()
+    except SnapshotUnusable:
+        raise
+    except Exception as error:  # any failure to rebuild means: fold the log instead
+        raise SnapshotUnusable(f"cannot rebuild the state: {error!r}") from error
+
+
+class Snapshots:
+    """One named snapshot in the log's snapshot store (none when the log keeps none, e.g. a view of the past)."""
+
+    def __init__(self, log: object, name: str, schema: str) -> None:
+        self._store = snapshot_store(log)
+        self.name = name
+        self.schema = schema
+
+    @property
+    def enabled(self) -> bool:
+        return self._store is not None
+
+    def load(self) -> tuple[int, Any] | None:
+        """(position, state) of the last usable snapshot; None (logged) when there is none or it is unusable."""
+        if self._store is None:
+            return None
+        snapshot = self._store.read_snapshot(self.name)
+        if snapshot is None:
+            return None
+        if snapshot.schema != self.schema:
+            log.warning("snapshot %s at position %s was written by other code (schema %s, this is %s): "
+                        "folding the whole log", self.name, snapshot.position, snapshot.schema, self.schema)
+            return None
+        try:
+            return snapshot.position, unpack(snapshot.data)
+        except SnapshotUnusable as error:
+            log.warning("snapshot %s at position %s is unusable (%s): folding the whole log",
+                        self.name, snapshot.position, error)
+            return None
+
+    def save(self, position: int, state: Any) -> None:
+        if self._store is not None:
+            self._store.save_snapshot(Snapshot(self.name, position, self.schema, pack(state)))
+
+    def delete(self) -> bool:
+        return self._store is not None and self._store.delete_snapshot(self.name)
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name not in _SAFE_BUILTINS:
+            raise SnapshotUnusable(f"refusing to build builtins.{name}")
+        if module in _SAFE_MODULES or module == "sluice" or module.startswith(("sluice.", "sluice_services.")):
+            return super().find_class(module, name)
+        raise SnapshotUnusable(f"refusing to build {module}.{name}")
+
+
+def _modules_of(part: object) -> set[str]:
+    found: set[str] = set()
+    seen: set[object] = set()
+
+    def visit(item: object) -> None:
+        if item in seen or item is None:
+            return
+        seen.add(item)
+        for arg in typing.get_args(item):
+            visit(arg)
+        module = getattr(item, "__module__", None)
+        if not module or not module.startswith(("sluice", "sluice_services")):
+            return
+        found.add(module)
+        if dataclasses.is_dataclass(item) or callable(item):
+            for hint in _hints(item).values():
+                visit(hint)
+
+    visit(part)
+    return found
+
+
+def _hints(item: object) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(item)
+    except Exception:  # a hint that does not resolve: the module's source still counts
+        return {}
+
+
+@cache
+def _module_source(name: str) -> bytes:
+    module = sys.modules.get(name) or importlib.import_module(name)
+    path = getattr(module, "__file__", None)
+    if path is None:
+        return name.encode()
+    with open(path, "rb") as source:
+        return source.read()
+

@@ -1,0 +1,201 @@
+"""Recovery from a snapshot plus the log after it gives the state a full fold gives, per service
+(registry, matcher, checker, launcher) and for the jobs read model, on SQLite and PostgreSQL; a
+snapshot of other code or with damaged bytes is ignored (full fold), never trusted."""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.clock import SimulatedClock
+from sluice.domain.common import ProgramRef
+from sluice.domain.runs import MarkFailed, RequestRun
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import PartitionTrigger, QuietPeriodTrigger, TimeTrigger
+from sluice.eventlog.postgres import PostgresEventLog
+from sluice.eventlog.snapshots import Snapshot
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.eventlog.truncated import LogUntil
+from sluice.ids import run_id_for
+from sluice.readmodels.jobs import JobsView
+from sluice.runtime import snapshots
+from sluice_services.checker.service import CheckerService
+from sluice_services.launcher.programs import DirectoryCatalog, SparkSubmitter
+from sluice_services.launcher.service import LauncherService
+from sluice_services.matcher.service import MatcherService
+from sluice_services.registry.service import RegistryService
+from tests.scenarios.conftest import T0
+from tests.support import simulated
+from tests.support.simulated import SimulatedScheduler
+
+pytestmark = pytest.mark.integration
+
+SNAPSHOT_EVERY = 7
+"""Small, so that every service snapshots several times in the workload and keeps a tail after it."""
+
+
+class CountingLog:
+    """The log, counting the events recovery reads with read_all and read_stream."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self.events_read = 0
+
+    def read_all(self, after: int = 0, limit: int = 1000):
+        events = self._log.read_all(after, limit)
+        self.events_read += len(events)
+        return events
+
+    def read_stream(self, stream: str, from_version: int = 0):
+        events = self._log.read_stream(stream, from_version)
+        self.events_read += len(events)
+        return events
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_log(request, tmp_path: Path):
+    opened = []
+    if request.param == "sqlite":
+        def make(clock):
+            return SqliteEventLog(tmp_path / "events.db", clock=clock)
+    else:
+        dsn = request.getfixturevalue("postgres").create_database()
+
+        def make(clock):
+            return PostgresEventLog(dsn, clock=clock)
+
+    def open_(clock=None):
+        log = make(clock or SimulatedClock(T0))
+        opened.append(log)
+        return log
+
+    yield open_
+    for log in opened:
+        log.close()
+
+
+def schedule(name: str, trigger) -> Schedule:
+    return Schedule("", name, ProgramRef("ns", "app", "workflow"), trigger, enabled=True)
+
+
+@pytest.fixture
+async def history(open_log, monkeypatch, tmp_path: Path):
+    """A workload through the real services, snapshotting every SNAPSHOT_EVERY events: schedules of
+    several trigger kinds created, updated and deleted, partitions, cron fires, runs ending."""
+    monkeypatch.setattr(snapshots, "SNAPSHOT_EVERY", SNAPSHOT_EVERY)
+    monkeypatch.setattr(simulated, "SqliteEventLog", lambda path, clock: open_log(clock))
+    scheduler = SimulatedScheduler(tmp_path, T0)
+    for service in (scheduler.registry, scheduler.matcher, scheduler.checker):
+        service.recover()  # as every service starts: from then on its snapshots carry a position
+    await scheduler.create(schedule("hourly", TimeTrigger("0 * * * *", "UTC")))
+    for index in range(6):
+        await scheduler.create(schedule(f"feed{index}", PartitionTrigger("ns", f"feed{index % 3}", 2)))
+    await scheduler.create(schedule("quiet", QuietPeriodTrigger("ns", "feed0", 600)))
+    for hour in range(5):
+        for dataset in ("feed0", "feed1", "feed2"):
+            await scheduler.partitions("ns", dataset, {"hour": f"{hour:02d}"})
+        await scheduler.advance(timedelta(minutes=40))
+        for launch in scheduler.launches[-2:]:
+            await scheduler.finish(launch)
+    await scheduler.update(replace(schedule("feed1", PartitionTrigger("ns", "feed1", 3)), properties={"v": "2"}))
+    await scheduler.delete(schedule("feed2", PartitionTrigger("ns", "feed2", 2)))
+    await scheduler.partitions("ns", "feed1", {"hour": "09"})
+    launcher = LauncherService(scheduler.log, scheduler.clock, DirectoryCatalog(tmp_path), SparkSubmitter(), tmp_path)
+    launcher.recover()
+    for index, launch in enumerate(scheduler.launches):
+        run_id = run_id_for(launch.job.id)
+        launcher._decide(run_id, RequestRun(launch.job))
+        if index % 2:
+            launcher._decide(run_id, MarkFailed("exit code 1"))
+    assert len(scheduler.launches) >= 10
+    yield scheduler
+    scheduler.close()
+
+
+def recovered(log: Any, tmp_path: Path) -> dict[str, Any]:
+    clock = SimulatedClock(T0 + timedelta(days=1))
+    registry, matcher, checker = RegistryService(log, clock), MatcherService(log, clock), CheckerService(log, clock)
+    launcher = LauncherService(log, clock, DirectoryCatalog(tmp_path), SparkSubmitter(), tmp_path)
+    jobs = JobsView()
+    for service in (registry, matcher, checker, launcher):
+        service.recover()
+    jobs.recover(log)
+    return {"registry": registry.list(), "matcher": matcher.states(), "checker": checker.state,
+            "launcher": launcher.runs(), "jobs": jobs.list()}
+
+
+def full_fold(log: Any, tmp_path: Path) -> dict[str, Any]:
+    return recovered(LogUntil(log, log.head_position()), tmp_path)  # a view of the log keeps no snapshots
+
+
+NAMES = ("registry-schedules", "registry-apps", "matcher", "checker", "launcher-runs", "jobs")
+
+
+async def test_snapshot_and_tail_equal_a_full_fold_for_every_service(history, open_log, tmp_path) -> None:
+    log = open_log()  # a new connection: a restart, or another machine after failover
+    expected = full_fold(log, tmp_path)
+    assert expected["matcher"] and expected["checker"].schedules and expected["launcher"] and expected["jobs"]
+    for name in ("registry-schedules", "matcher", "checker", "launcher-runs"):
+        saved = log.read_snapshot(name)
+        assert saved is not None and saved.schema, name
+    assert 0 < log.read_snapshot("matcher").position <= log.head_position()
+    assert recovered(log, tmp_path) == expected
+
+
+async def test_a_restart_reads_only_the_log_after_the_snapshot(history, open_log, tmp_path) -> None:
+    log = open_log()
+    expected = full_fold(log, tmp_path)
+    for name in NAMES:
+        log.delete_snapshot(name)
+    without = CountingLog(log)
+    assert recovered(without, tmp_path) == expected  # a full fold, which snapshots every store at its end
+    await history.partitions("ns", "feed0", {"hour": "10"})
+    with_snapshots = CountingLog(open_log())
+    after = recovered(with_snapshots, tmp_path)
+    assert after == full_fold(log, tmp_path) and after != expected
+    assert with_snapshots.events_read * 5 < without.events_read, (with_snapshots.events_read, without.events_read)
+
+
+async def test_recovery_writes_a_snapshot_when_it_folded_a_long_tail(history, open_log, tmp_path) -> None:
+    log = open_log()
+    for name in NAMES:
+        log.delete_snapshot(name)
+    recovered(log, tmp_path)
+    assert log.read_snapshot("matcher").position == log.head_position()
+    assert log.read_snapshot("jobs").position == log.head_position()
+
+
+@pytest.mark.parametrize("damage", ["other code", "flipped byte", "not a snapshot", "foreign class"])
+async def test_an_unusable_snapshot_is_ignored_and_the_log_folded(history, open_log, tmp_path, damage, caplog) -> None:
+    log = open_log()
+    expected = full_fold(log, tmp_path)
+    for name in NAMES:
+        if (good := log.read_snapshot(name)) is None:
+            continue
+        if damage == "other code":
+            bad = replace(good, schema="0" * 32)
+        elif damage == "flipped byte":
+            bad = replace(good, data=good.data[:-1] + bytes([good.data[-1] ^ 1]))
+        elif damage == "not a snapshot":
+            bad = replace(good, data=b"garbage")
+        else:  # well-formed, but would build something that is not Sluice state
+            bad = replace(good, data=snapshots.pack(Path("/etc/passwd")))
+        log.save_snapshot(bad)
+    assert recovered(log, tmp_path) == expected
+    assert "folding the whole log" in caplog.text
+
+
+async def test_a_snapshot_that_is_state_of_another_shape_is_ignored(history, open_log, tmp_path) -> None:
+    log = open_log()
+    expected = full_fold(log, tmp_path)
+    for name in NAMES:
+        if (good := log.read_snapshot(name)) is None:
+            continue
+        log.save_snapshot(Snapshot(name, log.head_position(), good.schema, snapshots.pack(["not", "states"])))
+    assert recovered(log, tmp_path) == expected
