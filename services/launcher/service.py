@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 STREAM_PREFIX = "run-"
 TYPES = EventTypes(runs.EVENTS)
+SNAPSHOTS = ("launcher-runs",)
 LOG_TAIL_BYTES = 2000
 
 
@@ -49,7 +50,7 @@ class LauncherService:
         self._finder = submitter if isinstance(submitter, ProgramFinder) else None
         self._data_dir = data_dir
         self._slots = asyncio.Semaphore(max_parallel)
-        self._store: AggregateStore[Run | None] = AggregateStore(log, TYPES, runs.evolve, None)
+        self._store: AggregateStore[Run | None] = AggregateStore(log, TYPES, runs.evolve, None, snapshot=SNAPSHOTS[0])
         self._tasks: set[asyncio.Task] = set()
         self._following: set[str] = set()
         """Runs whose current attempt a task of this launcher starts or waits for."""

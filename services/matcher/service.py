@@ -40,6 +40,7 @@ from sluice.wire.jobs import job_to_proto
 from sluice.wire.schedules import schedule_from_proto
 
 STREAM_PREFIX = "matcher-"
+SNAPSHOTS = ("matcher",)
 TYPES = EventTypes(matching.EVENTS)
 MAX_TIMER_SLEEP = 1.0
 """Seconds the timer loop sleeps at most, so a clock that jumps (or a simulated one) is noticed."""
@@ -54,7 +55,8 @@ class MatcherService:
     def __init__(self, log: EventLog, clock: Clock) -> None:
         self._log = log
         self._clock = clock
-        self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState())
+        self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState(),
+                                                                     snapshot=SNAPSHOTS[0])
         self._index: dict[str, set[str]] = defaultdict(set)
         self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._job_schedules: dict[str, str] = {}
