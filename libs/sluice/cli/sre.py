@@ -56,6 +56,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     from sluice.cli import replay as replay_command
     replay_command.add_command(commands, _offline, _add_sources)
+    from sluice.cli import rebuild as rebuild_command
+    rebuild_command.add_command(commands, _offline, _add_sources)
 
 
 def _add_sources(parser: argparse.ArgumentParser) -> None:

@@ -60,7 +60,7 @@ class JobsView:
     async def follow(self, log: EventLog) -> None:
         """Start from the last snapshot, then fold every event as it commits (saving a snapshot every
         SNAPSHOT_EVERY events folded)."""
-        store = _snapshots(log)
+        store = snapshots_of(log)
         self.restore(store)
         async for recorded in log.subscribe(self.position):
             self.apply(recorded)
@@ -70,7 +70,7 @@ class JobsView:
 
     def recover(self, log: EventLog) -> int:
         """Start from the last snapshot and fold the log up to its head (no following); events folded."""
-        store = _snapshots(log)
+        store = snapshots_of(log)
         self.restore(store)
         folded = 0
         while records := log.read_all(self.position, READ_BATCH):
@@ -133,6 +133,6 @@ class JobsView:
         self._jobs[job_id] = replace(self._jobs[job_id], updated_at=at, **changes)
 
 
-def _snapshots(log: EventLog) -> Snapshots:
+def snapshots_of(log: EventLog) -> Snapshots:
     return Snapshots(log, SNAPSHOT, schema_of(JobsView, JobView, matching.JobCreated, checking.JobAdmitted,
                                               runs.RunRequested))

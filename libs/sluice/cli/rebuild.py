@@ -1,0 +1,117 @@
+"""`sluice rebuild PROJECTION`: drop a projection's snapshots and fold it again from the whole log,
+offline, then save fresh snapshots. PROJECTION is `jobs` (the jobs read model), `lineage`, a
+service (`registry`, `matcher`, `checker`, `launcher`: its aggregate stores' snapshots) or
+`snapshots` (every service and the jobs view)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from sluice.cli import render
+from sluice.clock import SystemClock
+from sluice.eventlog.port import EventLog
+
+SERVICES = ("registry", "matcher", "checker", "launcher")
+PROJECTIONS = ("jobs", "lineage", *SERVICES, "snapshots")
+LINEAGE_SNAPSHOT = "lineage"
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    projection: str
+    snapshots: tuple[str, ...]
+    """The snapshots written (none for a projection that keeps none)."""
+    position: int
+    entities: int
+    seconds: float
+
+
+def add_command(commands: argparse._SubParsersAction, offline: Callable, add_sources: Callable) -> None:
+    rebuild = commands.add_parser("rebuild", help="drop a projection's snapshots and rebuild it from the log (offline)")
+    rebuild.add_argument("projection", metavar="PROJECTION", help=", ".join(PROJECTIONS))
+    add_sources(rebuild)
+    rebuild.set_defaults(handler=offline(_rebuild), server_mode=True)
+
+
+def _rebuild(settings, args) -> int:
+    from sluice.cli.sre import open_log
+
+    if args.projection not in PROJECTIONS:
+        print(f"sluice: error: PROJECTION: unknown projection {args.projection!r} (one of {', '.join(PROJECTIONS)})",
+              file=sys.stderr)
+        return 2
+    log = open_log(settings)
+    try:
+        names = [*SERVICES, "jobs"] if args.projection == "snapshots" else [args.projection]
+        results = [rebuild(name, log) for name in names]
+    finally:
+        log.close()
+    if args.json:
+        print(json.dumps([vars(result) | {"snapshots": list(result.snapshots)} for result in results], indent=2))
+    else:
+        rows = [(r.projection, r.position, r.entities, f"{r.seconds:.2f}", ", ".join(r.snapshots) or "-")
+                for r in results]
+        print(render.table(("PROJECTION", "POSITION", "ENTITIES", "SECONDS", "SNAPSHOTS WRITTEN"), rows))
+    return 0
+
+
+def rebuild(projection: str, log: EventLog) -> Rebuilt:
+    """Drop the projection's snapshots, fold the whole log, save new snapshots."""
+    from sluice.readmodels import jobs as jobs_model
+    from sluice.runtime.aggregates import AggregateStore
+
+    started = time.perf_counter()
+    position = log.head_position()
+    if projection == "jobs":
+        view = jobs_model.JobsView()
+        store = jobs_model.snapshots_of(log)
+        store.delete()
+        view.recover(log)
+        view.snapshot(store)
+        return Rebuilt("jobs", (jobs_model.SNAPSHOT,), view.position, len(view.list()), time.perf_counter() - started)
+    if projection == "lineage":
+        from sluice_services.lineage.service import LineageService
+
+        if callable(getattr(log, "delete_snapshot", None)):
+            log.delete_snapshot(LINEAGE_SNAPSHOT)
+        lineage = LineageService(log, SystemClock())
+        lineage.rebuild()
+        return Rebuilt("lineage", (), position, len(lineage.state.runs), time.perf_counter() - started)
+    service, names, entities = _service(projection, log)
+    for name in names:
+        log.delete_snapshot(name)
+    service.recover()
+    count = entities(service)  # loads what recovery leaves to the first use (the checker's queue)
+    for value in vars(service).values():
+        if isinstance(value, AggregateStore):
+            value.snapshot()
+    return Rebuilt(projection, tuple(names), position, count, time.perf_counter() - started)
+
+
+def _service(name: str, log: EventLog) -> tuple[Any, tuple[str, ...], Callable[[Any], int]]:
+    clock = SystemClock()
+    match name:
+        case "registry":
+            from sluice_services.registry import service as registry
+
+            return registry.RegistryService(log, clock), registry.SNAPSHOTS, lambda s: len(s.list())
+        case "matcher":
+            from sluice_services.matcher import service as matcher
+
+            return matcher.MatcherService(log, clock), matcher.SNAPSHOTS, lambda s: len(s.states())
+        case "checker":
+            from sluice_services.checker import service as checker
+
+            return checker.CheckerService(log, clock), checker.SNAPSHOTS, lambda s: len(s.state.queue)
+        case "launcher":
+            from sluice_services.launcher import service as launcher
+            from sluice_services.launcher.programs import DirectoryCatalog, SparkSubmitter
+
+            return (launcher.LauncherService(log, clock, DirectoryCatalog(Path(".")), SparkSubmitter(), Path(".")),
+                    launcher.SNAPSHOTS, lambda s: len(s.runs()))
+    raise ValueError(f"unknown projection {name!r}")
