@@ -17,6 +17,7 @@ from sluice.cli.output import UsageError, pairs, print_many, print_message
 from sluice.cli.serve import add_server_options, run_server
 from sluice.client import SluiceClient, default_server
 from sluice.domain.common import PartitionRef
+from sluice.domain.jobs import DEFAULT_RETRY_POLICY
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
 
 SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
@@ -148,6 +149,12 @@ def _schedule_commands(commands) -> None:
                         help="time triggers: what to do with fire times missed while down (default fire-once)")
     create.add_argument("--catch-up", type=int, metavar="SECONDS",
                         help="with --misfire fire-each: how far back missed times still run (default 1 day)")
+    create.add_argument("--max-retries", type=int, metavar="N",
+                        help="attempts after a LOST (or, with --retry-failed, FAILED) one, at most (default 2)")
+    create.add_argument("--retry-delay", type=int, metavar="SECONDS", help="before the first retry (default 60)")
+    create.add_argument("--retry-backoff", type=float, metavar="FACTOR",
+                        help="each further retry waits FACTOR times longer (default 2; 1: constant)")
+    create.add_argument("--retry-failed", action="store_true", help="retry FAILED attempts too (default: LOST only)")
     create.add_argument("--description", default="")
     create.set_defaults(handler=_create_schedule)
     listing = schedules.add_parser("list")
@@ -161,6 +168,16 @@ def _schedule_commands(commands) -> None:
         sub = schedules.add_parser(action)
         sub.add_argument("id")
         sub.set_defaults(handler=_by_id(rpc, request))
+
+
+def _retry_policy(args) -> schedules_pb2.RetryPolicy | None:
+    """None (the server's default) unless a retry flag is given; unset ones keep their defaults."""
+    if args.max_retries is None and args.retry_delay is None and args.retry_backoff is None and not args.retry_failed:
+        return None
+    return schedules_pb2.RetryPolicy(
+        max_retries=DEFAULT_RETRY_POLICY.max_retries if args.max_retries is None else args.max_retries,
+        delay=None if args.retry_delay is None else duration_pb2.Duration(seconds=args.retry_delay),
+        backoff=args.retry_backoff or 0.0, retry_failed=args.retry_failed)
 
 
 def _by_id(rpc: str, request_type) -> Callable:
@@ -193,7 +210,8 @@ def _create_schedule(client: SluiceClient, args) -> int:
         timeout=duration_pb2.Duration(seconds=args.timeout),
         timeout_policy=schedules_pb2.TimeoutPolicy.Value("TIMEOUT_" + args.timeout_policy.upper().replace("-", "_")),
         misfire_policy=schedules_pb2.MisfirePolicy.Value("MISFIRE_" + args.misfire.upper().replace("-", "_")),
-        catch_up=duration_pb2.Duration(seconds=args.catch_up) if args.catch_up is not None else None)
+        catch_up=duration_pb2.Duration(seconds=args.catch_up) if args.catch_up is not None else None,
+        retry_policy=_retry_policy(args))
     return print_message(args, client.create_schedule(schedule))
 
 
