@@ -38,12 +38,15 @@ def publish_outputs(result: dict, data_dir: Path) -> tuple[OutputPartition, ...]
     published = []
     for output in result.get("outputs", []):
         staged = Path(output["staged_location"])
-        verify_manifest(staged, output.get("files", []))
         target = final_location(data_dir, output["namespace"], output["dataset"], output["key"])
-        if target.exists():
-            shutil.rmtree(target)  # a previous attempt of this run; the verified staged copy replaces it
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(staged), str(target))
+        if not staged.exists() and _moved(target, output.get("files", [])):
+            pass  # moved by a launcher that stopped before recording the run's completion
+        else:
+            verify_manifest(staged, output.get("files", []))
+            if target.exists():
+                shutil.rmtree(target)  # a previous attempt of this run; the verified staged copy replaces it
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(staged), str(target))
         partition = PartitionRef(dict(output["key"]), str(target), int(output.get("size_bytes", 0)),
                                  int(output.get("record_count", 0)), {"format": output.get("format", "")})
         published.append(OutputPartition(output["namespace"], output["dataset"], partition))
@@ -55,6 +58,14 @@ def inputs_of(result: dict) -> tuple[InputPartition, ...]:
         InputPartition(i["namespace"], i["dataset"], PartitionRef(dict(i["key"]), i.get("location", "")))
         for i in result.get("inputs", [])
     )
+
+
+def _moved(target: Path, files: list[dict]) -> bool:
+    try:
+        verify_manifest(target, files)
+    except PublishError:
+        return False
+    return True
 
 
 def verify_manifest(staged: Path, files: list[dict]) -> None:

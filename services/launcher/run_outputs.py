@@ -58,7 +58,9 @@ class RunPublisher:
 
     def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
         try:
-            sequence, outputs = self._sequence(run_id, result)
+            recorded = self._plane.commits.progress(sequence_id_for(run_id)) is not None
+            # recorded by a launcher that stopped before the run's completion: finished, not checked again
+            sequence, outputs = self._sequence(run_id, result, check=not recorded)
             if sequence is not None:
                 self._plane.commits.commit(sequence)
         except (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, CommitFailed) as error:
@@ -85,7 +87,7 @@ class RunPublisher:
             except (KeyError, TypeError, InvalidArgument, NotFound) as error:
                 log.warning("run %s: could not release consumed partitions %r: %s", run_id, entry, error)
 
-    def _sequence(self, run_id: str, result: dict[str, Any]) -> tuple[CommitSequence | None,
+    def _sequence(self, run_id: str, result: dict[str, Any], check: bool = True) -> tuple[CommitSequence | None,
                                                                        tuple[OutputPartition, ...]]:
         steps: list = []
         datasets: list[str] = []
@@ -109,7 +111,8 @@ class RunPublisher:
             if not files:
                 raise PublishError(f"output {output['staged_location']} has an empty manifest")
             move = MoveFiles(output["staged_location"], final, files)
-            check_staged(move)
+            if check:
+                check_staged(move)
             steps.append(move)
             partition = Partition(partition.key, final, partition.size_bytes, partition.record_count,
                                   partition.metadata)

@@ -18,7 +18,7 @@ from sluice.bus.topics import LAUNCH_REQUESTS, PROGRAM_NOTIFICATIONS
 from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.jobs import Job, RetryPolicy, TriggerContext
-from sluice.domain.runs import RequestRun
+from sluice.domain.runs import MarkCompleted, RequestRun
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.ids import derived_id, run_id_for
 from sluice.v1 import jobs_pb2
@@ -290,3 +290,27 @@ def _gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+async def test_a_crash_after_publishing_but_before_recording_the_completion_completes_the_run_once(world: World):
+    world.gate.touch()
+    first = world.launcher()
+    recorded = first._decide
+
+    def dies_before_completing(run_id: str, command: object):
+        if isinstance(command, MarkCompleted):
+            raise asyncio.CancelledError
+        return recorded(run_id, command)
+    first._decide = dies_before_completing
+    run_id = await world.request(first, world.job())
+    await first.drain()
+    published = world.root / "data" / "web" / "counts" / "hour=1" / "part-0.json"
+    assert first.get(run_id).status is RunStatus.RUNNING and published.is_file()
+
+    second = world.launcher()
+    second.resume()
+    await second.drain()
+    run = second.get(run_id)
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert [o.partition.location for o in run.outputs] == [str(published.parent)]
+    assert len(world.starts_of(run_id)) == 1 and len(world.events("RunCompleted")) == 1
