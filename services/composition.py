@@ -121,7 +121,7 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
     return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
                        route=lambda recorded: [*launcher.route(recorded), *data_plane.route(recorded)],
                        grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
-                       start=launcher.resume)
+                       start=launcher.resume, background=[launcher.run_timers])
 
 
 def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -> ServiceSpec:
