@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -33,3 +35,23 @@ def test_retry_flags_set_the_schedules_retry_policy_and_unset_ones_keep_their_de
 ])
 def test_bad_retry_flags_are_one_line_errors_naming_the_field(server, extra, text):
     assert_one_line_error(sluice(server, *create_args("bad_retries", *extra)), 1, text)
+
+
+def test_a_triggered_job_carries_its_schedules_retry_policy(server):
+    opens = datetime.now(timezone.utc) + timedelta(hours=2)  # the job waits for a window: it is not launched
+    window = f"{opens:%H:%M}-{opens + timedelta(minutes=1):%H:%M}"
+    created = sluice(server, "--json", *create_args("retried_job", "--dataset", "experiments.cli_retry", "--enabled",
+                                                    "--window", window, "--max-retries", "5", "--retry-failed"))
+    assert created.returncode == 0, created.stderr
+    schedule_id = json.loads(created.stdout)["id"]
+    published = sluice(server, "notify", "partition", "--namespace", "experiments", "--dataset", "cli_retry",
+                       "--key", "hour=01", "--location", "/tmp/cli_retry/1")
+    assert published.returncode == 0, published.stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        jobs = json.loads(sluice(server, "--json", "jobs", "list", "--pending", "--schedule", schedule_id).stdout)
+        if jobs and jobs[0]["state"] == "PENDING_CONSTRAINT":
+            break
+        time.sleep(0.2)
+    assert [job["retryPolicy"] for job in jobs] == [{"maxRetries": 5, "delay": "60s", "backoff": 2.0,
+                                                     "retryFailed": True}]
