@@ -18,6 +18,8 @@ BENCHMARKS: dict[str, str] = {
     "e2e-latency": "bench.e2e_latency",
     "consume": "bench.consume",
     "timers": "bench.timers",
+    "replay": "bench.replay",
+    "append": "bench.append",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 
