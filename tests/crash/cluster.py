@@ -1,0 +1,238 @@
+"""A deterministic driver over the real services, outbox relays and bus consumers.
+
+Each service is a `Node` built by services/composition.py's own spec (same objects, subscriptions,
+groups and routes; the launcher by hand, with programs of a simulated world instead of
+spark-submit), but over fault-injecting ports and without free-running tasks: the driver
+steps the nodes' consumer loops, relays and timers one at a time in an order drawn from a seed,
+until a whole round changes nothing; then it moves the SimulatedClock to the next due timer,
+program end or input. When a step crashes (a `Crash` at an armed point), the node's objects are
+dropped (its group members leave, its launch tasks are cancelled) and a new node is built and
+recovered from the log, which survives, as does the bus."""
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from sluice.bus.inprocess import InProcessBus
+from sluice.bus.topics import ALL_TOPICS, LAUNCH_REQUESTS, PARTITION_NOTIFICATIONS
+from sluice.clock import SimulatedClock
+from sluice.domain import apps
+from sluice.domain.apps import DeployApp
+from sluice.domain.common import Notification
+from sluice.eventlog.port import EventLog
+from sluice.runtime.consumer import ConsumerLoop, Subscription
+from sluice.runtime.outbox import OutboxRelay
+from sluice.runtime.service import ServiceSpec
+from sluice.testing.faults import Crash, CrashPoint, FaultPlan, FaultyConsumer, FaultyEventLog, FaultyProducer, \
+    FaultySubmitter
+from sluice.wire.common import notification_to_proto
+from sluice_services import composition
+from sluice_services.launcher.service import LauncherService
+from tests.crash.programs import EveryProgramDeployed, ProgramWorld
+
+SERVICES = ("registry", "matcher", "checker", "launcher")
+MAX_STEPS_PER_INSTANT = 20_000
+LAUNCH_SLOTS = 10_000
+"""The launcher's own limit, high: the checker's constraints decide concurrency, and which waiting
+launch takes a freed launcher slot first would otherwise depend on the order of recovery."""
+
+Step = Callable[[], Awaitable[int]]
+
+
+@dataclass
+class Node:
+    """One service process: the objects a crash discards."""
+
+    name: str
+    steps: list[tuple[str, Step]] = field(default_factory=list)
+    members: list[FaultyConsumer] = field(default_factory=list)
+    service: object = None
+    next_wake_at: Callable[[], datetime | None] = lambda: None
+
+
+class Cluster:
+    def __init__(self, log: EventLog, bus: InProcessBus, clock: SimulatedClock, world: ProgramWorld,
+                 plan: FaultPlan, order_seed: int, work_dir: Path) -> None:
+        self.log = log
+        self.bus = bus
+        self.clock = clock
+        self.world = world
+        self.plan = plan
+        self._rng = random.Random(order_seed)
+        self._work_dir = work_dir
+        self.nodes: dict[str, Node] = {}
+        self.restarts: list[tuple[str, CrashPoint]] = []
+        self._outside = None
+
+    async def start(self) -> None:
+        await self.bus.create_topics(ALL_TOPICS)
+        self._outside = self.bus.producer()  # the world's producers of notifications; they do not crash
+        for name in SERVICES:
+            await self._boot(name)
+
+    # -- what users and the world do ---------------------------------------------------------
+
+    async def deploy(self, command: DeployApp) -> None:
+        """A client deploying; after a crash it looks whether the deployment committed before retrying."""
+        stream = apps.stream_name(command.namespace, command.app)
+        before = self.log.stream_version(stream)
+        while True:
+            try:
+                self.nodes["registry"].service.deploy(command)
+                return
+            except Crash as crash:
+                await self._crashed(crash.point)
+                if self.log.stream_version(stream) != before:
+                    return
+
+    async def notify(self, notification: Notification, topic: str = PARTITION_NOTIFICATIONS) -> None:
+        await self._outside.send(topic, notification_to_proto(notification).SerializeToString(),
+                                 key=notification.event_key().encode())
+
+    # -- the clock ---------------------------------------------------------------------------
+
+    def next_wake_at(self) -> datetime | None:
+        times = [node.next_wake_at() for node in self.nodes.values()] + [self.world.next_end_at()]
+        return min((t for t in times if t is not None), default=None)
+
+    async def settle(self) -> None:
+        """Step everything in a seeded order until a whole round (twice) changes nothing."""
+        quiet_rounds, steps = 0, 0
+        while quiet_rounds < 2:
+            progress = self.world.end_due()
+            order = [(node.name, label, step) for node in self.nodes.values() for label, step in node.steps]
+            self._rng.shuffle(order)
+            for name, label, step in order:
+                if self.nodes.get(name) is None or (label, step) not in self.nodes[name].steps:
+                    continue  # the node was rebuilt by a crash in this round
+                progress += await self._step(name, step)
+                steps += 1
+            quiet_rounds = 0 if progress else quiet_rounds + 1
+            if steps > MAX_STEPS_PER_INSTANT:
+                raise RuntimeError(f"no quiescence at {self.clock.now()} after {steps} steps")
+
+    async def _step(self, name: str, step: Step) -> int:
+        fired = len(self.plan.fired)
+        try:
+            progress = await step()
+        except Crash:
+            progress = 1
+        for point in self.plan.fired[fired:]:  # raised here, or inside a launch task
+            await self._crashed(point)
+            progress = 1
+        return progress
+
+    async def _crashed(self, point: CrashPoint) -> None:
+        name = point.boundary.split(".", 1)[0]
+        self.restarts.append((name, point))
+        await self._discard(name)
+        await self._boot(name)
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    async def _discard(self, name: str) -> None:
+        node = self.nodes.pop(name, None)
+        if node is not None:
+            await self._stop(node)
+
+    @staticmethod
+    async def _stop(node: Node) -> None:
+        for member in node.members:
+            await member.close()  # the group forgets the member: uncommitted records are delivered again
+        if isinstance(node.service, LauncherService):
+            tasks = list(node.service._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _boot(self, name: str) -> None:
+        """Build the node and recover it from the log; a crash while recovering boots it again."""
+        while True:
+            fired = len(self.plan.fired)
+            node = Node(name)
+            try:
+                await getattr(self, f"_build_{name}")(node, FaultyEventLog(self.log, self.plan, name),
+                                                      FaultyProducer(self.bus.producer(), self.plan, name))
+            except Crash:
+                pass
+            if len(self.plan.fired) == fired:
+                self.nodes[name] = node
+                return
+            self.restarts.append((name, self.plan.fired[fired]))  # e.g. a launch resumed at start crashed
+            await self._stop(node)
+
+    def _member(self, node: Node, subscription: Subscription, producer: FaultyProducer) -> None:
+        consumer = FaultyConsumer(self.bus.consumer(subscription.group, list(subscription.handlers)), self.plan,
+                                  node.name, subscription.group)
+        node.members.append(consumer)
+        loop = ConsumerLoop(consumer, subscription, producer)
+        node.steps.append((f"consume:{subscription.group}", lambda: loop.step(0)))
+
+    def _relay(self, node: Node, log: EventLog, producer: FaultyProducer, route) -> None:
+        relay = OutboxRelay(node.name, log, producer, route)
+        node.steps.append(("outbox", relay.publish_pending))
+
+    async def _from_spec(self, node: Node, spec: ServiceSpec, log: EventLog, producer: FaultyProducer) -> None:
+        """What run_services does with a spec, as steps: recover, join the groups, relay, start."""
+        if spec.recover:
+            spec.recover()
+        node.service = getattr(spec.route, "__self__", None)  # the service object behind the spec's route
+        for subscription in spec.subscriptions:
+            self._member(node, subscription, producer)
+        if spec.route:
+            self._relay(node, log, producer, spec.route)
+        if spec.start:
+            spec.start()
+        self._timers(node)
+
+    def _timers(self, node: Node) -> None:
+        """Timers the service would fire from its background loop are fired by the driver instead."""
+        service = node.service
+        if not hasattr(service, "fire_due"):
+            return
+        node.next_wake_at = service.next_wake_at
+
+        async def fire() -> int:
+            return int(service.fire_due() or 0)
+        node.steps.append(("timers", fire))
+
+    async def _build_registry(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
+        await self._from_spec(node, composition.registry_spec(log, self.clock, producer), log, producer)
+
+    async def _build_matcher(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
+        await self._from_spec(node, composition.matcher_spec(log, self.clock, producer), log, producer)
+
+    async def _build_checker(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
+        await self._from_spec(node, composition.checker_spec(log, self.clock), log, producer)
+
+    async def _build_launcher(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
+        data_dir = self._work_dir / "data"
+        launcher = LauncherService(log, self.clock, EveryProgramDeployed(),
+                                   FaultySubmitter(self.world.submitter(), self.plan), data_dir, LAUNCH_SLOTS)
+        launcher.recover()
+        node.service = launcher
+        self._member(node, Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested}), producer)
+        self._relay(node, log, producer, launcher.route)
+        self._timers(node)
+        launcher.resume()
+        await self._let_launches_run()
+
+        async def launches() -> int:
+            head = self.log.head_position()
+            await self._let_launches_run()
+            return int(self.log.head_position() != head)
+        node.steps.append(("launches", launches))
+
+    @staticmethod
+    async def _let_launches_run() -> None:
+        for _ in range(8):  # a launch task's path to its program's wait is a few awaits long
+            await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        for name in list(self.nodes):
+            await self._discard(name)
+
