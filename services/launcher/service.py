@@ -30,6 +30,7 @@ from sluice_services.launcher.context_file import build_context
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
 from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
 from sluice_services.launcher.run_outputs import RunPublisher
+from sluice_services.launcher.tracking import ProcessIdentity
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ STREAM_PREFIX = "run-"
 TYPES = EventTypes(runs.EVENTS)
 SNAPSHOTS = ("launcher-runs",)
 LOG_TAIL_BYTES = 2000
+WRAPPER_STARTING_POLL = 0.02
 
 
 class LauncherService:
@@ -54,10 +56,13 @@ class LauncherService:
         self._tasks: set[asyncio.Task] = set()
         self._following: set[str] = set()
         """Runs whose current attempt a task of this launcher starts or waits for."""
+        self._unfinished: set[str] = set()
+        """Runs not ended: what fire_due looks at, instead of every run ever."""
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
+        self._unfinished = {r.id for r in self._store.states().values() if r is not None and not r.status.terminal}
 
     def resume(self) -> None:
         """Carry on with every run that has not ended: an attempt due now is started, unless the
@@ -69,13 +74,17 @@ class LauncherService:
     def fire_due(self) -> None:
         """Start (or re-attach to) every current attempt that is due and not followed yet."""
         now = self._clock.now()
-        for run in self.runs():
-            if not run.status.terminal and run.due_at <= now and run.id not in self._following:
+        for run in self._waiting():
+            if run.due_at <= now:
                 self._spawn(run)
 
     def next_wake_at(self) -> datetime | None:
-        return min((r.due_at for r in self.runs() if not r.status.terminal and r.id not in self._following),
-                   default=None)
+        return min((run.due_at for run in self._waiting()), default=None)
+
+    def _waiting(self) -> list[Run]:
+        """Unfinished runs no task follows, oldest first."""
+        found = [self.get(run_id) for run_id in self._unfinished - self._following]
+        return sorted((r for r in found if r is not None and not r.status.terminal), key=lambda r: (r.requested_at, r.id))
 
     async def run_timers(self) -> None:
         await run_timer_loop(self._clock, self.fire_due, self.next_wake_at, self._timers_changed)
@@ -130,7 +139,7 @@ class LauncherService:
 
     async def _execute(self, run: Run) -> None:
         attempt_dir = self.attempt_dir(run)
-        found = self._finder.find(attempt_dir) if self._finder else None
+        found = await self._find(run, attempt_dir)
         if found is not None:  # started before the launcher restarted
             if run.status is RunStatus.STARTING:  # ... and it stopped before recording that
                 self._decide(run.id, MarkStarted(found.pid, _process_start(found)))
@@ -149,6 +158,15 @@ class LauncherService:
             self._failed(run.id, attempt_dir, f"exit code {exit_code}: {_tail(attempt_dir / 'driver.log')}")
         else:
             self._publish(run, attempt_dir)
+
+    async def _find(self, run: Run, attempt_dir: Path) -> ProgramProcess | None:
+        if self._finder is None:
+            return None
+        recorded = ProcessIdentity(run.attempt.pid or 0, run.attempt.process_start)
+        while (found := self._finder.find(attempt_dir)) is None and run.status is RunStatus.RUNNING \
+                and recorded.process_start and recorded.alive():
+            await asyncio.sleep(WRAPPER_STARTING_POLL)  # recorded started, its wrapper has not claimed yet
+        return found
 
     async def _start(self, run: Run, attempt_dir: Path) -> ProgramProcess | None:
         """Start the attempt; None if its program is not deployed."""
@@ -188,8 +206,12 @@ class LauncherService:
 
     def _decide(self, run_id: str, command: object) -> list:
         now = self._clock.now()
-        _, events = execute(self._store, self._log, runs.stream_name(run_id),
-                            lambda r: runs.decide(r, command, now))
+        run, events = execute(self._store, self._log, runs.stream_name(run_id),
+                              lambda r: runs.decide(r, command, now))
+        if run is not None and not run.status.terminal:
+            self._unfinished.add(run_id)
+        else:
+            self._unfinished.discard(run_id)
         return events
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:

@@ -272,6 +272,21 @@ async def test_a_crash_between_the_spawn_and_recording_it_launches_once(world: W
     assert len(world.events("RunStarted")) == 1 and len(run.outputs) == 1
 
 
+async def test_a_crash_right_after_recording_the_start_finds_the_wrapper_before_it_claimed(world: World):
+    first = world.launcher()
+    run_id = await world.request(first, world.job())
+    while first.get(run_id).status is not RunStatus.RUNNING:
+        await asyncio.sleep(0)
+    await crash(first)  # the wrapper is still starting Python: no `spawned` yet
+    second = world.launcher()
+    second.resume()
+    world.gate.touch()
+    await second.drain()
+    run = second.get(run_id)
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert len(run.attempts) == 1 and len(world.starts_of(run_id)) == 1
+
+
 def test_two_wrappers_for_one_attempt_start_the_program_once(tmp_path: Path):
     import subprocess
     marker = tmp_path / "ran"
@@ -314,3 +329,47 @@ async def test_a_crash_after_publishing_but_before_recording_the_completion_comp
     assert run.status is RunStatus.COMPLETED, run.error
     assert [o.partition.location for o in run.outputs] == [str(published.parent)]
     assert len(world.starts_of(run_id)) == 1 and len(world.events("RunCompleted")) == 1
+
+
+SPARK_PROGRAM = '''
+import json, sys, time
+from pathlib import Path
+from pyspark.sql import SparkSession
+
+context = json.loads(Path(sys.argv[sys.argv.index("--sluice-context") + 1]).read_text())
+spark = SparkSession.builder.appName("reattached").getOrCreate()
+rows = spark.range(100).count()
+gate = Path(context["properties"]["gate"])
+while not gate.exists():
+    time.sleep(0.05)
+Path(context["system"]["result_path"]).write_text(json.dumps({"outputs": [], "inputs": [], "metrics": {"rows": rows}}))
+spark.stop()
+'''
+
+
+@pytest.mark.slow
+async def test_a_real_spark_submit_outlives_the_launcher_and_is_re_attached(world: World, tmp_path: Path):
+    program = tmp_path / "reattached.py"
+    program.write_text(SPARK_PROGRAM)
+
+    class SparkCatalog:
+        def entry_point(self, ref: ProgramRef) -> Path:
+            return program
+
+    def launcher() -> LauncherService:
+        started = LauncherService(world.log, world.clock, SparkCatalog(), SparkSubmitter(), tmp_path / "data")
+        started.recover()
+        world.launchers.append(started)
+        return started
+
+    first = launcher()
+    run_id = await world.request(first, world.job())
+    await eventually(lambda: first.get(run_id).status is RunStatus.RUNNING, "spark-submit to start")
+    await crash(first)
+    second = launcher()
+    second.resume()
+    world.gate.touch()
+    await asyncio.wait_for(second.drain(), timeout=300)
+    run = second.get(run_id)
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert len(run.attempts) == 1 and len(world.events("RunStarted")) == 1
