@@ -14,12 +14,15 @@ from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
 from sluice.domain.datasets.transactions import PartitionsCommitted
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
+from sluice.runtime import snapshots
 from sluice.runtime.outbox import Outgoing
+from sluice.runtime.snapshots import Snapshots, schema_of
 from sluice.wire.common import notification_to_proto
 from sluice_services.launcher.commits import STREAM_PREFIX as COMMIT_PREFIX
 from sluice_services.launcher.commits import CommitRunner, FileSteps
 
 TRANSACTION_PREFIX = "transaction-"
+SNAPSHOTS = ("launcher-datasets",)
 
 
 class DatasetsService:
@@ -31,17 +34,27 @@ class DatasetsService:
 
     def recover(self) -> None:
         """Learn every dataset, then redo unfinished commit sequences (quarantining the ones that keep
-        failing) before the launcher takes new work."""
-        sequence_ids = []
-        after = 0
+        failing) before the launcher takes new work. Starts from the snapshot of the datasets and the
+        sequences left unfinished at a position, and saves a new one after a long read."""
+        store = Snapshots(self.log, SNAPSHOTS[0], schema_of(DatasetsService, CommitRunner, PartitionsCommitted))
+        after, created, sequence_ids = 0, [], []
+        if (loaded := store.load()) is not None and isinstance(loaded[1], tuple) and len(loaded[1]) == 2:
+            after, (created, sequence_ids) = loaded[0], (list(loaded[1][0]), list(loaded[1][1]))
+        for event in created:
+            self.datasets.observe(event)
+        read = 0
         while records := self.log.read_all(after, 10_000):
+            read += len(records)
             for recorded in records:
                 if recorded.type == "DatasetCreated" and recorded.stream.startswith("dataset-"):
-                    self.datasets.observe(DATASET_TYPES.decode(recorded))
+                    created.append(DATASET_TYPES.decode(recorded))
+                    self.datasets.observe(created[-1])
                 elif recorded.type == "CommitSequenceRecorded" and recorded.stream.startswith(COMMIT_PREFIX):
                     sequence_ids.append(recorded.stream.removeprefix(COMMIT_PREFIX))
             after = records[-1].position
-        self.commits.recover(sequence_ids)
+        unfinished = self.commits.recover(sequence_ids)
+        if read >= snapshots.SNAPSHOT_EVERY:
+            store.save(after, (tuple(created), tuple(p.sequence.id for p in unfinished)))
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
         if recorded.type != "PartitionsCommitted" or not recorded.stream.startswith(TRANSACTION_PREFIX):

@@ -199,3 +199,20 @@ async def test_a_snapshot_that_is_state_of_another_shape_is_ignored(history, ope
             continue
         log.save_snapshot(Snapshot(name, log.head_position(), good.schema, snapshots.pack(["not", "states"])))
     assert recovered(log, tmp_path) == expected
+
+
+async def test_the_data_plane_recovers_its_datasets_from_a_snapshot(history, open_log, tmp_path) -> None:
+    from sluice.domain.datasets import DatasetSpec, KeySpec
+    from sluice_services.launcher.datasets_service import DatasetsService
+
+    log = open_log()
+    first = DatasetsService(log, history.clock)
+    for index in range(3):
+        first.datasets.create(DatasetSpec("ns", f"d{index}", (KeySpec("hour"),), f"/data/ns/d{index}"))
+    first.recover()  # a long read: saves the datasets and the unfinished sequences (none)
+    assert log.read_snapshot("launcher-datasets").position == log.head_position()
+    counting = CountingLog(open_log())
+    again = DatasetsService(counting, history.clock)
+    again.recover()
+    assert [s.name for s in again.datasets.list("ns")] == ["d0", "d1", "d2"]
+    assert counting.events_read == 0

@@ -90,7 +90,8 @@ def rebuild(projection: str, log: EventLog) -> Rebuilt:
     for value in vars(service).values():
         if isinstance(value, AggregateStore):
             value.snapshot()
-    return Rebuilt(projection, tuple(names), position, count, time.perf_counter() - started)
+    written = tuple(name for name in names if log.read_snapshot(name) is not None)
+    return Rebuilt(projection, written, position, count, time.perf_counter() - started)
 
 
 def _service(name: str, log: EventLog) -> tuple[Any, tuple[str, ...], Callable[[Any], int]]:

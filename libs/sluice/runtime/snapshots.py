@@ -103,9 +103,17 @@ class Snapshots:
                         self.name, snapshot.position, error)
             return None
 
-    def save(self, position: int, state: Any) -> None:
-        if self._store is not None:
+    def save(self, position: int, state: Any) -> bool:
+        """Whether it was saved: a snapshot that cannot be written (the store is unreachable) costs a
+        longer recovery later, so it is logged, never raised into the operation that triggered it."""
+        if self._store is None:
+            return False
+        try:
             self._store.save_snapshot(Snapshot(self.name, position, self.schema, pack(state)))
+        except Exception as error:
+            log.warning("snapshot %s at position %s not saved: %r", self.name, position, error)
+            return False
+        return True
 
     def delete(self) -> bool:
         return self._store is not None and self._store.delete_snapshot(self.name)
