@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 
 SPAWNED = "spawned"
@@ -61,10 +60,17 @@ def main(argv: list[str]) -> int:
     if not _write_atomically(os.path.join(attempt_dir, SPAWNED), claim, exclusive=True):
         print(f"supervise: {attempt_dir} was already started by another launcher", file=sys.stderr)
         return CLAIMED
-    child = subprocess.Popen(command)
+    child = os.fork()  # not subprocess: importing it doubles the wrapper's start time
+    if child == 0:
+        try:
+            os.execvp(command[0], command)
+        except OSError as error:
+            print(f"supervise: cannot start {command[0]}: {error}", file=sys.stderr)
+        os._exit(127)
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda number, _frame: child.send_signal(number))
-    code = child.wait()
+        signal.signal(signum, lambda number, _frame: os.kill(child, number))
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
     _write_atomically(os.path.join(attempt_dir, EXIT_CODE), f"{code}\n", exclusive=False)
     return code if code >= 0 else 128 - code
 
