@@ -17,6 +17,7 @@ from sluice.bus.port import Record
 from sluice.bus.topics import LAUNCH_REQUESTS, PROGRAM_NOTIFICATIONS
 from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef, RunStatus
+from sluice.domain.constraints.facts import WorldFacts
 from sluice.domain.jobs import Job, RetryPolicy, TriggerContext
 from sluice.domain.runs import MarkCompleted, RequestRun
 from sluice.eventlog.sqlite import SqliteEventLog
@@ -86,6 +87,17 @@ class World:
 
     def events(self, event_type: str) -> list:
         return [r for r in self.log.read_all(0, 10_000) if r.type == event_type]
+
+    def running_for_the_checker(self, launcher: LauncherService, run_id: str) -> int:
+        """Runs of the program going, as the checker folds them: reserved at admission, then the statuses."""
+        facts = WorldFacts().reserve(PROGRAM, run_id, self.clock.now())
+        for record in self.log.read_all(0, 10_000):
+            for out in launcher.route(record):
+                if out.topic == PROGRAM_NOTIFICATIONS:
+                    notification = notification_from_bytes(out.value)
+                    facts = facts.observe(PROGRAM, notification.payload.run_id, notification.payload.status,
+                                          notification.time)
+        return facts.running(PROGRAM)
 
     def statuses(self, launcher: LauncherService) -> list[str]:
         """The program statuses the launcher reports to the checker (and program-status triggers)."""
@@ -203,6 +215,8 @@ async def test_a_lost_retry_that_completes_reports_the_run_once_to_the_checker(w
     launcher = world.launcher()
     launcher.resume()
     await launcher.drain()
+    assert launcher.get(run_id).attempts[0].status is RunStatus.LOST
+    assert world.running_for_the_checker(launcher, run_id) == 1, "the slot stays taken while the retry waits"
     world.gate.touch()
     world.clock.advance(timedelta(seconds=10))
     launcher.fire_due()
@@ -213,6 +227,7 @@ async def test_a_lost_retry_that_completes_reports_the_run_once_to_the_checker(w
     assert [a.status for a in run.attempts] == [RunStatus.LOST, RunStatus.COMPLETED]
     assert (world.root / "runs" / run_id / "attempt-2" / "context.json").is_file()
     assert world.statuses(launcher) == ["RUNNING", "COMPLETED"], "one RUNNING and one end: the checker counts it once"
+    assert world.running_for_the_checker(launcher, run_id) == 0
 
 
 async def test_a_lost_run_without_retries_left_ends_lost(world: World):
