@@ -45,7 +45,8 @@ class RunStatus(enum.Enum):
     KILLED = "KILLED"
     """The run was stopped on request."""
     LOST = "LOST"
-    """The launcher lost track of the process (e.g. it restarted while the run was going)."""
+    """The program's process vanished without an exit status (killed with its wrapper, the machine
+    restarted), and the schedule's retry policy left no further attempt."""
 
     @property
     def terminal(self) -> bool:
