@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, str] = {
     "timers": "bench.timers",
     "replay": "bench.replay",
     "append": "bench.append",
+    "lineage": "bench.lineage",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 

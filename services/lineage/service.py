@@ -6,7 +6,9 @@ projection and, if the projection was not rebuilt yet, by the log's unique event
 """
 from __future__ import annotations
 
+import gc
 import json
+from datetime import datetime
 from typing import Any, Iterator
 
 from sluice.clock import Clock
@@ -48,6 +50,21 @@ def decode_message(value: bytes) -> tuple[dict[str, Any], RunEventRecord]:
         raise MalformedMessage(f"lineage event: invalid OpenLineage run event: {exc.field}: {exc.reason}") from exc
 
 
+def recorded_event(obj: dict[str, Any], record: RunEventRecord, received_at: datetime) -> NewEvent:
+    """The log event for one accepted run event: the event as received, keyed for deduplication."""
+    return NewEvent(
+        id=event_id(record),
+        type=EVENT_TYPE,
+        data=canonical_json(obj),
+        metadata={
+            "run_id": record.run_id,
+            "event_type": record.event_type,
+            "event_time": record.event_time.isoformat(),
+            "received_at": received_at.isoformat(),
+        },
+    )
+
+
 class LineageService:
     def __init__(self, log: EventLog, clock: Clock) -> None:
         self._log = log
@@ -63,17 +80,7 @@ class LineageService:
         obj, record = decode_message(value)
         if self._state.has_seen(record):
             return
-        event = NewEvent(
-            id=event_id(record),
-            type=EVENT_TYPE,
-            data=canonical_json(obj),
-            metadata={
-                "run_id": record.run_id,
-                "event_type": record.event_type,
-                "event_time": record.event_time.isoformat(),
-                "received_at": self._clock.now().isoformat(),
-            },
-        )
+        event = recorded_event(obj, record, self._clock.now())
         try:
             self._log.append(stream_name(record.run_id), [event], ANY_VERSION)
         except DuplicateEventId:
@@ -81,8 +88,20 @@ class LineageService:
         self._state = evolve(self._state, record)
 
     def rebuild(self) -> None:
-        """Drop the projection and refold every recorded lineage event from the log."""
-        self._state = fold(parse_run_event(json.loads(e.data)) for e in self._recorded())
+        """Drop the projection and refold every recorded lineage event from the log.
+
+        The garbage collector is paused meanwhile: nothing folded is garbage, and its scans of a
+        million-run heap would cost more than the fold. What was built is then frozen (out of
+        reach of later collections, which would otherwise keep rescanning it)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._state = EMPTY
+            self._state = fold(parse_run_event(json.loads(e.data)) for e in self._recorded())
+        finally:
+            if collecting:
+                gc.enable()
+            gc.freeze()
 
     def _recorded(self) -> Iterator[RecordedEvent]:
         after = 0

@@ -265,7 +265,8 @@ def test_ties_at_the_same_event_time_are_broken_deterministically():
     assert fold([complete, fail]).runs[P1].state == fold([fail, complete]).runs[P1].state == "FAIL"
 
 
-INDEXES = ("job_of_run", "runs_of_job", "children", "jobs", "inputs_of_job", "outputs_of_job", "readers", "writers")
+INDEXES = ("job_of_run", "runs_of_job", "children", "jobs", "inputs_of_job", "outputs_of_job", "readers", "writers",
+           "latest")
 
 
 def assert_indexes_match_a_recomputation(state):

@@ -9,8 +9,8 @@ scratch, which tests compare with the incremental result.
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
@@ -45,11 +45,13 @@ class LineageIndex:
         self.runs_of_job: dict[JobKey, set[str]] = {}
         self.children: dict[str, set[str]] = {}          # run id -> runs whose parent facet names it
         self.jobs: dict[JobKey, Job] = {}
-        self.inputs_of_job: dict[JobKey, Counter[str]] = {}    # dataset -> how many of its runs read it
-        self.outputs_of_job: dict[JobKey, Counter[str]] = {}
-        self.readers: dict[str, Counter[JobKey]] = {}           # dataset -> jobs whose runs read it
-        self.writers: dict[str, Counter[JobKey]] = {}
-        self._namings: dict[JobKey, Counter[Job]] = {}          # every Job some run derives, by key
+        self.inputs_of_job: dict[JobKey, dict[str, int]] = {}  # dataset -> how many of its runs read it
+        self.outputs_of_job: dict[JobKey, dict[str, int]] = {}
+        self.readers: dict[str, dict[JobKey, int]] = {}         # dataset -> jobs whose runs read it
+        self.writers: dict[str, dict[JobKey, int]] = {}
+        self._namings: dict[JobKey, dict[Job, int]] = {}        # every Job some run derives, by key
+        self._shared: dict[Job, Job] = {}                       # one instance per distinct Job
+        self.latest: dict[JobKey, tuple] = {}                   # its run started last: (started, run id)
         self._sorted_jobs: list[JobKey] | None = None
         self.version = 0                                          # events applied that changed something
 
@@ -96,11 +98,16 @@ class LineageIndex:
                 self._discard(self.children, old_parent, run_id)
             self.children.setdefault(new_parent, set()).add(run_id)
         job = self.job_of_run.get(run_id)
-        if job is not None and before is not None:       # datasets it adds count for its current job
-            self._count(job.key, after.inputs - before.inputs, after.outputs - before.outputs, +1)
+        if job is not None:                               # what changed counts for its current job
+            self._count(job.key, [d for d in after.inputs if d not in before.inputs],
+                        [d for d in after.outputs if d not in before.outputs], +1)
+            if _started(before) != _started(after):
+                self._forget_latest(job.key, run_id)
+                self._offer_latest(job.key, run_id)
         if parent_changed:
             self._rename(parent.run_id, everything_below=False)
-        self._rename(run_id, everything_below=old_parent != new_parent)
+        if job is None or _naming(before) != _naming(after):
+            self._rename(run_id, everything_below=old_parent != new_parent)
         return True
 
     def _rename(self, start: str, everything_below: bool) -> None:
@@ -119,16 +126,21 @@ class LineageIndex:
                 stack.extend(self.children.get(run_id, ()))
 
     def derive_job(self, run_id: str) -> Job:
-        """Walk up the parents; a cycle is cut at its least run id, which then counts as a root."""
-        chain, position, current = [run_id], {run_id: 0}, run_id
+        """Walk up the parents; a cycle is cut at its least run id, which then counts as a root.
+        Without a cycle on the way the parent's job is up to date (`_rename` goes top-down) and
+        is used as it is; with one, the whole chain is derived again."""
+        chain, position, current, cycle = [run_id], {run_id: 0}, run_id, False
         while (f := self.facts[current]).parent and (up := f.parent[2]) in self.facts:
             if up in position:
                 cut = min(chain[position[up]:])
                 del chain[position[cut] + 1:]
+                cycle = True
                 break
             position[up] = len(chain)
             chain.append(up)
             current = up
+        if not cycle and len(chain) > 1 and chain[1] in self.job_of_run:
+            return _job_of(self.facts[run_id], self.job_of_run[chain[1]])
         job = None
         for rid in reversed(chain):
             job = _job_of(self.facts[rid], job)
@@ -140,16 +152,32 @@ class LineageIndex:
             self._discard(self.runs_of_job, old.key, run_id)
             self._count(old.key, f.inputs, f.outputs, -1)
             self._name(old, -1)
+            self._forget_latest(old.key, run_id)
+        new = self._shared.setdefault(new, new)
         self.job_of_run[run_id] = new
         self.runs_of_job.setdefault(new.key, set()).add(run_id)
         self._count(new.key, f.inputs, f.outputs, +1)
         self._name(new, +1)
+        self._offer_latest(new.key, run_id)
+
+    def _offer_latest(self, key: JobKey, run_id: str) -> None:
+        candidate = (_started(self.facts[run_id]), run_id)
+        if key not in self.latest or candidate > self.latest[key]:
+            self.latest[key] = candidate
+
+    def _forget_latest(self, key: JobKey, run_id: str) -> None:
+        """After the latest run moved or changed its start: the next one, by a scan of the job's runs."""
+        if key in self.latest and self.latest[key][1] == run_id:
+            del self.latest[key]
+            for other in self.runs_of_job.get(key, ()):
+                if other != run_id:
+                    self._offer_latest(key, other)
 
     def _name(self, job: Job, delta: int) -> None:
-        namings = self._namings.setdefault(job.key, Counter())
-        namings[job] += delta
+        namings = self._namings.setdefault(job.key, {})
+        namings[job] = namings.get(job, 0) + delta
         if namings[job] <= 0:
-            del namings[job]
+            del namings[job], self._shared[job]
         if not namings:
             del self._namings[job.key]
             del self.jobs[job.key]
@@ -163,8 +191,8 @@ class LineageIndex:
         for by_job, by_dataset, datasets in ((self.inputs_of_job, self.readers, inputs),
                                              (self.outputs_of_job, self.writers, outputs)):
             for dataset in datasets:
-                _add(by_job.setdefault(key, Counter()), dataset, delta, by_job, key)
-                _add(by_dataset.setdefault(dataset, Counter()), key, delta, by_dataset, dataset)
+                _add(by_job.setdefault(key, {}), dataset, delta, by_job, key)
+                _add(by_dataset.setdefault(dataset, {}), key, delta, by_dataset, dataset)
 
     @staticmethod
     def _discard(index: dict, key, member) -> None:
@@ -175,12 +203,21 @@ class LineageIndex:
                 del index[key]
 
 
-def _add(counter: Counter, item, delta: int, owner: dict, owner_key) -> None:
-    counter[item] += delta
+def _add(counter: dict, item, delta: int, owner: dict, owner_key) -> None:
+    counter[item] = counter.get(item, 0) + delta
     if counter[item] <= 0:
         del counter[item]
         if not counter:
             del owner[owner_key]
+
+
+def _started(f: RunFacts) -> datetime:
+    return f.first_start or f.first_seen or _EPOCH
+
+
+def _naming(f: RunFacts) -> tuple:
+    """What a run's job is derived from, besides its parent's job."""
+    return (f.job and f.job[2:], f.parent and f.parent[2:], None if f.job else min(f.claims))
 
 
 def _job_of(f: RunFacts, parent_job: Job | None) -> Job:
@@ -194,3 +231,6 @@ def _job_of(f: RunFacts, parent_job: Job | None) -> Job:
             break
     return Job(namespace, f"{parent_job.name}.{simple}", simple, parent_job.name, parent_job.namespace)
 
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
