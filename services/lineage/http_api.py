@@ -153,7 +153,7 @@ def _newest_first(run: Run) -> tuple:
 
 def _job_json(state: LineageState, job: Job) -> dict[str, Any]:
     inputs, outputs = state.datasets_of(job.key)
-    latest = max(state.runs_of(job.key), key=_newest_first, default=None)
+    latest = state.latest_run(job.key)
     return {
         "id": {"namespace": job.namespace, "name": job.name},
         "type": "BATCH",
