@@ -22,6 +22,9 @@ DAILY_PROGRAM = "daily_metrics"
 DAILY_ENTRY_POINT = str(Path(__file__).resolve().with_name("daily_metrics.py"))
 HOURLY_DATASET = app.OUTPUT_DATASET
 DAILY_DATASET = "clickstream_daily_metrics"
+LINEAGE_JOB_PROPERTY = "sluice.lineage.job"
+DAILY_LINEAGE_JOB = "daily_metrics_on_day_end"
+"""The marketplaces' daily schedules are one job graph in lineage, their runs told apart by partitions."""
 DAY_END_GRACE_CRON = "0 2 * * *"
 
 _HOURLY_KEYS = (("marketplace", dpb.KEY_TYPE_STRING), ("date", dpb.KEY_TYPE_DATE), ("hour", dpb.KEY_TYPE_INT))
@@ -48,7 +51,7 @@ def daily_schedule(marketplace: str, zone: str) -> schedules_pb2.Schedule:
         name=f"daily_metrics_{marketplace.lower()}",
         program=notifications_pb2.ProgramRef(namespace=app.NAMESPACE, app=app.APP, program=DAILY_PROGRAM),
         trigger=schedules_pb2.Trigger(**{"or": schedules_pb2.OrTrigger(any_of=[hours, grace])}),
-        properties={"marketplace": marketplace}, enabled=True,
+        properties={"marketplace": marketplace, LINEAGE_JOB_PROPERTY: DAILY_LINEAGE_JOB}, enabled=True,
         description=f"{marketplace}'s local day once its 24 hours exist, or at 02:00 {zone} with what exists")
 
 

@@ -7,9 +7,15 @@ from sluice.domain.common import PartitionCommitted, ProgramStatusChanged
 from sluice.domain.jobs import Job
 
 
+LINEAGE_JOB_PROPERTY = "sluice.lineage.job"
+"""A schedule property naming its runs' lineage job instead of the schedule's name: schedules that
+run one workflow once per marketplace (each in its own zone) then make one job graph, their runs
+told apart by their partitions (seed 002), not one copy of the graph per schedule."""
+
+
 def schedule_job_name(job: Job) -> str:
     """The OpenLineage job of the schedule's run: the parent of the program's run."""
-    return f"{job.program.app}.{job.context.schedule_name}"
+    return f"{job.program.app}.{job.context.properties.get(LINEAGE_JOB_PROPERTY) or job.context.schedule_name}"
 
 
 def program_job_name(job: Job) -> str:

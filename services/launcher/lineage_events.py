@@ -1,9 +1,15 @@
 """OpenLineage run events for Sluice's runs, built with the openlineage-python client's model.
 
-The schedule's run (runId = job id) is the parent; the program's run carries the parent run facet."""
+The schedule's run (runId = job id) is the parent; the program's run carries the parent run facet;
+the program's Spark application is the program run's child: the SDK writes its events to
+openlineage.jsonl in the attempt's directory (sluice.sdk.lineage) and they are forwarded from
+there when the run ends, each attempt's; a Spark run left without an end (its process died) is
+closed as ABORT at the program run's end time."""
 from __future__ import annotations
 
+import json
 from datetime import datetime
+from pathlib import Path
 
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import parent_run
@@ -16,6 +22,7 @@ from openlineage.client.generated.base_subset_dataset import (
 from openlineage.client.serde import Serde
 
 from sluice.domain.runs import Run as SluiceRun
+from sluice.sdk.lineage import EVENTS_FILE
 from sluice_services.launcher.context_file import program_job_name, schedule_job_name
 
 PRODUCER = "https://github.com/sluice/sluice/launcher"
@@ -25,8 +32,47 @@ def run_started(run: SluiceRun, at: datetime) -> list[bytes]:
     return [_schedule_event(run, RunState.START, at), _program_event(run, RunState.START, at)]
 
 
-def run_ended(run: SluiceRun, state: RunState, at: datetime) -> list[bytes]:
-    return [_program_event(run, state, at), _schedule_event(run, state, at)]
+def run_ended(run: SluiceRun, state: RunState, at: datetime, attempt_dir: Path | None = None) -> list[bytes]:
+    spark = spark_events(attempt_dir, at) if attempt_dir is not None else []
+    return [*spark, _program_event(run, state, at), _schedule_event(run, state, at)]
+
+
+def spark_events(attempt_dir: Path, at: datetime) -> list[bytes]:
+    """The Spark runs' events the SDK wrote in every attempt's directory of this run, as written
+    (a line a crash cut short is skipped), then an end for each Spark run that has none."""
+    run_dir = attempt_dir.parent if attempt_dir.name.startswith("attempt-") else attempt_dir
+    found: list[bytes] = []
+    first: dict[str, dict] = {}               # by Spark run id: its first event
+    ended: set[str] = set()
+    for path in [run_dir / EVENTS_FILE, *sorted(run_dir.glob(f"attempt-*/{EVENTS_FILE}"))]:
+        try:
+            lines = path.read_bytes().splitlines()
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            try:
+                event = json.loads(line)
+                run_id = event["run"]["runId"]
+            except (ValueError, TypeError, KeyError):
+                continue
+            found.append(line)
+            first.setdefault(run_id, event)
+            if event.get("eventType") in ("COMPLETE", "FAIL", "ABORT"):
+                ended.add(run_id)
+    return found + [_aborted(event, at) for run_id, event in first.items() if run_id not in ended]
+
+
+def _aborted(start: dict, at: datetime) -> bytes:
+    facets = {}
+    parent = (start["run"].get("facets") or {}).get("parent")
+    if parent:
+        facets["parent"] = parent_run.ParentRunFacet(
+            run=parent_run.Run(runId=parent["run"]["runId"]),
+            job=parent_run.Job(namespace=parent["job"]["namespace"], name=parent["job"]["name"]))
+    event = RunEvent(eventType=RunState.ABORT, eventTime=at.isoformat(), producer=PRODUCER,
+                     run=Run(runId=start["run"]["runId"], facets=facets),
+                     job=Job(namespace=start["job"]["namespace"], name=start["job"]["name"]))
+    return Serde.to_json(event).encode()
 
 
 def _schedule_event(run: SluiceRun, state: RunState, at: datetime) -> bytes:

@@ -226,13 +226,13 @@ class LauncherService:
                 return [*self._status(run, RunStatus.RUNNING, recorded), *_lineage(run, lineage_events.run_started(run, at))]
             case runs.RunCompleted(_, outputs, _, at):
                 return [*self._status(run, RunStatus.COMPLETED, recorded), *self._outputs(outputs, recorded),
-                        *_lineage(run, lineage_events.run_ended(run, RunState.COMPLETE, at))]
+                        *_lineage(run, lineage_events.run_ended(run, RunState.COMPLETE, at, self.attempt_dir(run)))]
             case runs.RunFailed(_, _, at):
                 return [*self._status(run, RunStatus.FAILED, recorded),
-                        *_lineage(run, lineage_events.run_ended(run, RunState.FAIL, at))]
+                        *_lineage(run, lineage_events.run_ended(run, RunState.FAIL, at, self.attempt_dir(run)))]
             case runs.RunLost(_, _, at):
                 return [*self._status(run, RunStatus.LOST, recorded),
-                        *_lineage(run, lineage_events.run_ended(run, RunState.ABORT, at))]
+                        *_lineage(run, lineage_events.run_ended(run, RunState.ABORT, at, self.attempt_dir(run)))]
         return []
 
     def _status(self, run: Run, status: RunStatus, recorded: RecordedEvent) -> list[Outgoing]:

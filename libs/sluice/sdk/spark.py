@@ -38,6 +38,7 @@ from sluice.domain.consumer.state import ConsumerConfig
 from sluice.domain.datasets.filters import PartitionFilter
 
 from .context import ProgramContext, context_from_argv
+from .lineage import SparkApplicationLineage, events_path
 from .partitions import ConsumedPartition, DatasetPartition, PartitionSource
 
 # Applied only when spark-submit did not set them: small runs should not pay for 200 shuffle tasks.
@@ -92,6 +93,7 @@ class SparkProgram:
         self._source = PartitionSource(context)
         self._consumed: dict[tuple[str, str], list[ConsumedPartition]] = {}
         self.finished = False
+        self._lineage: SparkApplicationLineage | None = None
 
     @classmethod
     def from_argv(cls, argv: Sequence[str] | None = None, **kwargs: Any) -> SparkProgram:
@@ -107,6 +109,9 @@ class SparkProgram:
                 if not submitted.contains(name):
                     spark.conf.set(name, value)
             self._spark = spark
+            if self.context.lineage is not None:   # the Spark application: a child run of the program's run
+                self._lineage = SparkApplicationLineage(self.context.lineage, events_path(self.context.system.result_path))
+                self._lineage.started(spark.version, spark.sparkContext.applicationId)
         return self._spark
 
     @property
@@ -226,6 +231,9 @@ class SparkProgram:
     def stop(self) -> None:
         """Stop the SparkSession if this object created it."""
         self._source.close()
+        if self._lineage is not None:
+            self._lineage.finished(self.finished, ((i["namespace"], i["dataset"]) for i in self._inputs.values()),
+                                   ((o.namespace, o.dataset) for o in self._outputs.values()))
         if self._spark is not None and self._owns_spark:
             self._spark.stop()
         self._spark = None
