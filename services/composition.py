@@ -33,6 +33,7 @@ from sluice_services.launcher.run_outputs import RunPublisher
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService
 from sluice_services.lineage import http_api as lineage_http
+from sluice_services.lineage.export import EXPORT_GROUP, OpenLineageExport
 from sluice_services.lineage.grpc_api import LineageServicer
 from sluice_services.lineage.service import LineageService
 from sluice_services.matcher.lookup import ScheduleLookup
@@ -65,6 +66,10 @@ class Settings:
     """HTTP port of the lineage API (POST /api/v1/lineage, Marquez's read paths); 0: a free one; None: off."""
     lineage_token: str = ""
     """Bearer token the lineage HTTP endpoint requires of writers; empty: none."""
+    openlineage_url: str = ""
+    """An OpenLineage backend (its base URL) that gets every lineage event of Sluice's runs too; empty: none."""
+    openlineage_api_key: str = ""
+    """API key sent to that backend (Authorization: Bearer); empty: none."""
 
     @property
     def partitions_dir(self) -> Path:
@@ -142,7 +147,11 @@ def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -
 
     binding = GrpcBinding(lineage_pb2.DESCRIPTOR.services_by_name["Lineage"].full_name,
                           lineage_pb2_grpc.add_LineageServicer_to_server, LineageServicer(lineage))
-    return ServiceSpec("lineage", [Subscription("lineage", {LINEAGE: on_lineage_event})], grpc=[binding],
+    subscriptions = [Subscription("lineage", {LINEAGE: on_lineage_event})]
+    if settings.openlineage_url:
+        export = OpenLineageExport(settings.openlineage_url, settings.openlineage_api_key)
+        subscriptions.append(Subscription(EXPORT_GROUP, {LINEAGE: export.on_lineage_event}))
+    return ServiceSpec("lineage", subscriptions, grpc=[binding],
                        recover=lineage.rebuild, background=[serve_http] if settings.lineage_port is not None else [])
 
 

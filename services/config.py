@@ -58,6 +58,12 @@ def _any(value: Any) -> Any:
     return value
 
 
+def _http_url(value: str) -> str:
+    if value and not value.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+    return value
+
+
 # option -> (type, default, check)
 OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "data_dir": (Path, Path(".sluice"), _any),
@@ -76,6 +82,8 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "high_priority": (int, 1, _any),
     "lineage_port": (int, None, _port),
     "lineage_token": (str, "", _any),
+    "openlineage_url": (str, "", _http_url),
+    "openlineage_api_key": (str, "", _any),
 }
 
 
@@ -183,7 +191,8 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     max_parallel_runs=values["max_parallel_runs"], event_log=values["event_log"], bus=values["bus"],
                     metrics_port=values["metrics_port"], log_level=values["log_level"],
                     capacity=_capacity(values), lineage_port=values["lineage_port"],
-                    lineage_token=values["lineage_token"])
+                    lineage_token=values["lineage_token"], openlineage_url=values["openlineage_url"],
+                    openlineage_api_key=values["openlineage_api_key"])
 
 
 def _spark(values: Mapping[str, Any]) -> SparkConfig:

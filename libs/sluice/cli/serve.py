@@ -50,6 +50,11 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
                 "free one (env SLUICE_LINEAGE_PORT; default: off)")
     option("--lineage-token", metavar="TOKEN",
            help="lineage: bearer token required to POST events (env SLUICE_LINEAGE_TOKEN; default: none)")
+    option("--openlineage-url", metavar="URL",
+           help="lineage: also send every lineage event of Sluice's runs to this OpenLineage backend, e.g. "
+                "http://marquez:5000 (env SLUICE_OPENLINEAGE_URL; default: none)")
+    option("--openlineage-api-key", metavar="KEY",
+           help="lineage: API key for that backend (env SLUICE_OPENLINEAGE_API_KEY; default: none)")
     option("--high-priority", type=int, metavar="P",
            help="checker: jobs of at least this priority pass the load limit (env SLUICE_HIGH_PRIORITY; default 1)")
 
