@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast bench proto clean standalone postgres kafka-fetch kafka-up kafka-down compose-schema
+.PHONY: env demo test test-fast crash-test bench proto clean standalone postgres kafka-fetch kafka-up kafka-down compose-schema
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -55,6 +55,14 @@ kafka-down:
 
 test-fast: env postgres compose-schema
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The crash sweep (tests/crash): >= 500 seeded crash points on SQLite and on PostgreSQL, judged
+# against the crash-free oracle; prints the counts. Replay: SEED=, RUN_SEED= (one run), POINT= (B@N).
+CRASH_ARGS ?=
+crash-test: env postgres
+	$(PY) -m tests.crash.sweep $(if $(BACKEND),--backend $(BACKEND)) $(if $(SEED),--seed $(SEED)) \
+		$(if $(RUN_SEED),--run-seed $(RUN_SEED)) $(foreach p,$(POINT),--point $(p)) $(if $(POINTS),--points $(POINTS)) \
+		$(CRASH_ARGS)
 
 bench: env
 	$(PY) -m bench $(BENCH)

@@ -70,7 +70,14 @@ class SweepReport:
                 f"{self.boundaries} boundaries), oracle launches {self.oracle_launches}; lost {self.total('lost')}, "
                 f"duplicate {self.total('duplicate')}, spurious {self.total('spurious')}, stuck {self.total('stuck')}, "
                 f"state mismatches {sum(len(r.verdict.mismatches) for r in self.runs)} "
-                f"(in {self.mismatched_runs} runs)")
+                f"(in {self.mismatched_runs} runs); failed runs {len(self.failed)} of {len(self.runs)}, "
+                f"by service crashed: {self.failures_by_service()}")
+
+    def failures_by_service(self) -> str:
+        """Failed runs per service whose boundaries crashed in them (a run crashes several)."""
+        failed = Counter(service for r in self.failed for service in {p.boundary.split(".")[0] for p in r.fired})
+        total = Counter(service for r in self.runs for service in {p.boundary.split(".")[0] for p in r.fired})
+        return ", ".join(f"{service} {failed[service]}/{total[service]}" for service in sorted(total))
 
 
 def draw_points(crossings: Counter, run_seed: int, count: int, services: tuple[str, ...] = ()) -> tuple[CrashPoint, ...]:
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--point", action="append", default=[], help="arm exactly these points (BOUNDARY@N)")
     parser.add_argument("--service", action="append", choices=SERVICES, help="crash only these (repeatable)")
     parser.add_argument("--notifications", type=int, default=1000)
-    parser.add_argument("--hours", type=int, default=24)
+    parser.add_argument("--hours", type=int, default=12)
     parser.add_argument("--show", type=int, default=5, help="mismatches shown per failed run")
     args = parser.parse_args(argv)
     try:

@@ -49,8 +49,23 @@ class FaultPlan:
         self.armed = frozenset(points)
         self.crossings: Counter[str] = Counter()
         self.fired: list[CrashPoint] = []
+        self._total = 0
+        self._appends = 0
+
+    @property
+    def total(self) -> int:
+        """Crossings of every boundary so far."""
+        return self._total
+
+    @property
+    def appends(self) -> int:
+        """Appends to the log committed so far (crossings of every `*.log.append:after`)."""
+        return self._appends
 
     def cross(self, boundary: str) -> None:
+        self._total += 1
+        if boundary.endswith(".log.append:after"):
+            self._appends += 1
         self.crossings[boundary] += 1
         point = CrashPoint(boundary, self.crossings[boundary])
         if point in self.armed:

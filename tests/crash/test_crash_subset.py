@@ -1,0 +1,83 @@
+"""The CI subset of the crash sweep (`make crash-test` runs the full one): a smaller workload, a
+few runs of ten seeded crash points each, on SQLite and on a real PostgreSQL server."""
+from __future__ import annotations
+
+import pytest
+
+from sluice.eventlog.postgres import PostgresEventLog
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.testing.faults import CrashPoint
+from tests.crash import harness
+from tests.crash.sweep import SweepReport, sweep
+from tests.crash.workload import build
+
+SEED = 7
+RUNS = 2
+PER_RUN = 10
+WORKLOAD = build(SEED, notifications=150, hours=4)
+
+
+class _Backend:
+    def __init__(self, name: str, postgres=None) -> None:
+        self.name = name
+        self._postgres = postgres
+
+    def make_log(self, clock, work_dir):
+        if self._postgres is None:
+            return SqliteEventLog(work_dir / "events.db", clock=clock)
+        return PostgresEventLog(self._postgres.create_database(), clock=clock)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request):
+    if request.param == "postgres":
+        return _Backend("postgres", request.getfixturevalue("postgres"))
+    return _Backend("sqlite")
+
+
+def _failures(report: SweepReport) -> str:
+    return "\n".join(
+        f"run seed {r.run_seed} crashed at {' '.join(map(str, r.fired))}: lost {r.verdict.lost}, duplicate "
+        f"{r.verdict.duplicate}, spurious {r.verdict.spurious}, stuck {r.verdict.stuck}, "
+        f"{r.verdict.mismatches[:3]}\n  replay: make crash-test BACKEND={report.backend} SEED={SEED} "
+        f"RUN_SEED={r.run_seed} CRASH_ARGS='--notifications 150 --hours 4'"
+        for r in report.failed)
+
+
+async def _sweep(backend, tmp_path, services: tuple[str, ...]) -> SweepReport:
+    run_seeds = [SEED * 1000 + i for i in range(RUNS)]
+    return await sweep(backend, WORKLOAD, tmp_path, points=0, per_run=PER_RUN, seed=SEED, run_seeds=run_seeds,
+                       services=services)
+
+
+async def test_crashes_of_registry_matcher_and_checker_change_nothing_the_oracle_decided(backend, tmp_path):
+    report = await _sweep(backend, tmp_path, ("registry", "matcher", "checker"))
+    assert report.oracle_launches > 20 and report.points >= RUNS * PER_RUN // 2, report.summary()
+    assert not report.failed, _failures(report)
+
+
+@pytest.mark.xfail(reason="the launcher does not re-attach to programs after a restart yet: a run going when it "
+                          "crashed ends LOST, one submitted but not recorded is started twice", strict=False)
+async def test_crashes_of_the_launcher_change_nothing_the_oracle_decided(tmp_path):
+    report = await _sweep(_Backend("sqlite"), tmp_path, ("launcher",))
+    assert report.points >= RUNS * PER_RUN // 2, report.summary()
+    assert not report.failed, _failures(report)
+
+
+async def test_the_oracle_does_not_depend_on_the_order_services_are_stepped_in(tmp_path):
+    """Without it, a crash run (stepped in another order after each restart) could not be judged."""
+    backend = _Backend("sqlite")
+    first = await harness.run(WORKLOAD, backend.make_log, tmp_path / "a", order_seed=1)
+    second = await harness.run(WORKLOAD, backend.make_log, tmp_path / "b", order_seed=2)
+    verdict = harness.judge(first, second)
+    assert verdict.ok, verdict
+    assert sum(first.launches.values()) > 20
+
+
+async def test_an_armed_point_crashes_its_service_which_recovers_from_the_log(tmp_path):
+    backend = _Backend("sqlite")
+    oracle = await harness.run(WORKLOAD, backend.make_log, tmp_path / "oracle")
+    point = CrashPoint("checker.log.append:after", oracle.crossings["checker.log.append:after"] // 2)
+    crashed = await harness.run(WORKLOAD, backend.make_log, tmp_path / "crashed", (point,))
+    assert crashed.fired == [point]
+    assert harness.judge(oracle, crashed).ok
