@@ -204,6 +204,24 @@ async def test_a_program_killed_while_the_launcher_was_down_is_lost_then_retried
     assert [line.split()[1] for line in world.starts_of(run_id)] == ["1", "2"]
 
 
+async def test_what_a_killed_wrapper_left_running_is_killed_before_the_retry(world: World):
+    launcher = world.launcher()
+    run_id = await world.request(launcher, world.job(RetryPolicy(max_retries=1, delay_seconds=0)))
+    (line,) = await eventually(lambda: world.starts_of(run_id), "the program to start")
+    await crash(launcher)
+    wrapper = int((world.root / "runs" / run_id / supervise.SPAWNED).read_text().split()[0])
+    os.kill(wrapper, signal.SIGKILL)  # the wrapper only: its program goes on, orphaned
+    await eventually(lambda: not Path(f"/proc/{wrapper}").exists(), "the wrapper to be reaped")
+    orphan = int(line.split()[2])
+    assert Path(f"/proc/{orphan}").exists()
+
+    launcher = world.launcher()
+    launcher.resume()
+    await launcher.drain()
+    assert launcher.get(run_id).attempts[0].status is RunStatus.LOST
+    await eventually(lambda: _gone(orphan), "the orphaned program to be killed")
+
+
 async def test_a_lost_retry_that_completes_reports_the_run_once_to_the_checker(world: World):
     policy = RetryPolicy(max_retries=2, delay_seconds=10)
     launcher = world.launcher()
