@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     runs_get.set_defaults(handler=lambda c, a: print_message(a, c.get_run(a.id)))
     lineage = commands.add_parser("lineage", help="inspect lineage").add_subparsers(metavar="ACTION")
     lineage_show = lineage.add_parser("show", help="the job tree with runs")
+    lineage_show.add_argument("job", nargs="?", default="",
+                              help="only this job (fully qualified or simple name) and the jobs under it")
     lineage_show.add_argument("--namespace", default="")
     lineage_show.set_defaults(handler=_show_lineage)
     datasets_cli.register(commands)
@@ -336,7 +338,15 @@ def _list_runs(client: SluiceClient, args) -> int:
 
 def _show_lineage(client: SluiceClient, args) -> int:
     jobs = client.lineage_jobs(args.namespace)
-    runs = client.lineage_runs()
+    if args.job:
+        jobs = render.lineage_subtree(jobs, args.job)
+        if not jobs:
+            where = f" namespace {args.namespace}" if args.namespace else ""
+            print(f"sluice: error: no job {args.job!r} in lineage{where}", file=sys.stderr)
+            return 1
+        runs = [run for job in jobs for run in client.lineage_runs(job.namespace, job.name)]
+    else:
+        runs = client.lineage_runs()
     if args.json:
         print(json.dumps({"jobs": [json_format.MessageToDict(j) for j in jobs],
                           "runs": [json_format.MessageToDict(r) for r in runs]}, indent=2))

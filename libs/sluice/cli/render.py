@@ -40,11 +40,27 @@ def key_text(key) -> str:
     return ",".join(f"{kv.name}={kv.value}" for kv in key) or "-"
 
 
+def lineage_subtree(jobs: Sequence[lineage_pb2.LineageJob], name: str) -> list[lineage_pb2.LineageJob]:
+    """The jobs named `name` (fully qualified, else simple: the last part) and every job under them."""
+    chosen = [job for job in jobs if job.name == name] or [job for job in jobs if job.simple_name == name]
+    below: dict[str, list[lineage_pb2.LineageJob]] = defaultdict(list)
+    for job in jobs:
+        below[job.parent_job_name].append(job)
+    found, stack = {}, list(chosen)
+    while stack:
+        job = stack.pop()
+        if (job.namespace, job.name) not in found:
+            found[(job.namespace, job.name)] = job
+            stack.extend(below[job.name])
+    return list(found.values())
+
+
 def lineage_tree(jobs: Sequence[lineage_pb2.LineageJob], runs: Sequence[lineage_pb2.LineageRun]) -> str:
     """The job hierarchy (parent jobs above their children) with each job's runs summarized."""
     children: dict[str, list[lineage_pb2.LineageJob]] = defaultdict(list)
-    for job in jobs:
-        children[job.parent_job_name].append(job)
+    names = {job.name for job in jobs}
+    for job in jobs:      # a job whose parent is not shown heads a tree
+        children[job.parent_job_name if job.parent_job_name in names else ""].append(job)
     runs_by_job: dict[tuple[str, str], list[lineage_pb2.LineageRun]] = defaultdict(list)
     for run in runs:
         runs_by_job[(run.job_namespace, run.job_name)].append(run)
