@@ -72,6 +72,8 @@ class _Routes:
             json.loads(body)
         except (ValueError, UnicodeDecodeError) as error:
             return _error(400, f"body: not JSON ({error})")
+        except RecursionError:
+            return _error(400, "body: JSON nested too deeply")
         try:
             self._service.handle_message(body)
         except MalformedMessage as error:

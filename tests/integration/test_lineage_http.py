@@ -145,6 +145,9 @@ def valid(**changes) -> dict:
 
 @pytest.mark.parametrize("body, headers, status, reason", [
     (b"{not json", {}, 400, "not JSON"),
+    (b"\xff\xfe{}", {}, 400, "not JSON"),
+    (b"[" * 100_000, {}, 400, "nested too deeply"),
+    (b"[1, 2]", {}, 422, "event: must be a JSON object"),
     (json.dumps(valid(**{"run.runId": None})).encode(), {}, 422, "run.runId"),
     (json.dumps(valid(**{"job.name": ""})).encode(), {}, 422, "job.name"),
     (b"{" + b" " * (2 * 1024 * 1024) + b"}", {}, 413, "body over"),
