@@ -4,7 +4,12 @@ A "program" starts when the launcher submits it (that is what a launch is: the p
 started) and ends on the simulated clock after a duration derived from its job id, COMPLETED
 (exit 0, a result.json) or FAILED (exit 1) also by its job id. Programs live in the world, not in
 the launcher: a crashed launcher leaves its programs running, as a killed launcher leaves its
-spark-submit processes."""
+spark-submit processes.
+
+The world keeps the supervise wrapper's promises (services/launcher/supervise.py, SparkSubmitter):
+an attempt directory is claimed by the first program started for it, a second submit for it
+starts nothing and follows the first, and `find(attempt_dir)` (the ProgramFinder port) gives a
+restarted launcher the program an attempt had, ended or not, with its exit code."""
 from __future__ import annotations
 
 import asyncio
@@ -68,11 +73,16 @@ class ProgramWorld:
         self.launches: list[Launch] = []
         self._running: dict[int, Program] = {}
         self._pids = iter(range(10_000, 10_000_000))
+        self._claims: dict[Path, tuple[int, Program]] = {}
 
     def submitter(self) -> WorldSubmitter:
         return WorldSubmitter(self)
 
     def start(self, context_path: Path) -> tuple[int, Program]:
+        """The attempt's program: started now, or the one that claimed the attempt before."""
+        claimed = self._claims.get(context_path.parent)
+        if claimed is not None:
+            return claimed
         context = json.loads(context_path.read_text())
         launch = Launch(context["run_id"], context["job_id"], context["schedule"]["id"],
                         tuple(sorted(context["properties"].items())), context["system"]["logical_time"],
@@ -82,7 +92,11 @@ class ProgramWorld:
                           self._clock.now() + duration_of(launch.job_id), exit_code_of(launch.job_id))
         pid = next(self._pids)
         self._running[pid] = program
+        self._claims[context_path.parent] = (pid, program)
         return pid, program
+
+    def find(self, attempt_dir: Path) -> tuple[int, Program] | None:
+        return self._claims.get(attempt_dir)
 
     def next_end_at(self) -> datetime | None:
         return min((p.ends_at for p in self._running.values()), default=None)
@@ -113,6 +127,10 @@ class WorldSubmitter:
     async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> WorldProcess:
         pid, program = self._world.start(context_path)
         return WorldProcess(pid, program)
+
+    def find(self, attempt_dir: Path) -> WorldProcess | None:
+        found = self._world.find(attempt_dir)
+        return None if found is None else WorldProcess(*found)
 
 
 class WorldProcess:

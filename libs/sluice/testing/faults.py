@@ -178,6 +178,12 @@ class FaultySubmitter:
     def __init__(self, submitter: Any, plan: FaultPlan) -> None:
         self._submitter = submitter
         self._plan = plan
+        if hasattr(submitter, "find"):  # a ProgramFinder stays one (the launcher checks with isinstance)
+            self.find = self._find
+
+    def _find(self, attempt_dir: Path) -> _FaultyProcess | None:
+        found = self._submitter.find(attempt_dir)
+        return None if found is None else _FaultyProcess(found, self._plan)
 
     async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> _FaultyProcess:
         process = await self._plan.around_async("launcher.program.submit", self._submitter.submit, entry_point,
