@@ -39,7 +39,6 @@ class Outcome:
     jobs: dict[str, object]
     crossings: Counter
     fired: list[CrashPoint] = field(default_factory=list)
-    program_notifications: int = 0
 
 
 @dataclass
@@ -110,8 +109,7 @@ def _outcome(log: EventLog, clock: SimulatedClock, world: ProgramWorld, plan: Fa
         position = events[-1].position
     runs = {r.id: (r.job.id, r.status.value, r.requested_at, r.started_at, r.ended_at) for r in launcher.runs()}
     return Outcome(Counter(launch.identity for launch in world.launches), runs, matcher.states(), checker.state,
-                   {j.id: j for j in jobs.list()}, Counter(plan.crossings), list(plan.fired),
-                   sum(1 for r in launcher.runs() if r.status.terminal))
+                   {j.id: j for j in jobs.list()}, Counter(plan.crossings), list(plan.fired))
 
 
 def judge(oracle: Outcome, outcome: Outcome) -> Verdict:
@@ -160,8 +158,11 @@ def _quiet_crashed_tasks() -> Iterator[None]:
 
     loop.set_exception_handler(lambda loop, context: None if isinstance(context.get("exception"), Crash)
                                else loop.default_exception_handler(context))
-    logging.getLogger("sluice_services.launcher.service").setLevel(logging.CRITICAL)
+    launcher_log = logging.getLogger("sluice_services.launcher.service")
+    level = launcher_log.level
+    launcher_log.setLevel(logging.CRITICAL)  # "run failed to launch" for every crash inside a launch
     try:
         yield
     finally:
         loop.set_exception_handler(previous)
+        launcher_log.setLevel(level)
