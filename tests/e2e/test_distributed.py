@@ -84,9 +84,13 @@ def test_five_processes_on_kafka_and_postgres_produce_what_embedded_mode_produce
 
         jobs = clients["checker"].list_jobs(created.id)
         assert [jobs_pb2.JobState.Name(j.state) for j in jobs] == ["LAUNCHED", "LAUNCHED"]
-        lineage = eventually(lambda: [r for r in clients["lineage"].lineage_runs(job_namespace=NAMESPACE)
-                                      if r.state == "COMPLETE"], timeout=60, what="lineage")
-        assert len([r for r in lineage if r.parent_run_id]) == 2
+
+        def children_complete():
+            found = [r for r in clients["lineage"].lineage_runs(job_namespace=NAMESPACE)
+                     if r.state == "COMPLETE" and r.parent_run_id]
+            return found if len(found) == 4 else None          # two program runs, their Spark applications
+        lineage = eventually(children_complete, timeout=60, what="lineage")
+        assert sum(r.job_name.endswith(".spark") for r in lineage) == 2
 
     with LocalServer(tmp_path / "embedded") as server, SluiceClient(server.address) as client:
         client.create_schedule(schedule())

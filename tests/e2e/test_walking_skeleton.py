@@ -108,7 +108,7 @@ def test_partition_triggered_pyspark_run_end_to_end(tmp_path, spark):
         # Lineage: the program's job sits under the schedule's job; each program run under its job's run.
         def lineage_complete():
             found = client.lineage_runs(job_namespace=NAMESPACE)
-            return found if sum(r.state == "COMPLETE" for r in found) == 4 else None
+            return found if sum(r.state == "COMPLETE" for r in found) == 6 else None   # and 2 Spark applications
 
         lineage_runs = eventually(lineage_complete, timeout=30, what="lineage of both runs")
         jobs_by_name = {j.name: j for j in client.lineage_jobs(NAMESPACE)}
@@ -125,6 +125,8 @@ def test_partition_triggered_pyspark_run_end_to_end(tmp_path, spark):
             assert program_runs[run.id].outputs == [f"{NAMESPACE}/clickstream_hourly_metrics"]
         schedule_runs = {r.run_id for r in lineage_runs if r.job_name == parent_name}
         assert schedule_runs == {r.job_id for r in runs}
+        spark_runs = [r for r in lineage_runs if r.job_name == f"{child_name}.spark"]
+        assert sorted(r.parent_run_id for r in spark_runs) == sorted(r.id for r in runs)
 
         # Bus: program-status notifications for every run, and one partition notification per output.
         statuses, outputs = asyncio.run(read_bus(data_dir / "bus.db"))
