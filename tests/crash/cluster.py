@@ -56,7 +56,7 @@ class Node:
 
 class Cluster:
     def __init__(self, log: EventLog, bus: InProcessBus, clock: SimulatedClock, world: ProgramWorld,
-                 plan: FaultPlan, order_seed: int, work_dir: Path) -> None:
+                 plan: FaultPlan, order_seed: int, work_dir: Path, supervised_programs: bool = True) -> None:
         self.log = log
         self.bus = bus
         self.clock = clock
@@ -64,6 +64,7 @@ class Cluster:
         self.plan = plan
         self._rng = random.Random(order_seed)
         self._work_dir = work_dir
+        self._supervised = supervised_programs
         self.nodes: dict[str, Node] = {}
         self.restarts: list[tuple[str, CrashPoint]] = []
         self._outside = None
@@ -225,7 +226,7 @@ class Cluster:
     async def _build_launcher(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
         data_dir = self._work_dir / "data"
         launcher = LauncherService(log, self.clock, EveryProgramDeployed(),
-                                   FaultySubmitter(self.world.submitter(), self.plan), data_dir, LAUNCH_SLOTS)
+                                   FaultySubmitter(self.world.submitter(self._supervised), self.plan), data_dir, LAUNCH_SLOTS)
         launcher.recover()
         node.service = launcher
         self._member(node, Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested}), producer)

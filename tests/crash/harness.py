@@ -55,14 +55,14 @@ class Verdict:
 
 
 async def run(workload: Workload, make_log: LogFactory, work_dir: Path, points: tuple[CrashPoint, ...] = (),
-              order_seed: int = 0) -> Outcome:
+              order_seed: int = 0, supervised_programs: bool = True) -> Outcome:
     work_dir.mkdir(parents=True, exist_ok=True)
     clock = SimulatedClock(T0)
     log = make_log(clock, work_dir)
     bus = InProcessBus(None, clock=clock)
     world = ProgramWorld(clock)
     plan = FaultPlan(points)
-    cluster = Cluster(log, bus, clock, world, plan, order_seed, work_dir)
+    cluster = Cluster(log, bus, clock, world, plan, order_seed, work_dir, supervised_programs)
     try:
         with _quiet_crashed_tasks():
             await cluster.start()

@@ -75,12 +75,14 @@ class ProgramWorld:
         self._pids = iter(range(10_000, 10_000_000))
         self._claims: dict[Path, tuple[int, Program]] = {}
 
-    def submitter(self) -> WorldSubmitter:
-        return WorldSubmitter(self)
+    def submitter(self, supervised: bool = True) -> WorldSubmitter | UnsupervisedSubmitter:
+        """`supervised=False`: programs started without the wrapper's promises (every submit starts
+        one, nothing finds them after a restart), to show what the harness catches without them."""
+        return WorldSubmitter(self) if supervised else UnsupervisedSubmitter(self)
 
-    def start(self, context_path: Path) -> tuple[int, Program]:
+    def start(self, context_path: Path, claim: bool = True) -> tuple[int, Program]:
         """The attempt's program: started now, or the one that claimed the attempt before."""
-        claimed = self._claims.get(context_path.parent)
+        claimed = self._claims.get(context_path.parent) if claim else None
         if claimed is not None:
             return claimed
         context = json.loads(context_path.read_text())
@@ -131,6 +133,14 @@ class WorldSubmitter:
     def find(self, attempt_dir: Path) -> WorldProcess | None:
         found = self._world.find(attempt_dir)
         return None if found is None else WorldProcess(*found)
+
+
+class UnsupervisedSubmitter:
+    def __init__(self, world: ProgramWorld) -> None:
+        self._world = world
+
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> WorldProcess:
+        return WorldProcess(*self._world.start(context_path, claim=False))
 
 
 class WorldProcess:

@@ -69,3 +69,19 @@ async def test_an_armed_point_crashes_its_service_which_recovers_from_the_log(tm
     crashed = await harness.run(WORKLOAD, backend.make_log, tmp_path / "crashed", (point,))
     assert crashed.fired == [point]
     assert harness.judge(oracle, crashed).ok
+
+
+async def test_the_oracle_catches_a_launcher_that_cannot_find_its_programs_after_a_crash(tmp_path):
+    """The harness has teeth: programs started without the supervise wrapper's promises are started
+    again (duplicate) or taken for LOST (stuck downstream, states differ) when the launcher crashes
+    inside a launch; with them, the same crashes change nothing."""
+    backend = _Backend("sqlite")
+    oracle = await harness.run(WORKLOAD, backend.make_log, tmp_path / "oracle")
+    submitted = CrashPoint("launcher.program.submit:after", 5)
+    blind = await harness.run(WORKLOAD, backend.make_log, tmp_path / "blind", (submitted,), supervised_programs=False)
+    assert blind.fired == [submitted] and harness.judge(oracle, blind).duplicate >= 1
+    running = CrashPoint("launcher.program.wait:before", 5)
+    blind = await harness.run(WORKLOAD, backend.make_log, tmp_path / "blind-wait", (running,), supervised_programs=False)
+    assert harness.judge(oracle, blind).mismatches
+    supervised = await harness.run(WORKLOAD, backend.make_log, tmp_path / "supervised", (submitted, running))
+    assert len(supervised.fired) == 2 and harness.judge(oracle, supervised).ok
