@@ -92,7 +92,7 @@ class JobsView:
         self._unsnapshotted = 0
 
     def _snapshot_if_due(self, store: Snapshots) -> None:
-        if self._unsnapshotted >= self._snapshot_every and store.enabled:
+        if self._unsnapshotted >= max(self._snapshot_every, len(self._jobs)) and store.enabled:
             self.snapshot(store)
 
     def apply(self, recorded: RecordedEvent) -> None:

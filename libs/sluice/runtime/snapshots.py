@@ -30,9 +30,10 @@ from sluice.eventlog.snapshots import Snapshot, snapshot_store
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_EVERY = 10_000
-"""Events folded since the last snapshot before a service writes a new one: what a recovery folds at
-most on top of its snapshot (besides what happened during its last SNAPSHOT_EVERY events)."""
+SNAPSHOT_EVERY = 2_000
+"""Events folded since the last snapshot before a service writes a new one, or as many as the state
+has entities (streams, jobs) if that is more, so that writing a large state stays a small share of
+the work: what a recovery folds at most on top of its snapshot."""
 
 _SAFE_MODULES = frozenset({"builtins", "datetime", "zoneinfo", "collections", "copyreg", "enum", "decimal",
                            "_codecs"})
