@@ -119,7 +119,8 @@ class AggregateStore(Generic[S]):
 
     def snapshot_if_due(self) -> None:
         """Snapshot when `snapshot_every` events (or as many as there are streams, if more) were
-        appended or caught up with since the last one (called between decisions: never while an append's events are half committed to the cache)."""
+        appended or caught up with since the last one (called between decisions: never while an
+        append's events are half committed to the cache)."""
         if self._snapshots is not None and self._unsnapshotted >= max(self._snapshot_every, len(self._cache)):
             self.snapshot()
 
