@@ -273,16 +273,18 @@ class LineageState:
     @property
     def jobs(self) -> Mapping[JobKey, Job]:
         """By (namespace, fully qualified name), in that order."""
-        return _Jobs(self._read())
+        self._read()
+        return _Jobs(self)
 
     @property
     def runs(self) -> Mapping[str, Run]:
         """By run id, in that order; each Run is made when asked for."""
-        return _Runs(self._read())
+        self._read()
+        return _Runs(self)
 
     def runs_of(self, key: JobKey) -> list[Run]:
         index = self._read()
-        return [_run_of(index, run_id) for run_id in index.runs_of_job.get(key, ())]
+        return [_run_of(index, run_id) for run_id in sorted(index.runs_of_job.get(key, ()))]
 
     def latest_run(self, key: JobKey) -> Run | None:
         """The run of this job that started last (first seen, for one without START), else None."""
@@ -291,7 +293,7 @@ class LineageState:
 
     def children_of(self, run_id: str) -> list[Run]:
         index = self._read()
-        return [_run_of(index, child) for child in index.children.get(run_id, ())]
+        return [_run_of(index, child) for child in sorted(index.children.get(run_id, ()))]
 
     def datasets_of(self, key: JobKey) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The datasets its runs read and wrote, "namespace/name", sorted."""
@@ -305,39 +307,44 @@ class LineageState:
 
 
 class _Jobs(Mapping):
-    def __init__(self, index: LineageIndex) -> None:
-        self._index = index
+    """A view of one state: it goes stale with it."""
+
+    def __init__(self, state: LineageState) -> None:
+        self._state = state
 
     def __getitem__(self, key: JobKey) -> Job:
-        return self._index.jobs[key]
+        return self._state._read().jobs[key]
 
     def __contains__(self, key: object) -> bool:
-        return key in self._index.jobs
+        return key in self._state._read().jobs
 
     def __iter__(self) -> Iterator[JobKey]:
-        return iter(self._index.sorted_job_keys())
+        return iter(self._state._read().sorted_job_keys())
 
     def __len__(self) -> int:
-        return len(self._index.jobs)
+        return len(self._state._read().jobs)
 
 
 class _Runs(Mapping):
-    def __init__(self, index: LineageIndex) -> None:
-        self._index = index
+    """A view of one state: it goes stale with it."""
+
+    def __init__(self, state: LineageState) -> None:
+        self._state = state
 
     def __getitem__(self, run_id: str) -> Run:
-        if run_id not in self._index.facts:
+        index = self._state._read()
+        if run_id not in index.facts:
             raise KeyError(run_id)
-        return _run_of(self._index, run_id)
+        return _run_of(index, run_id)
 
     def __contains__(self, run_id: object) -> bool:
-        return run_id in self._index.facts
+        return run_id in self._state._read().facts
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._index.facts))
+        return iter(sorted(self._state._read().facts))
 
     def __len__(self) -> int:
-        return len(self._index.facts)
+        return len(self._state._read().facts)
 
 
 EMPTY = LineageState()
