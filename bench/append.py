@@ -26,7 +26,8 @@ from typing import Callable
 from bench import Figure, option, progress
 from sluice.eventlog.port import NO_STREAM, Checkpoint, EventLog, NewEvent, StreamAppend
 
-DESCRIPTION = "sustained appends on SQLite and PostgreSQL: single events (appends/s) and the services' batches (events/s)"
+DESCRIPTION = ("sustained appends on SQLite and PostgreSQL: single events (appends/s) and the services' batches "
+               "(events/s)")
 DEFAULT_APPENDS = 2_000
 DEFAULT_BATCHES = 200
 STREAMS = 100

@@ -43,7 +43,8 @@ from sluice.eventlog.truncated import LogUntil
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
 
-DESCRIPTION = "raw replay of an N-event log (events/s; --full: 1,000,000) and restart to ready with and without snapshots (s)"
+DESCRIPTION = ("raw replay of an N-event log (events/s; --full: 1,000,000) and restart to ready with and without "
+               "snapshots (s)")
 DEFAULT_EVENTS = 200_000
 FULL_EVENTS = 1_000_000
 GENERATOR_VERSION = 1

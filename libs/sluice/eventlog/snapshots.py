@@ -38,4 +38,5 @@ class SnapshotStore(Protocol):
 
 def snapshot_store(log: object) -> SnapshotStore | None:
     """The log as a snapshot store, None when it keeps no snapshots (a read-only view of the past)."""
-    return log if all(callable(getattr(log, method, None)) for method in SNAPSHOT_METHODS) else None  # type: ignore[return-value]
+    keeps = all(callable(getattr(log, method, None)) for method in SNAPSHOT_METHODS)
+    return log if keeps else None  # type: ignore[return-value]

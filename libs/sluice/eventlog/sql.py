@@ -97,5 +97,5 @@ class SqlEventLogBase:
     def _to_event(self, row: tuple[Any, ...]) -> RecordedEvent:
         position, id_, stream, version, type_, data, metadata, recorded_at = row
         return RecordedEvent(id=id_, stream=stream, version=version, position=position, type=type_, data=bytes(data),
-                             metadata=json.loads(metadata) if metadata != "{}" else {},  # most have none: skip the parser
+                             metadata=json.loads(metadata) if metadata != "{}" else {},  # most have none
                              recorded_at=self._timestamp(recorded_at))

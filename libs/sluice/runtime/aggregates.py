@@ -32,11 +32,12 @@ class AggregateStore(Generic[S]):
     ids, and the outbox publishes each event under that id for consumers to deduplicate.
 
     With a `snapshot` name the store saves its streams' states (each with its version) after every
-    `snapshot_every` (default snapshots.SNAPSHOT_EVERY) events it appended or caught up with, and `restore` (at the start of
-    `catch_up`) starts from the last snapshot: recovery folds only the log after it. A store that
-    followed a prefix (`catch_up`) first reads the log up to its head, so its snapshot holds every
-    event of the prefix up to that position; one that did not (a single stream, like the checker's
-    queue) saves position 0, and each stream's tail is read from its version on first load."""
+    `snapshot_every` (default snapshots.SNAPSHOT_EVERY) events it appended or caught up with, and
+    `restore` (at the start of `catch_up`) starts from the last snapshot: recovery folds only the
+    log after it. A store that followed a prefix (`catch_up`) first reads the log up to its head,
+    so its snapshot holds every event of the prefix up to that position; one that did not (a single
+    stream, like the checker's queue) saves position 0, and each stream's tail is read from its
+    version on first load."""
 
     def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S, *,
                  snapshot: str | None = None, snapshot_every: int | None = None) -> None:
@@ -133,8 +134,8 @@ class AggregateStore(Generic[S]):
                 if recorded.stream.startswith(self._prefix) and recorded.type in self._types:
                     cached = self._cache.get(recorded.stream)
                     if cached is None or cached.version < recorded.version:
-                        self._cache[recorded.stream] = self._fold(
-                            recorded.stream, cached or self._restored.pop(recorded.stream, Loaded(self._initial, NO_STREAM)))
+                        start = cached or self._restored.pop(recorded.stream, Loaded(self._initial, NO_STREAM))
+                        self._cache[recorded.stream] = self._fold(recorded.stream, start)
             self._position = records[-1].position
 
     def prepare(self, stream: str, events: Sequence[Any]) -> StreamAppend:
