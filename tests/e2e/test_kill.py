@@ -25,6 +25,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
@@ -34,7 +35,6 @@ from sluice.testing.kafka import KafkaBroker
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_services.composition import SERVICES
 from tests.conftest import free_port
-from tests.e2e.test_distributed import postgres_url
 from tests.support.service_processes import ServiceProcess, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -214,6 +214,11 @@ def publish(registry: SluiceClient, item: Published, timeout: float = 120.0) -> 
             time.sleep(0.2)
 
 
+def postgres_url(dsn: str) -> str:
+    parts = conninfo_to_dict(dsn)
+    return f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+
+
 def apps_dir(root: Path) -> Path:
     for program in PROGRAMS:
         (root / APP).mkdir(parents=True, exist_ok=True)
@@ -274,10 +279,10 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
         final = snapshot(ledger, checker, launcher) or final
         drained_seconds = time.monotonic() - started - workload_seconds
 
-    lost_runs = sum(1 for s in final.runs.values() if s == npb.LOST) if final else 0
+    statuses = dict(Counter(npb.RunStatus.Name(s) for s in final.runs.values())) if final else {}
     print(f"{len(published)} notifications, {len(expected)} expected launches, {KILLS} kills "
           f"({dict(Counter(victims))}); workload {workload_seconds:.0f}s, drained in {drained_seconds:.0f}s; "
-          f"runs marked LOST: {lost_runs}")
+          f"runs: {statuses}")
     assert final is not None, f"seed {seed}: no snapshot of jobs and runs could be taken"
     problems = [*discrepancies(expected, final.executions, "executions (ledger)"),
                 *discrepancies(expected, Counter(final.triggered.values()), "triggered jobs (checker)"),
