@@ -216,3 +216,30 @@ async def test_the_data_plane_recovers_its_datasets_from_a_snapshot(history, ope
     again.recover()
     assert [s.name for s in again.datasets.list("ns")] == ["d0", "d1", "d2"]
     assert counting.events_read == 0
+
+
+async def test_after_a_restart_from_a_snapshot_redelivered_records_change_nothing(open_log, monkeypatch) -> None:
+    """The consumed offsets stored with the appends agree with the snapshot + tail: what was consumed
+    before the restart is skipped, what was not is applied."""
+    from sluice.bus.port import Record
+    from sluice.domain.checking import ObserveSchedule
+
+    monkeypatch.setattr(snapshots, "SNAPSHOT_EVERY", 3)
+    clock = SimulatedClock(T0)
+    records = [(Record("sluice.schedules", 0, offset, b"k", b"", (), 0),
+                ObserveSchedule(f"s{offset}", schedule(f"s{offset}", PartitionTrigger("ns", "feed", 1))))
+               for offset in range(12)]
+    first = CheckerService(open_log(clock), clock)
+    first.recover()
+    for item in records[:10]:
+        await first.apply([item])
+    log = open_log(clock)
+    assert log.read_snapshot("checker") is not None
+    head, before = log.head_position(), first.state
+    restarted = CheckerService(log, clock)
+    restarted.recover()
+    assert restarted.state == before
+    await restarted.apply(records[:10])  # redelivered after the restart
+    assert log.head_position() == head and restarted.state == before
+    await restarted.apply(records[8:])
+    assert set(restarted.state.schedules) == {f"s{offset}" for offset in range(12)}
