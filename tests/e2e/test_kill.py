@@ -37,7 +37,8 @@ from sluice_services.composition import SERVICES
 from tests.conftest import free_port
 from tests.support.service_processes import ServiceProcess, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+# Beyond the suite's 300 s: on a loaded 2-core machine the drain alone may take minutes (bounded below).
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_SPARK_SUBMIT = REPO / "tests" / "support" / "fake_spark_submit.py"
