@@ -53,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bus", choices=("all", "file", "memory", "kafka"), default="all",
                    help="e2e-latency: embedded (the in-process bus on a WAL file, or in memory), a real Kafka "
                         "broker with PostgreSQL, or all = file and kafka (default all)")
+    p.add_argument("--full", action="store_true",
+                   help="matcher: the issue's size (100000 schedules, 10000 datasets, 200000 notifications)")
     p.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
     return p
 

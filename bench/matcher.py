@@ -1,27 +1,32 @@
-"""matcher: MatcherService on a durable SqliteEventLog file, driven directly (no bus).
+"""matcher: the matcher stage's bus handlers (MatcherService.handlers()) on a durable SQLite file log.
 
-Registers S partition-trigger schedules (count 1..3) spread round-robin over D datasets through
-observe(), then pushes M PartitionCommitted notifications, each on a random dataset, through
-match(). Each notification therefore reaches S/D schedules, and each of those is one decision
-and one append (one SQLite transaction) on that schedule's stream.
+The issue's shape: S schedules with partition triggers (count 1..3) over D datasets, a fifth of
+them AND composites over two datasets; M PartitionCommitted notifications, each on a random
+dataset. What the first stage (ScheduleLookup) would publish is built beforehand and untimed: one
+MatchRequested record per (notification, interested schedule), the schedule attached, keyed by
+schedule id, in polls of POLL records (the bus's max_records). Each poll goes through the
+matches topic's BatchHandler as the consumer loop calls it (parse every record, apply them
+together): one append_batch per poll, in a WAL-mode SQLite file, with the consumed offsets.
+Schedules are registered the same way, through the schedules topic's handler.
 
 Figures:
-- notifications_per_s: M / time spent in match() (target 20000).
-- memory_per_schedule: Python heap (tracemalloc) retained per registered schedule: the
-  matcher's cached aggregate state, its copy of the schedule and the reverse index (target 2048).
-  Measured on a separate matcher, since tracemalloc slows allocation down; SQLite's own page
-  cache is allocated outside Python and not counted. This is the footprint right after
-  registration: a schedule that has matched notifications also keeps the ids of its last 1024
-  (matching.RECENT_NOTIFICATIONS), tens of kB more.
-- schedules_registered_per_s: S / time spent in observe(), without tracemalloc.
+- notifications_per_s: M / time in the matches handler (target 20000). Every notification
+  reaches ~1.2 S/D schedules (an AND listens to two datasets): match_requests_per_s is the same
+  run counted per schedule decision.
+- memory_per_schedule: Python heap (tracemalloc) retained per schedule once every schedule's
+  window of recent notification ids is full (each matched 32 times or more): its aggregate
+  state and pending job, its copy of the definition, the reverse index, the notifications shared
+  by pending jobs (target 2048). Measured on a separate matcher of MEMORY_SCHEDULES schedules of
+  the same shape (tracemalloc slows allocation down ~3x); SQLite's page cache is not counted.
+  memory_per_schedule_registered: the same right after registration.
+- schedules_registered_per_s: S / time in the schedules handler.
 
-Default sizes: S=10,000 over D=1,000 datasets (fan-out 10), but M=1,000 rather than 50,000:
-at the ~200 notifications/s measured here 50,000 would take over four minutes; a run with the
-defaults takes ~15 s, most of it the tracemalloc pass. BENCH_NOTIFICATIONS=50000 or
---notifications 50000 restores the full size.
+Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
+size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules).
 """
 from __future__ import annotations
 
+import asyncio
 import gc
 import random
 import tempfile
@@ -29,99 +34,190 @@ import time
 import tracemalloc
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Iterator
 
 from bench import Figure, option, progress
+from sluice.bus.port import Record, kafka_partition
+from sluice.bus.topics import MATCHES, SCHEDULES
 from sluice.clock import SystemClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
-from sluice.domain.triggers import PartitionTrigger
+from sluice.domain.triggers import AndTrigger, PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice_services.matcher.service import MatcherService
+from sluice.v1 import matching_pb2, schedules_pb2
+from sluice.wire.common import notification_to_proto
+from sluice.wire.schedules import schedule_to_proto
+from sluice_services.matcher.service import MATCHES_PARTITIONS, MatcherService
 
-DESCRIPTION = "MatcherService.observe()/match() on a SQLite file log: notifications/s, bytes/schedule, schedules/s"
-DEFAULT_SCHEDULES = 10_000
-DEFAULT_DATASETS = 1_000
-DEFAULT_NOTIFICATIONS = 1_000  # see the module docstring
+DESCRIPTION = ("matcher stage's batch handlers on a SQLite file log (S schedules, a fifth AND composites): "
+               "notifications/s, bytes/schedule, schedules/s")
+DEFAULT_SCHEDULES, DEFAULT_DATASETS, DEFAULT_NOTIFICATIONS, DEFAULT_MEMORY_SCHEDULES = 10_000, 1_000, 20_000, 2_000
+FULL_SCHEDULES, FULL_DATASETS, FULL_NOTIFICATIONS, FULL_MEMORY_SCHEDULES = 100_000, 10_000, 200_000, 10_000
+AND_EVERY = 5
+"""Every fifth schedule is an AND of two datasets' partition triggers."""
+POLL = 500
+RECENT_FULL = 32
+"""Matches per schedule after which its window of recent notification ids is full."""
 NAMESPACE = "bench"
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def run(options: object) -> list[Figure]:
-    schedules = option(options, "schedules", DEFAULT_SCHEDULES)
-    datasets = min(option(options, "datasets", DEFAULT_DATASETS), schedules)
-    notifications = option(options, "notifications", DEFAULT_NOTIFICATIONS)
+    full = bool(getattr(options, "full", False))
+    schedules = option(options, "schedules", FULL_SCHEDULES if full else DEFAULT_SCHEDULES)
+    datasets = max(2, min(option(options, "datasets", FULL_DATASETS if full else DEFAULT_DATASETS), schedules))
+    notifications = option(options, "notifications", FULL_NOTIFICATIONS if full else DEFAULT_NOTIFICATIONS)
+    memory_schedules = min(schedules, FULL_MEMORY_SCHEDULES if full else DEFAULT_MEMORY_SCHEDULES)
     seed = getattr(options, "seed", 42)
-    rng = random.Random(seed)
-    counts = [rng.randint(1, 3) for _ in range(schedules)]
+    return asyncio.run(_run(schedules, datasets, notifications, memory_schedules, seed))
+
+
+async def _run(schedules: int, datasets: int, notifications: int, memory_schedules: int, seed: int) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-matcher-") as tmp:
-        per_schedule = _memory_per_schedule(Path(tmp) / "memory.db", counts, datasets)
-        progress(f"[matcher] memory: {per_schedule:.0f} B/schedule (tracemalloc, {schedules} schedules)")
+        memory_datasets = max(2, datasets * memory_schedules // schedules)
+        registered, matched = await _memory_per_schedule(Path(tmp) / "memory.db", memory_schedules, memory_datasets, seed)
+        progress(f"[matcher] memory: {registered:.0f} B/schedule registered, {matched:.0f} B/schedule with full "
+                 f"windows (tracemalloc, {memory_schedules} schedules over {memory_datasets} datasets)")
 
         log = SqliteEventLog(Path(tmp) / "events.db")
         try:
+            workload = Workload(schedules, datasets, seed)
             matcher = MatcherService(log, SystemClock())
-            started = time.perf_counter()
-            for index, count in enumerate(counts):
-                schedule = _schedule(index, count, datasets)
-                matcher.observe(schedule.id, schedule)
-            registration = time.perf_counter() - started
+            handlers = matcher.handlers()
+            registration = await _register(handlers[SCHEDULES], workload)
             progress(f"[matcher] registered {schedules} schedules over {datasets} datasets in {registration:.2f} s")
 
-            batch = [_notification(i, rng.randrange(datasets)) for i in range(notifications)]
             head = log.head_position()
-            started = time.perf_counter()
-            for notification in batch:
-                matcher.match(notification)
-            matching = time.perf_counter() - started
+            matching, requests = 0.0, 0
+            for polls in workload.match_polls(notifications):
+                started = time.perf_counter()
+                for poll in polls:
+                    await _deliver(handlers[MATCHES], poll)
+                matching += time.perf_counter() - started
+                requests += sum(len(poll) for poll in polls)
             appended = log.head_position() - head
-            progress(f"[matcher] matched {notifications} notifications in {matching:.2f} s"
-                     f" ({appended} events appended, {appended / matching:.0f} events/s)")
+            progress(f"[matcher] {notifications} notifications ({requests} match requests) in {matching:.2f} s: "
+                     f"{notifications / matching:.0f} notifications/s, {requests / matching:.0f} requests/s, "
+                     f"{appended} events appended ({appended / matching:.0f} events/s)")
         finally:
             log.close()
     return [
         Figure("notifications_per_s", notifications / matching, "notifications/s", 20000),
-        Figure("memory_per_schedule", per_schedule, "bytes", 2048),
+        Figure("match_requests_per_s", requests / matching, "requests/s", None),
+        Figure("memory_per_schedule", matched, "bytes", 2048),
+        Figure("memory_per_schedule_registered", registered, "bytes", 2048),
         Figure("schedules_registered_per_s", schedules / registration, "schedules/s", None),
     ]
 
 
-def _memory_per_schedule(path: Path, counts: list[int], datasets: int) -> float:
-    """Python memory still allocated after registering every schedule, per schedule. The schedules
-    are built inside the traced window: the matcher keeps them, as it keeps the decoded ones."""
+async def _deliver(handler, poll: list[Record]) -> None:
+    """What the consumer loop does with a poll's run of one topic (runtime.consumer._handle_batch)."""
+    await handler.apply([(record, handler.parse(record)) for record in poll])
+
+
+async def _register(handler, workload: "Workload") -> float:
+    started = time.perf_counter()
+    for poll in workload.schedule_polls():
+        await _deliver(handler, poll)
+    return time.perf_counter() - started
+
+
+async def _memory_per_schedule(path: Path, schedules: int, datasets: int, seed: int) -> tuple[float, float]:
+    """Python memory still allocated per schedule after registering them all, then after enough
+    notifications that every schedule matched at least RECENT_FULL of them."""
+    workload = Workload(schedules, datasets, seed)
     log = SqliteEventLog(path)
     try:
         matcher = MatcherService(log, SystemClock())
+        handlers = matcher.handlers()
+        polls = list(workload.schedule_polls())
         gc.collect()
         tracemalloc.start()
         try:
             before, _ = tracemalloc.get_traced_memory()
-            for index, count in enumerate(counts):
-                schedule = _schedule(index, count, datasets)
-                matcher.observe(schedule.id, schedule)
-            del schedule
+            for poll in polls:
+                await _deliver(handlers[SCHEDULES], poll)
+            del polls, poll
             gc.collect()
-            after, _ = tracemalloc.get_traced_memory()
+            registered, _ = tracemalloc.get_traced_memory()
+            matches = dict.fromkeys(workload.schedule_ids, 0)
+            index = 0
+            while min(matches.values()) < RECENT_FULL:
+                for poll in next(workload.match_polls(1, first_index=index)):
+                    await _deliver(handlers[MATCHES], poll)
+                    for record in poll:
+                        matches[record.key.decode()] += 1
+                index += 1
+            del poll, record
+            gc.collect()
+            matched, _ = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        return (after - before) / len(counts)
+        progress(f"[matcher] memory pass: {index} notifications until every schedule matched {RECENT_FULL}")
+        return (registered - before) / schedules, (matched - before) / schedules
     finally:
         log.close()
 
 
-def _schedule(index: int, count: int, datasets: int) -> Schedule:
-    program = ProgramRef(NAMESPACE, "app", f"program_{index % 100}")
-    name = f"on-ds-{index:08d}"
-    return Schedule(
-        id=schedule_id_for(program, name),  # a uuid, as the registry assigns
-        name=name,
-        program=program,
-        trigger=PartitionTrigger(NAMESPACE, f"ds-{index % datasets:05d}", count),
-        properties={"experiment": f"exp-{index % 100}"},
-        enabled=True,
-    )
+class Workload:
+    """The schedules, and the records the first stage would publish for random notifications."""
+
+    def __init__(self, schedules: int, datasets: int, seed: int) -> None:
+        self._rng = random.Random(seed)
+        self._datasets = datasets
+        self.schedules = [self._schedule(index) for index in range(schedules)]
+        self.schedule_ids = [schedule.id for schedule in self.schedules]
+        self._listeners: dict[str, list[tuple[bytes, bytes]]] = {}
+        """dataset -> (key, its part of a MatchRequested: id and definition) of each interested schedule, by id."""
+        for schedule in sorted(self.schedules, key=lambda s: s.id):
+            part = matching_pb2.MatchRequested(schedule_id=schedule.id,
+                                               schedule=schedule_to_proto(schedule)).SerializeToString()
+            for leaf in _leaves(schedule):
+                self._listeners.setdefault(leaf.dataset, []).append((schedule.id.encode(), part))
+        self._offsets = [0] * MATCHES_PARTITIONS
+
+    def schedule_polls(self) -> Iterator[list[Record]]:
+        records = [Record(SCHEDULES, 0, offset, schedule.id.encode(), schedules_pb2.ScheduleChanged(
+            schedule_id=schedule.id, schedule=schedule_to_proto(schedule)).SerializeToString(), (), 0)
+            for offset, schedule in enumerate(self.schedules)]
+        for start in range(0, len(records), POLL):
+            yield records[start:start + POLL]
+
+    def match_polls(self, notifications: int, first_index: int = 0, chunk: int = 2000) -> Iterator[list[list[Record]]]:
+        """Polls of MATCHES records, built `chunk` notifications at a time (the building is not timed)."""
+        for start in range(first_index, first_index + notifications, chunk):
+            records = []
+            for index in range(start, min(start + chunk, first_index + notifications)):
+                dataset = f"ds-{self._rng.randrange(self._datasets):05d}"
+                suffix = matching_pb2.MatchRequested(
+                    notification=notification_to_proto(_notification(index, dataset))).SerializeToString()
+                for key, part in self._listeners.get(dataset, ()):
+                    # concatenated protobuf messages merge: id and schedule from one, notification from the other
+                    partition = kafka_partition(key, MATCHES_PARTITIONS)
+                    offset = self._offsets[partition]
+                    self._offsets[partition] += 1
+                    records.append(Record(MATCHES, partition, offset, key, part + suffix, (), 0))
+            yield [records[i:i + POLL] for i in range(0, len(records), POLL)]
+
+    def _schedule(self, index: int) -> Schedule:
+        count = self._rng.randint(1, 3)
+        first = index % self._datasets
+        trigger = PartitionTrigger(NAMESPACE, f"ds-{first:05d}", count)
+        if index % AND_EVERY == AND_EVERY - 1:
+            second = (first + 1 + self._rng.randrange(self._datasets - 1)) % self._datasets
+            trigger = AndTrigger((trigger, PartitionTrigger(NAMESPACE, f"ds-{second:05d}", count)))
+        program = ProgramRef(NAMESPACE, "app", f"program_{index % 100}")
+        name = f"on-ds-{index:08d}"
+        return Schedule(id=schedule_id_for(program, name), name=name, program=program, trigger=trigger,
+                        properties={"experiment": f"exp-{index % 100}"}, enabled=True)
 
 
-def _notification(index: int, dataset: int) -> Notification:
-    partition = PartitionRef({"hour": f"{index % 24:02d}"}, f"/data/ds-{dataset:05d}/{index}", 1024, 10)
+def _leaves(schedule: Schedule) -> tuple[PartitionTrigger, ...]:
+    trigger = schedule.trigger
+    return trigger.all_of if isinstance(trigger, AndTrigger) else (trigger,)
+
+
+def _notification(index: int, dataset: str) -> Notification:
+    partition = PartitionRef({"hour": f"{index % 24:02d}"}, f"/data/{dataset}/{index}", 1024, 10)
     return Notification(f"n-{index:08d}", T0 + timedelta(seconds=index),
-                        PartitionCommitted(NAMESPACE, f"ds-{dataset:05d}", (partition,)))
+                        PartitionCommitted(NAMESPACE, dataset, (partition,)))

@@ -10,10 +10,8 @@ from sluice.bus.port import Bus, Producer
 from sluice.bus.topics import (
     LAUNCH_REQUESTS,
     LINEAGE,
-    MATCHES,
     PARTITION_NOTIFICATIONS,
     PROGRAM_NOTIFICATIONS,
-    SCHEDULES,
 )
 from sluice.clock import Clock
 from sluice.datasets.connect import sqlite_url
@@ -91,10 +89,7 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
         PARTITION_NOTIFICATIONS: lookup.on_notification,
         PROGRAM_NOTIFICATIONS: lookup.on_notification,
     })
-    match = Subscription("trigger-matcher", {
-        SCHEDULES: matcher.on_schedule_changed,
-        MATCHES: matcher.on_match_requested,
-    }, on_assignment=matcher.on_assignment)
+    match = Subscription("trigger-matcher", matcher.handlers(), on_assignment=matcher.on_assignment)
 
     def recover() -> None:
         lookup.recover()

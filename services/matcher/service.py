@@ -10,45 +10,64 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 
 from sluice.bus.port import Record, TopicPartition, kafka_partition
-from sluice.bus.topics import ALL_TOPICS, JOBS, MATCHES
+from sluice.bus.topics import ALL_TOPICS, JOBS, MATCHES, SCHEDULES
 from sluice.clock import Clock
 from sluice.domain import matching
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import Notification
 from sluice.domain import triggers
-from sluice.domain.matching import (
-    CheckTime,
-    JobCreated,
-    JobTriggered,
-    MatcherState,
-    MatchNotification,
-    NotificationMatched,
-    ObserveSchedule,
-)
+from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchNotification, ObserveSchedule
 from sluice.domain.schedules import Schedule
-from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
-from sluice.runtime.aggregates import AggregateStore, catch_up, execute, execute_batch
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
+from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, catch_up
+from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
-from sluice.v1 import jobs_pb2, matching_pb2, schedules_pb2
+from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2, schedules_pb2
 from sluice.wire.common import notification_from_bytes, notification_from_proto, parse_bus_message
 from sluice.wire.jobs import job_to_proto
 from sluice.wire.schedules import schedule_from_proto
+from sluice_services.matcher.decisions import Decisions
 
 STREAM_PREFIX = "matcher-"
 SNAPSHOTS = ("matcher",)
 TYPES = EventTypes(matching.EVENTS)
 MAX_TIMER_SLEEP = 1.0
 """Seconds the timer loop sleeps at most, so a clock that jumps (or a simulated one) is noticed."""
-RECENT_NOTIFICATIONS = 100_000
-"""How many (schedule, notification) pairs that had an effect are remembered, to ignore a resend."""
 FIRE_BATCH = 1000
 """Schedules whose timers are due at once share one append of at most this many streams."""
+SHARED_NOTIFICATIONS = 1024
+"""Notifications decoded once for all the schedules of a poll they concern (the first stage sends
+one copy per schedule): equal protobuf bytes give the same object, which pending jobs then share."""
 MATCHES_PARTITIONS = next(spec.partitions for spec in ALL_TOPICS if spec.name == MATCHES)
+
+
+@dataclass(frozen=True)
+class MatchRequest:
+    """A record of the matches topic: a notification for one schedule, with the schedule's
+    definition when it is newer than the one this member knows (else None: not decoded at all)."""
+
+    schedule_id: str
+    notification: Notification
+    schedule: Schedule | None = None
+
+
+@dataclass(frozen=True)
+class LookUpAndMatch:
+    """A notification for every schedule of this matcher's own index (callers without the first stage)."""
+
+    notification: Notification
+
+
+@dataclass(frozen=True)
+class FireDue:
+    schedule_id: str
 
 
 class MatcherService:
@@ -58,20 +77,17 @@ class MatcherService:
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState(),
                                                                      snapshot=SNAPSHOTS[0])
         self._index: dict[str, set[str]] = defaultdict(set)
-        self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._job_schedules: dict[str, str] = {}
+        self._offsets = ConsumedOffsets(log, "matcher")
+        self._notifications: dict[bytes, Notification] = {}
         self._owned: set[int] | None = None
         """Partitions of the matches topic this member owns; None: every schedule (no consumer group)."""
-        self._next_offsets: dict[str, int] = {}
         self._wake_at: dict[str, datetime] = {}
         self._timers: list[tuple[datetime, str]] = []
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
-        self._recent.clear()
-        self._next_offsets.clear()
-        catch_up(self._log, self._store, STREAM_PREFIX, TYPES, on_event=self._remember_matched)
-        self._job_schedules.clear()
+        self._offsets.clear()
+        catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
         self._index.clear()
         self._wake_at.clear()
         self._timers.clear()
@@ -87,51 +103,143 @@ class MatcherService:
     def schedules_for(self, event_key: str) -> set[str]:
         return set(self._index.get(event_key, ()))
 
+    # -- bus handlers: each poll's records of a topic are decided together and appended at once ------
+
+    def handlers(self) -> dict[str, BatchHandler]:
+        return {SCHEDULES: BatchHandler(self.parse_schedule_change, self.apply),
+                MATCHES: BatchHandler(self.parse_match_requested, self.apply)}
+
     async def on_schedule_changed(self, record: Record) -> None:
+        await self.apply([(record, self.parse_schedule_change(record))])
+
+    async def on_match_requested(self, record: Record) -> None:
+        """The first stage found that the notification concerns the schedule (keyed by its id)."""
+        await self.apply([(record, self.parse_match_requested(record))])
+
+    async def on_notification(self, record: Record) -> None:
+        """A notification straight from its topic, matched against this matcher's own index."""
+        await self.apply([(record, self.parse_notification(record))])
+
+    @staticmethod
+    def parse_schedule_change(record: Record) -> ObserveSchedule:
         change = parse_bus_message(schedules_pb2.ScheduleChanged, record.value)
         if not change.schedule_id:
             raise MalformedMessage("schedule_id: must not be empty")
         schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)
-        self.observe(change.schedule_id, schedule)
+        return ObserveSchedule(change.schedule_id, schedule)
 
-    def observe(self, schedule_id: str, schedule: Schedule | None) -> None:
-        previous = self._store.load(matching.stream_name(schedule_id)).state.schedule
-        self._decide(schedule_id, ObserveSchedule(schedule_id, schedule))
-        if previous is not None:
-            self._unindex_schedule(previous)
-        if schedule is not None:
-            self._index_schedule(schedule)
-
-    async def on_notification(self, record: Record) -> None:
-        """The consumed offset is stored with the events it caused, so a redelivery is skipped."""
-        consumed = f"matcher:{record.topic}:{record.partition}"
-        if record.offset < self._next_offset(consumed):
-            return
+    def parse_notification(self, record: Record) -> LookUpAndMatch:
         try:
-            notification = notification_from_bytes(record.value)
+            return LookUpAndMatch(notification_from_bytes(record.value))
         except InvalidArgument as error:
             raise MalformedMessage(str(error)) from error
-        self.match(notification, Checkpoint(consumed, record.offset + 1))
 
-    async def on_match_requested(self, record: Record) -> None:
-        """The first stage found that the notification concerns the schedule (keyed by its id)."""
-        consumed = f"matcher:{record.topic}:{record.partition}"
-        if record.offset < self._next_offset(consumed):
-            return
+    def parse_match_requested(self, record: Record) -> MatchRequest:
         message = parse_bus_message(matching_pb2.MatchRequested, record.value)
         if not message.schedule_id:
             raise MalformedMessage("schedule_id: must not be empty")
         known = self._store.load(matching.stream_name(message.schedule_id)).state.schedule
-        if not message.HasField("schedule") and known is None:
+        carried = message.HasField("schedule")
+        if not carried and known is None:
             raise MalformedMessage(f"unknown schedule {message.schedule_id}")
         try:
-            notification = notification_from_proto(message.notification)
-            carried = schedule_from_proto(message.schedule, message.schedule_id) if message.HasField("schedule") else None
+            notification = self._shared_notification(message.notification)
+            newer = carried and (known is None or message.schedule.generation > known.generation)
+            schedule = schedule_from_proto(message.schedule, message.schedule_id) if newer else None
         except InvalidArgument as error:
             raise MalformedMessage(str(error)) from error
-        if carried is not None and (known is None or carried.generation > known.generation):
-            self.observe(message.schedule_id, carried)  # the schedules topic has not brought it yet
-        self.match(notification, Checkpoint(consumed, record.offset + 1), schedule_ids=[message.schedule_id])
+        return MatchRequest(message.schedule_id, notification, schedule)
+
+    def _shared_notification(self, message: notifications_pb2.Notification) -> Notification:
+        encoded = message.SerializeToString(deterministic=True)
+        notification = self._notifications.get(encoded)
+        if notification is None:
+            notification = notification_from_proto(message)
+            if len(self._notifications) >= SHARED_NOTIFICATIONS:
+                del self._notifications[next(iter(self._notifications))]
+            self._notifications[encoded] = notification
+        return notification
+
+    async def apply(self, items: list[tuple[Record, object]]) -> None:
+        """Decide on the commands of records not consumed before; the events and the consumed
+        positions are appended together (a redelivered record is skipped, also after a restart)."""
+        commands, checkpoints = [], {}
+        for record, command in items:
+            checkpoint = self._offsets.checkpoint(record)
+            if checkpoint is not None:  # else consumed before: its events are in the log
+                commands.append(command)
+                checkpoints[checkpoint.name] = checkpoint
+        if commands:
+            self._run(commands, list(checkpoints.values()))
+        self._notifications.clear()
+
+    # -- direct calls (the simulated scheduler, tests, benchmarks) ------------------------------------
+
+    def observe(self, schedule_id: str, schedule: Schedule | None) -> None:
+        self._run([ObserveSchedule(schedule_id, schedule)])
+
+    def match(self, notification: Notification, consumed: Checkpoint | None = None,
+              schedule_ids: list[str] | None = None) -> None:
+        """Every schedule the notification concerns (looked up, or `schedule_ids`) decides; all
+        their events are appended at once, with the consumed position."""
+        commands = ([LookUpAndMatch(notification)] if schedule_ids is None
+                    else [MatchRequest(schedule_id, notification) for schedule_id in schedule_ids])
+        self._run(commands, [consumed] if consumed else [])
+
+    def _run(self, commands: list[object], checkpoints: list[Checkpoint] = ()) -> None:
+        """Decide every command in order, append all events with the checkpoints in one transaction
+        (nothing when nothing was decided); on a concurrent writer, reload and decide again."""
+        now = self._clock.now()
+        for _ in range(MAX_CONFLICT_RETRIES):
+            decisions = Decisions(self._store, now)
+            for command in commands:
+                self._decide(decisions, command)
+            if not decisions:
+                return
+            try:
+                versions = self._log.append_batch(decisions.appends(), checkpoints=checkpoints)
+            except WrongExpectedVersion as conflict:
+                self._store.forget(conflict.stream)
+                continue
+            for checkpoint in checkpoints:
+                self._offsets.recorded(checkpoint)
+            for schedule_id, (before, after) in decisions.changed_schedules.items():
+                if before is not None:
+                    self._unindex_schedule(before)
+                if after is not None:
+                    self._index_schedule(after)
+            for schedule_id, state in decisions.commit(versions):
+                self._set_timer(schedule_id, state)
+            return
+        raise RuntimeError(f"gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
+
+    def _decide(self, decisions: Decisions, command: object) -> None:
+        match command:
+            case MatchRequest(schedule_id, notification, carried):
+                known = decisions.state(schedule_id).schedule
+                if carried is not None and (known is None or carried.generation > known.generation):
+                    decisions.decide(schedule_id, ObserveSchedule(schedule_id, carried))  # not on the schedules topic yet
+                decisions.decide(schedule_id, MatchNotification(notification))
+            case LookUpAndMatch(notification):
+                match = MatchNotification(notification)
+                for schedule_id in self._look_up(notification.event_key(), decisions):
+                    decisions.decide(schedule_id, match)
+            case FireDue(schedule_id):
+                decisions.decide(schedule_id, CheckTime())
+            case ObserveSchedule(schedule_id, _):
+                decisions.decide(schedule_id, command)
+            case _:
+                raise TypeError(f"unknown command {command!r}")
+
+    def _look_up(self, event_key: str, decisions: Decisions) -> list[str]:
+        """The schedules listening to the key, counting the changes this batch made so far."""
+        found = set(self._index.get(event_key, ()))
+        for schedule_id, (before, after) in decisions.changed_schedules.items():
+            if before is not None and event_key in triggers.event_keys(before.trigger):
+                found.discard(schedule_id)
+            if after is not None and event_key in triggers.event_keys(after.trigger):
+                found.add(schedule_id)
+        return sorted(found)
 
     def on_assignment(self, assigned: set[TopicPartition]) -> None:
         """The consumer group gave this member these partitions: it fires the timers of the
@@ -145,25 +253,6 @@ class MatcherService:
     def owns(self, schedule_id: str) -> bool:
         return self._owned is None or kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS) in self._owned
 
-    def match(self, notification: Notification, consumed: Checkpoint | None = None,
-              schedule_ids: list[str] | None = None) -> None:
-        """Every schedule the notification concerns (looked up, or `schedule_ids`) decides; all
-        their events are appended at once, with the consumed position."""
-        now = self._clock.now()
-        command = MatchNotification(notification)
-        if schedule_ids is None:
-            schedule_ids = sorted(self.schedules_for(notification.event_key()))
-        streams = [matching.stream_name(s) for s in schedule_ids if (s, notification.id) not in self._recent]
-        decided = execute_batch(self._store, self._log, streams, lambda _, state: matching.decide(state, command, now),
-                                checkpoints=[consumed] if consumed else [])
-        if decided:
-            if consumed:
-                self._next_offsets[consumed.name] = consumed.value
-            for stream in decided:
-                schedule_id = stream.removeprefix(STREAM_PREFIX)
-                self._remember(schedule_id, notification.id)
-                self._set_timer(schedule_id, self._store.load(stream).state)
-
     def fire_due(self) -> int:
         """Re-evaluate every pending job whose wake-up time has come, many schedules to one
         append (a catch-up that makes a job due again is taken in a next round); how many were due."""
@@ -171,10 +260,7 @@ class MatcherService:
         fired = 0
         while due := self._pop_due(now):
             for start in range(0, len(due), FIRE_BATCH):
-                streams = [matching.stream_name(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]]
-                execute_batch(self._store, self._log, streams, lambda _, state: matching.decide(state, CheckTime(), now))
-                for stream in streams:
-                    self._set_timer(stream.removeprefix(STREAM_PREFIX), self._store.load(stream).state)
+                self._run([FireDue(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]])
             fired += len(due)
         return fired
 
@@ -213,36 +299,12 @@ class MatcherService:
             heapq.heappush(self._timers, (when, schedule_id))
             self._timers_changed.set()
 
-    def _next_offset(self, checkpoint: str) -> int:
-        if checkpoint not in self._next_offsets:
-            self._next_offsets[checkpoint] = self._log.read_checkpoint(checkpoint) or 0
-        return self._next_offsets[checkpoint]
-
-    def _remember_matched(self, event: object) -> None:
-        if isinstance(event, JobCreated):
-            self._job_schedules[event.job_id] = event.schedule_id
-        elif isinstance(event, NotificationMatched):
-            self._remember(self._job_schedules.get(event.job_id, ""), event.notification.id)
-
-    def _remember(self, schedule_id: str, notification_id: str) -> None:
-        key = (schedule_id, notification_id)
-        self._recent[key] = None
-        self._recent.move_to_end(key)
-        if len(self._recent) > RECENT_NOTIFICATIONS:
-            self._recent.popitem(last=False)
-
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
         if recorded.type != JobTriggered.__name__ or not recorded.stream.startswith(STREAM_PREFIX):
             return []
         event: JobTriggered = TYPES.decode(recorded)
         message = jobs_pb2.JobTriggered(job=job_to_proto(event.job))
         return [Outgoing(JOBS, event.job.schedule_id, message.SerializeToString())]
-
-    def _decide(self, schedule_id: str, command: object) -> None:
-        now = self._clock.now()
-        state, _ = execute(self._store, self._log, matching.stream_name(schedule_id),
-                           lambda s: matching.decide(s, command, now))
-        self._set_timer(schedule_id, state)
 
     def _index_schedule(self, schedule: Schedule) -> None:
         for key in triggers.event_keys(schedule.trigger):

@@ -30,7 +30,8 @@ def test_matcher_prints_its_figures(capsys):
                              "--notifications", "200"])
     assert {line["bench"] for line in lines} == {"matcher"}
     assert {line["metric"] for line in lines} == {
-        "notifications_per_s", "memory_per_schedule", "schedules_registered_per_s"}
+        "notifications_per_s", "match_requests_per_s", "memory_per_schedule", "memory_per_schedule_registered",
+        "schedules_registered_per_s"}
 
 
 def test_e2e_latency_prints_its_figures(capsys):

@@ -1,6 +1,7 @@
 """Domain events <-> event-log records: frozen dataclasses as JSON, decoded by their type hints."""
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
 import json
@@ -28,13 +29,44 @@ class EventTypes:
         return from_jsonable(cls, json.loads(recorded.data))
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"))
+"""One encoder for every event: json.dumps with arguments builds a new one per call."""
+
+
 def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None) -> NewEvent:
-    data = json.dumps(to_jsonable(event), separators=(",", ":")).encode()
-    return NewEvent(id=event_id, type=type(event).__name__, data=data, metadata=dict(metadata or {}))
+    data = _JSON.encode(to_jsonable(event)).encode()
+    return NewEvent(id=event_id, type=type(event).__name__, data=data, metadata=dict(metadata) if metadata else {})
 
 
 def to_jsonable(value: Any) -> Any:
     return _converter(type(value))(value)
+
+
+_SHARED_CLASSES: set[type] = set()
+_shared: dict[int, tuple[Any, Any]] = {}
+"""id(value) -> (value, its JSON-able form) for values of the shared classes and datetimes, which
+many events of one append carry (one notification matched by many schedules, one `now`). The
+value is held, so its id is not reused while cached; the forms are never mutated."""
+_SHARED_MAX = 512
+
+
+def share_encoding(cls: type) -> None:
+    """Encode each (immutable) instance of `cls` once while it is recent, however many events hold it."""
+    _SHARED_CLASSES.add(cls)
+    _converter.cache_clear()
+
+
+def _memoized(convert: typing.Callable[[Any], Any]) -> typing.Callable[[Any], Any]:
+    def memoized(value: Any) -> Any:
+        found = _shared.get(id(value))
+        if found is not None and found[0] is value:
+            return found[1]
+        if len(_shared) >= _SHARED_MAX:
+            _shared.clear()
+        converted = convert(value)
+        _shared[id(value)] = (value, converted)
+        return converted
+    return memoized
 
 
 @cache
@@ -47,11 +79,13 @@ def _converter(cls: type) -> typing.Callable[[Any], Any]:
 
         def dataclass_value(value: Any) -> dict[str, Any]:
             return {name: _converter(type(field := getattr(value, name)))(field) for name in names}
-        return dataclass_value
+        return _memoized(dataclass_value) if cls in _SHARED_CLASSES else dataclass_value
     if issubclass(cls, enum.Enum):
         return lambda value: value.value
     if issubclass(cls, datetime):
-        return datetime.isoformat
+        return _memoized(datetime.isoformat)
+    if issubclass(cls, (bytes, bytearray)):
+        return lambda value: base64.b64encode(value).decode()
     if issubclass(cls, Mapping):
         return lambda value: {str(k): _converter(type(v))(v) for k, v in value.items()}
     if issubclass(cls, (list, tuple)):
@@ -84,6 +118,8 @@ def _decoder(hint: Any) -> typing.Callable[[Any], Any]:
         return _none_passes(hint)
     if hint is datetime:
         return _none_passes(datetime.fromisoformat)
+    if hint is bytes:
+        return _none_passes(base64.b64decode)
     if origin is tuple:
         args = typing.get_args(hint)
         item = args[0] if args else Any

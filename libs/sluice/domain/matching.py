@@ -5,15 +5,19 @@ writer; the stream holds the matcher's own copy of the definition, so a restarte
 rebuilds both from its log."""
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from sluice.domain import triggers
+from sluice.domain import codec, triggers
 from sluice.domain.common import Notification
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.schedules import MISFIRE_THRESHOLD, MisfirePolicy, Schedule
-from sluice.domain.triggers import TriggerState
+from sluice.domain.triggers import DataSizeTrigger, PartitionTrigger, ProgramStatusTrigger, TriggerState
 from sluice.ids import derived_id
+
+codec.share_encoding(Notification)  # one notification is matched by many schedules in one append
+
 
 def stream_name(schedule_id: str) -> str:
     return f"matcher-{schedule_id}"
@@ -96,7 +100,7 @@ MatcherEvent = (ScheduleObserved | ScheduleForgotten | JobCreated | Notification
                 | MissedFiresSkipped | JobDiscarded)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PendingJob:
     job_id: str
     created_at: datetime
@@ -105,37 +109,69 @@ class PendingJob:
     """The job's number within its schedule (1, 2, ...): jobs reach the checker in this order."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MatcherState:
     schedule: Schedule | None = None
     pending: PendingJob | None = None
     jobs_created: int = 0
     retired_generation: int = 0
     """The generation of the schedule when it was deleted: a change up to it arrives too late."""
-    recent: tuple[str, ...] = ()
-    """Ids of the last notifications this schedule matched: a redelivered one (the first stage
-    publishes at least once, possibly through another member) is ignored even after its job fired."""
+    recent: bytes = b""
+    """Digests (`notification_digest`) of the last notifications this schedule matched, newest
+    last: a redelivered one (the first stage publishes at least once, possibly through another
+    member) is ignored even after its job fired. Digests, not ids: 8 bytes instead of ~90 each."""
 
 
 RECENT_PER_SCHEDULE = 32
+DIGEST_SIZE = 8
+"""64-bit digests: two of a schedule's last 32 ids collide with a probability of ~2**-59."""
+_RECENT_BYTES = RECENT_PER_SCHEDULE * DIGEST_SIZE
+
+
+def notification_digest(notification_id: str) -> bytes:
+    return hashlib.blake2b(notification_id.encode(), digest_size=DIGEST_SIZE).digest()
+
+
+def matched_recently(state: MatcherState, notification_id: str) -> bool:
+    return _seen(state.recent, notification_digest(notification_id))
+
+
+def _seen(recent: bytes, digest: bytes) -> bool:
+    found = recent.find(digest)
+    while found != -1 and found % DIGEST_SIZE:  # a match straddling two digests is no match
+        found = recent.find(digest, found + 1)
+    return found != -1
 
 
 def decide(state: MatcherState, command: object, now: datetime) -> list[MatcherEvent]:
+    return step(state, command, now)[0]
+
+
+def step(state: MatcherState, command: object, now: datetime) -> tuple[list[MatcherEvent], MatcherState]:
+    """`decide`, with the state its events lead to (what folding `evolve` over them gives),
+    worked out once: the matcher's hot path neither evolves twice nor observes a notification twice."""
     match command:
+        case MatchNotification(notification):
+            events, after = _match(state, notification, now)
+            return _then_wait_for_time(events, after, now)
         case ObserveSchedule(schedule_id, None):
             if state.schedule is None:
-                return []
-            return [*_discard_pending(state, "schedule deleted", now), ScheduleForgotten(schedule_id, now)]
+                return [], state
+            return _folded(state, [*_discard_pending(state, "schedule deleted", now), ScheduleForgotten(schedule_id, now)])
         case ObserveSchedule(_, schedule):
             if schedule.generation <= state.retired_generation or (
                     state.schedule is not None and schedule.generation < state.schedule.generation):
-                return []  # a change delivered after a newer one
-            return _then_wait_for_time(state, _observe(state, schedule, now), now)
-        case MatchNotification(notification):
-            return _then_wait_for_time(state, _match(state, notification, now), now)
+                return [], state  # a change delivered after a newer one
+            return _then_wait_for_time(*_folded(state, _observe(state, schedule, now)), now)
         case CheckTime():
-            return _then_wait_for_time(state, _check_time(state, now), now)
+            return _then_wait_for_time(*_folded(state, _check_time(state, now)), now)
     raise TypeError(f"unknown command {command!r}")
+
+
+def _folded(state: MatcherState, events: list[MatcherEvent]) -> tuple[list[MatcherEvent], MatcherState]:
+    for event in events:
+        state = evolve(state, event)
+    return events, state
 
 
 def wake_at(state: MatcherState, now: datetime) -> datetime | None:
@@ -143,8 +179,13 @@ def wake_at(state: MatcherState, now: datetime) -> datetime | None:
     A trigger already satisfied (time passed while the matcher was down) is due now."""
     if state.pending is None or state.schedule is None or not state.schedule.enabled:
         return None
+    if isinstance(state.schedule.trigger, _UNTIMED_LEAVES):
+        return None  # satisfied only by a notification, and then fired in the same decision
     evaluation = triggers.evaluate(state.schedule.trigger, state.pending.trigger, now)
     return now if evaluation.satisfied else evaluation.wake_at
+
+
+_UNTIMED_LEAVES = (PartitionTrigger, DataSizeTrigger, ProgramStatusTrigger)
 
 
 def _observe(state: MatcherState, schedule: Schedule, now: datetime) -> list[MatcherEvent]:
@@ -158,22 +199,31 @@ def _observe(state: MatcherState, schedule: Schedule, now: datetime) -> list[Mat
     return [ScheduleObserved(schedule, now)]
 
 
-def _match(state: MatcherState, notification: Notification, now: datetime) -> list[MatcherEvent]:
+def _match(state: MatcherState, notification: Notification,
+           now: datetime) -> tuple[list[MatcherEvent], MatcherState]:
+    """The events, and the state after them: the same as `evolve` makes of them, built directly."""
     schedule = state.schedule
-    if schedule is None or not schedule.enabled or notification.id in state.recent:
-        return []
-    pending = state.pending
-    created: list[MatcherEvent] = []
+    if schedule is None or not schedule.enabled:
+        return [], state
+    digest = notification_digest(notification.id)
+    if _seen(state.recent, digest):
+        return [], state
+    pending, jobs_created = state.pending, state.jobs_created
+    events: list[MatcherEvent] = []
     if pending is None:
-        sequence = state.jobs_created + 1
-        job_id = derived_id("job", schedule.id, str(sequence))
-        pending = PendingJob(job_id, now, triggers.start(schedule.trigger, now), sequence)
-        created = [JobCreated(job_id, schedule.id, schedule.generation, now)]
+        jobs_created += 1
+        job_id = derived_id("job", schedule.id, str(jobs_created))
+        pending = PendingJob(job_id, now, triggers.start(schedule.trigger, now), jobs_created)
+        events.append(JobCreated(job_id, schedule.id, schedule.generation, now))
     observed = triggers.observe(schedule.trigger, pending.trigger, notification, now)
     if observed is pending.trigger:
-        return []  # not for this trigger, or already counted
-    matched = NotificationMatched(pending.job_id, notification, now)
-    return [*created, matched, *_fire_if_satisfied(schedule, replace(pending, trigger=observed), now)]
+        return [], state  # not for this trigger, or already counted
+    events.append(NotificationMatched(pending.job_id, notification, now))
+    pending = PendingJob(pending.job_id, pending.created_at, observed, pending.sequence)
+    fired = _fire_if_satisfied(schedule, pending, now)
+    events += fired
+    recent = state.recent[-(_RECENT_BYTES - DIGEST_SIZE):] + digest
+    return events, MatcherState(schedule, None if fired else pending, jobs_created, state.retired_generation, recent)
 
 
 def _check_time(state: MatcherState, now: datetime) -> list[MatcherEvent]:
@@ -220,22 +270,21 @@ def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime) -
     return [JobTriggered(job, now)]
 
 
-def _then_wait_for_time(state: MatcherState, events: list[MatcherEvent], now: datetime) -> list[MatcherEvent]:
+def _then_wait_for_time(events: list[MatcherEvent], after: MatcherState,
+                        now: datetime) -> tuple[list[MatcherEvent], MatcherState]:
     """A schedule whose trigger time alone can satisfy (cron, elapsed) always has a job waiting:
     from the moment it is enabled, and again right after each fire. The next job's time window
-    starts at the fire it follows, so no cron fire is skipped."""
-    after = state
-    for event in events:
-        after = evolve(after, event)
+    starts at the fire it follows, so no cron fire is skipped. `after`: the state after `events`."""
     schedule = after.schedule
     if schedule is None or not schedule.enabled or after.pending is not None:
-        return events
-    if not triggers.time_alone_can_satisfy(schedule.trigger):
-        return events
+        return events, after
+    if isinstance(schedule.trigger, _UNTIMED_LEAVES) or not triggers.time_alone_can_satisfy(schedule.trigger):
+        return events, after
     fired = next((e for e in reversed(events) if isinstance(e, JobTriggered)), None)
     since = (fired.job.context.logical_time or now) if fired else now
     job_id = derived_id("job", schedule.id, str(after.jobs_created + 1))
-    return [*events, JobCreated(job_id, schedule.id, schedule.generation, now, waiting_since=since)]
+    created = JobCreated(job_id, schedule.id, schedule.generation, now, waiting_since=since)
+    return [*events, created], evolve(after, created)
 
 
 def _discard_pending(state: MatcherState, reason: str, now: datetime) -> list[MatcherEvent]:
@@ -256,8 +305,8 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
             return replace(state, pending=pending, jobs_created=state.jobs_created + 1)
         case NotificationMatched(_, notification, at):
             observed = triggers.observe(state.schedule.trigger, state.pending.trigger, notification, at)
-            return replace(state, pending=replace(state.pending, trigger=observed),
-                           recent=(*state.recent, notification.id)[-RECENT_PER_SCHEDULE:])
+            recent = state.recent[-(_RECENT_BYTES - DIGEST_SIZE):] + notification_digest(notification.id)
+            return replace(state, pending=replace(state.pending, trigger=observed), recent=recent)
         case MissedFiresSkipped(_, until):
             return replace(state, pending=replace(state.pending, trigger=replace(state.pending.trigger, started_at=until)))
         case JobTriggered() | JobDiscarded():

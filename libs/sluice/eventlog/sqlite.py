@@ -73,7 +73,7 @@ class SqliteEventLog(SqlEventLogBase):
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
         with self._transaction() as conn:
             recorded_at = self._clock.now().astimezone(timezone.utc).isoformat()
-            versions = [_append_stream(conn, append, recorded_at) for append in appends]
+            versions = _append_streams(conn, appends, recorded_at)
             _upsert_checkpoints(conn, checkpoints)
         if any(append.events for append in appends):
             self._subscribers.notify()
@@ -109,26 +109,57 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _append_stream(conn: sqlite3.Connection, append: StreamAppend, recorded_at: str) -> int:
-    (actual,) = conn.execute(
-        "SELECT COALESCE(MAX(version), ?) FROM events WHERE stream = ?", (NO_STREAM, append.stream)
-    ).fetchone()
-    check_expected_version(append.stream, append.expected_version, actual)
-    for offset, event in enumerate(append.events, start=1):
-        _insert(conn, append.stream, actual + offset, event, recorded_at)
-    return actual + len(append.events)
+_VERSIONS_CHUNK = 500
+_INSERT = ("INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
+           " VALUES (?, ?, ?, ?, ?, ?, ?)")
 
 
-def _insert(conn: sqlite3.Connection, stream: str, version: int, event: NewEvent, recorded_at: str) -> None:
+def _append_streams(conn: sqlite3.Connection, appends: Sequence[StreamAppend], recorded_at: str) -> list[int]:
+    """Every stream's version checked, then every event inserted by one executemany: a batch of many
+    streams costs a few statements, not two per stream."""
+    current = _stream_versions(conn, {append.stream for append in appends})
+    rows, versions = [], []
+    for append in appends:
+        actual = current.get(append.stream, NO_STREAM)
+        check_expected_version(append.stream, append.expected_version, actual)
+        rows += [(event.id, append.stream, actual + offset, event.type, bytes(event.data), _metadata(event.metadata),
+                  recorded_at) for offset, event in enumerate(append.events, start=1)]
+        current[append.stream] = actual + len(append.events)
+        versions.append(current[append.stream])
+    conn.execute("SAVEPOINT append_events")
     try:
-        conn.execute(
-            "INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (event.id, stream, version, event.type, bytes(event.data), json.dumps(dict(event.metadata)), recorded_at),
-        )
+        conn.executemany(_INSERT, rows)
+    except sqlite3.IntegrityError:
+        conn.execute("ROLLBACK TO append_events")
+        for row in rows:  # again one by one, to name the offending event
+            _insert(conn, row)
+        raise
+    finally:
+        conn.execute("RELEASE append_events")
+    return versions
+
+
+def _stream_versions(conn: sqlite3.Connection, streams: set[str]) -> dict[str, int]:
+    names = list(streams)
+    versions: dict[str, int] = {}
+    for start in range(0, len(names), _VERSIONS_CHUNK):
+        chunk = names[start:start + _VERSIONS_CHUNK]
+        versions.update(conn.execute(
+            f"SELECT stream, MAX(version) FROM events WHERE stream IN ({','.join('?' * len(chunk))}) GROUP BY stream",
+            chunk))
+    return versions
+
+
+def _metadata(metadata: object) -> str:
+    return json.dumps(dict(metadata)) if metadata else "{}"
+
+
+def _insert(conn: sqlite3.Connection, row: tuple) -> None:
+    try:
+        conn.execute(_INSERT, row)
     except sqlite3.IntegrityError as exc:
         if "events.id" in str(exc):
-            raise DuplicateEventId(event.id) from exc
+            raise DuplicateEventId(row[0]) from exc
         raise
 
 

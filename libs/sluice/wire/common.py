@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timezone
 from typing import TypeVar
 
@@ -35,7 +36,8 @@ def program_to_proto(program: ProgramRef) -> pb.ProgramRef:
 
 
 def program_from_proto(message: pb.ProgramRef) -> ProgramRef:
-    return ProgramRef(message.namespace, message.app, message.program)
+    # interned: thousands of schedules and jobs name the same few namespaces, apps and programs
+    return ProgramRef(sys.intern(message.namespace), sys.intern(message.app), sys.intern(message.program))
 
 
 def partition_to_proto(partition: PartitionRef) -> pb.PartitionRef:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from typing import Mapping
 
 from google.protobuf import duration_pb2, unknown_fields
@@ -112,7 +113,8 @@ def trigger_from_proto(message: pb.Trigger, path: str) -> Trigger:
     value = getattr(message, kind) if kind else None
     match kind:
         case "partition":
-            return PartitionTrigger(value.namespace, value.dataset, value.count, _filter_from_proto(value.filter))
+            return PartitionTrigger(sys.intern(value.namespace), sys.intern(value.dataset), value.count,
+                                    _filter_from_proto(value.filter))  # interned: many schedules per dataset
         case "time":
             return TimeTrigger(value.cron, value.zone or "UTC")
         case "data_size":
@@ -158,12 +160,13 @@ def retry_policy_to_proto(policy: RetryPolicy) -> pb.RetryPolicy:
 
 def retry_policy_from_proto(message: pb.RetryPolicy) -> RetryPolicy:
     """Unset delay and backoff take the defaults; the values are validated with the schedule."""
-    return RetryPolicy(
+    policy = RetryPolicy(
         max_retries=message.max_retries,
         delay_seconds=message.delay.seconds if message.HasField("delay") else DEFAULT_RETRY_POLICY.delay_seconds,
         backoff=message.backoff or DEFAULT_RETRY_POLICY.backoff,
         retry_failed=message.retry_failed,
     )
+    return DEFAULT_RETRY_POLICY if policy == DEFAULT_RETRY_POLICY else policy  # one object for the many defaults
 
 
 def timeout_policy_to_proto(policy: TimeoutPolicy) -> int:

@@ -42,9 +42,15 @@ class FrozenMap(Mapping):
         return f"FrozenMap({self._items!r})"
 
 
+_NO_FILTER = FrozenMap()
+
+
 def _freeze_filter(obj: object) -> None:
     """Lists from JSON or callers become tuples, dicts become FrozenMaps: equal and hashable."""
-    frozen = FrozenMap({key: _as_tuple(values) for key, values in (obj.filter or {}).items()})
+    if not obj.filter:
+        object.__setattr__(obj, "filter", _NO_FILTER)  # most triggers have none: one object for all
+        return
+    frozen = FrozenMap({key: _as_tuple(values) for key, values in obj.filter.items()})
     object.__setattr__(obj, "filter", frozen)
 
 
@@ -56,6 +62,8 @@ def _as_tuple(values: object) -> tuple:
 
 def partition_matches(filter: Mapping[str, tuple[str, ...]], partition: PartitionRef) -> bool:
     """A partition matches when, for every filtered key, its value is one of the allowed ones."""
+    if not filter:
+        return True
     return all(partition.key.get(key) in allowed for key, allowed in filter.items())
 
 

@@ -66,10 +66,10 @@ def observe(trigger: Trigger, state: TriggerState, notification: Notification, n
         return state
     specs = leaves(trigger)
     _check_shape(specs, state)
-    updated = tuple(_observe_leaf(spec, leaf, notification, now) for spec, leaf in zip(specs, state.leaves))
+    updated = tuple([_observe_leaf(spec, leaf, notification, now) for spec, leaf in zip(specs, state.leaves)])
     if all(new is old for new, old in zip(updated, state.leaves)):
         return state
-    return replace(state, leaves=updated, notifications=(*state.notifications, notification))
+    return TriggerState(state.started_at, updated, (*state.notifications, notification))
 
 
 def matched_notifications(trigger: Trigger, state: TriggerState) -> tuple[Notification, ...]:
@@ -112,10 +112,8 @@ def _observe_leaf(spec: Leaf, leaf: LeafState, notification: Notification, now: 
             if not matching:
                 return leaf
             last = now if leaf.last_event_at is None else max(leaf.last_event_at, now)
-            return replace(leaf, notification_ids=(*leaf.notification_ids, notification.id),
-                           count=leaf.count + len(matching),
-                           size_bytes=leaf.size_bytes + sum(p.size_bytes for p in matching),
-                           last_event_at=last)
+            return LeafState((*leaf.notification_ids, notification.id), leaf.count + len(matching),
+                             leaf.size_bytes + sum(p.size_bytes for p in matching), last, leaf.run_ids)
         case ProgramStatusTrigger():
             if not isinstance(payload, ProgramStatusChanged) or payload.status.value not in spec.statuses:
                 return leaf
