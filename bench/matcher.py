@@ -22,7 +22,8 @@ Figures:
 - schedules_registered_per_s: S / time in the schedules handler.
 
 Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
-size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules).
+size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules);
+BENCH_MEMORY_SCHEDULES sets the memory pass's size (fixed costs, such as caches, weigh more on few).
 """
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def run(options: object) -> list[Figure]:
     schedules = option(options, "schedules", FULL_SCHEDULES if full else DEFAULT_SCHEDULES)
     datasets = max(2, min(option(options, "datasets", FULL_DATASETS if full else DEFAULT_DATASETS), schedules))
     notifications = option(options, "notifications", FULL_NOTIFICATIONS if full else DEFAULT_NOTIFICATIONS)
-    memory_schedules = min(schedules, FULL_MEMORY_SCHEDULES if full else DEFAULT_MEMORY_SCHEDULES)
+    memory_schedules = min(schedules, option(options, "memory_schedules",
+                                             FULL_MEMORY_SCHEDULES if full else DEFAULT_MEMORY_SCHEDULES))
     seed = getattr(options, "seed", 42)
     return asyncio.run(_run(schedules, datasets, notifications, memory_schedules, seed))
 

@@ -1,3 +1,4 @@
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
@@ -96,3 +97,34 @@ def test_job_ids_are_deterministic_for_replay():
     _, first = run(observed(schedule()), MatchNotification(notification(1)))
     _, again = run(observed(schedule()), MatchNotification(notification(1)))
     assert first == again
+
+
+def test_step_gives_the_state_its_events_fold_to():
+    """The matcher takes the state from `step` instead of evolving the events a second time."""
+    from sluice.domain.matching import CheckTime, step
+    from sluice.domain.triggers import AndTrigger, ElapsedTrigger, OrTrigger
+
+    and_or_elapsed = replace(schedule(), trigger=OrTrigger((AndTrigger((
+        PartitionTrigger("experiments", "clickstream", 2), PartitionTrigger("experiments", "views"))),
+        ElapsedTrigger(3600))))
+    commands = [ObserveSchedule("sched-1", schedule(count=2)), *[MatchNotification(notification(n)) for n in range(5)],
+                MatchNotification(notification(2)), ObserveSchedule("sched-1", replace(schedule(), generation=2)),
+                MatchNotification(notification(7)), ObserveSchedule("sched-1", replace(and_or_elapsed, generation=3)),
+                MatchNotification(notification(8, "views")), MatchNotification(notification(9)), CheckTime(),
+                MatchNotification(notification(10)), ObserveSchedule("sched-1", None), MatchNotification(notification(11))]
+    state = MatcherState()
+    for command in commands:
+        events, after = step(state, command, T0 + timedelta(hours=2))
+        folded = state
+        for event in events:
+            folded = evolve(folded, event)
+        assert after == folded, command
+        state = after
+
+
+def test_a_notification_matched_within_the_last_32_is_ignored_an_older_one_counts_again():
+    state, _ = run(observed(schedule(count=1)), *[MatchNotification(notification(n)) for n in range(33)])
+    assert run(state, MatchNotification(notification(32)))[1] == []
+    assert run(state, MatchNotification(notification(1)))[1] == []
+    assert [type(e) for e in run(state, MatchNotification(notification(0)))[1]] == [
+        JobCreated, NotificationMatched, JobTriggered]

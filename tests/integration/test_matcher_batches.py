@@ -1,0 +1,114 @@
+"""The matcher stage decides a poll of records together: one append with the consumed offsets,
+the same events as record by record, and a redelivered poll (also after a restart) changes nothing."""
+from __future__ import annotations
+
+import random
+from datetime import datetime, timezone
+
+from sluice.bus.port import Record, kafka_partition
+from sluice.bus.topics import MATCHES, SCHEDULES
+from sluice.clock import SimulatedClock
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
+from sluice.domain.schedules import Schedule, schedule_id_for
+from sluice.domain.triggers import AndTrigger, PartitionTrigger
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.v1 import matching_pb2, schedules_pb2
+from sluice.wire.common import notification_to_proto
+from sluice.wire.schedules import schedule_to_proto
+from sluice_services.matcher.service import MATCHES_PARTITIONS, MatcherService
+
+T0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
+PROGRAM = ProgramRef("ns", "app", "p")
+DATASETS = 4
+
+
+def schedules() -> list[Schedule]:
+    found = []
+    for index in range(DATASETS):
+        for count in (1, 2):
+            found.append(Schedule("", f"d{index}-x{count}", PROGRAM, PartitionTrigger("ns", f"d{index}", count),
+                                  enabled=True))
+        found.append(Schedule("", f"d{index}-and", PROGRAM, AndTrigger((
+            PartitionTrigger("ns", f"d{index}"), PartitionTrigger("ns", f"d{(index + 1) % DATASETS}"))), enabled=True))
+    return [Schedule(schedule_id_for(PROGRAM, s.name), s.name, s.program, s.trigger, enabled=True) for s in found]
+
+
+def schedule_records(all_schedules: list[Schedule]) -> list[Record]:
+    return [Record(SCHEDULES, 0, offset, s.id.encode(), schedules_pb2.ScheduleChanged(
+        schedule_id=s.id, schedule=schedule_to_proto(s)).SerializeToString(), (), 0)
+        for offset, s in enumerate(all_schedules)]
+
+
+def match_records(all_schedules: list[Schedule], count: int) -> list[Record]:
+    """What the first stage publishes for `count` notifications (a resent one among them)."""
+    rng, offsets, records = random.Random(7), [0] * MATCHES_PARTITIONS, []
+    notifications = [Notification(f"n-{i}", T0, PartitionCommitted(
+        "ns", f"d{rng.randrange(DATASETS)}", (PartitionRef({"i": str(i)}, f"/d/{i}"),))) for i in range(count)]
+    notifications.append(notifications[3])  # the producer resent one: same id, new offsets
+    for notification in notifications:
+        key = f"partition:ns.{notification.payload.dataset}"
+        for s in sorted(all_schedules, key=lambda s: s.id):
+            trigger_keys = {f"partition:ns.{leaf.dataset}" for leaf in getattr(s.trigger, "all_of", (s.trigger,))}
+            if key in trigger_keys:
+                partition = kafka_partition(s.id.encode(), MATCHES_PARTITIONS)
+                message = matching_pb2.MatchRequested(schedule_id=s.id, schedule=schedule_to_proto(s),
+                                                      notification=notification_to_proto(notification))
+                records.append(Record(MATCHES, partition, offsets[partition], s.id.encode(),
+                                      message.SerializeToString(), (), 0))
+                offsets[partition] += 1
+    return records
+
+
+class CountingLog(SqliteEventLog):
+    appends = 0
+
+    def append_batch(self, appends, *, checkpoints=()):
+        self.appends += 1
+        return super().append_batch(appends, checkpoints=checkpoints)
+
+
+def per_stream(log) -> dict[str, list[tuple[int, str, bytes]]]:
+    streams: dict[str, list] = {}
+    for recorded in log.read_all(0, 100_000):
+        if recorded.stream.startswith("matcher-"):
+            streams.setdefault(recorded.stream, []).append((recorded.version, recorded.type, bytes(recorded.data)))
+    return streams
+
+
+async def test_a_poll_is_one_append_with_the_events_of_record_by_record_handling(tmp_path):
+    clock = SimulatedClock(T0)
+    all_schedules = schedules()
+    records = match_records(all_schedules, 30)
+
+    one_by_one = SqliteEventLog(tmp_path / "one.db", clock=clock)
+    single = MatcherService(one_by_one, clock)
+    for record in schedule_records(all_schedules):
+        await single.on_schedule_changed(record)
+    for record in records:
+        await single.on_match_requested(record)
+
+    batched = CountingLog(tmp_path / "batched.db", clock=clock)
+    matcher = MatcherService(batched, clock)
+    handlers = matcher.handlers()
+    await handlers[SCHEDULES].apply([(r, handlers[SCHEDULES].parse(r)) for r in schedule_records(all_schedules)])
+    assert batched.appends == 1
+    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in records])
+    assert batched.appends == 2
+
+    assert per_stream(batched) == per_stream(one_by_one)
+    assert any(t == "JobTriggered" for events in per_stream(batched).values() for _, t, _ in events)
+    for partition in {r.partition for r in records}:
+        last = max(r.offset for r in records if r.partition == partition)
+        assert batched.read_checkpoint(f"matcher:{MATCHES}:{partition}") == last + 1
+    assert matcher.states() == single.states()
+
+    head = batched.head_position()
+    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in records])  # the poll redelivered
+    restarted = MatcherService(batched, clock)
+    restarted.recover()
+    again = restarted.handlers()[MATCHES]
+    await again.apply([(r, again.parse(r)) for r in records])  # and again after a restart
+    assert batched.head_position() == head
+    assert restarted.states() == matcher.states()
+    one_by_one.close()
+    batched.close()
