@@ -5,6 +5,7 @@ import base64
 import dataclasses
 import enum
 import json
+import operator
 import typing
 from datetime import datetime
 from functools import cache
@@ -42,6 +43,7 @@ def to_jsonable(value: Any) -> Any:
     return _converter(type(value))(value)
 
 
+_AS_IS = frozenset({NoneType, str, int, float, bool})
 _SHARED_CLASSES: set[type] = set()
 _shared: dict[int, tuple[Any, Any]] = {}
 """id(value) -> (value, its JSON-able form) for values of the shared classes and datetimes, which
@@ -76,9 +78,11 @@ def _converter(cls: type) -> typing.Callable[[Any], Any]:
         return _same
     if dataclasses.is_dataclass(cls):
         names = tuple(f.name for f in dataclasses.fields(cls))
+        values = operator.attrgetter(*names) if len(names) > 1 else lambda value: (getattr(value, names[0]),)
 
         def dataclass_value(value: Any) -> dict[str, Any]:
-            return {name: _converter(type(field := getattr(value, name)))(field) for name in names}
+            return {name: field if type(field) in _AS_IS else _converter(type(field))(field)
+                    for name, field in zip(names, values(value))}
         return _memoized(dataclass_value) if cls in _SHARED_CLASSES else dataclass_value
     if issubclass(cls, enum.Enum):
         return lambda value: value.value
