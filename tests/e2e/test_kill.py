@@ -275,9 +275,9 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
         workload_seconds = time.monotonic() - started
 
         probe = lambda: (s := snapshot(ledger, checker, launcher)) and s.quiescent(expected) and s  # noqa: E731
-        final = wait_for(probe, timeout=DRAIN_TIMEOUT, interval=2.0)
+        quiescent = bool(wait_for(probe, timeout=DRAIN_TIMEOUT, interval=2.0))
         time.sleep(5.0)  # a late duplicate would show now
-        final = snapshot(ledger, checker, launcher) or final
+        final = wait_for(lambda: snapshot(ledger, checker, launcher), timeout=30)
         drained_seconds = time.monotonic() - started - workload_seconds
 
     statuses = dict(Counter(npb.RunStatus.Name(s) for s in final.runs.values())) if final else {}
@@ -285,9 +285,10 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
           f"({dict(Counter(victims))}); workload {workload_seconds:.0f}s, drained in {drained_seconds:.0f}s; "
           f"runs: {statuses}")
     assert final is not None, f"seed {seed}: no snapshot of jobs and runs could be taken"
-    problems = [*discrepancies(expected, final.executions, "executions (ledger)"),
-                *discrepancies(expected, Counter(final.triggered.values()), "triggered jobs (checker)"),
-                *discrepancies(expected, final.run_jobs, "run records (launcher)")]
+    problems = [] if quiescent else [f"not quiescent {DRAIN_TIMEOUT:.0f}s after the workload"]
+    problems += [*discrepancies(expected, final.executions, "executions (ledger)"),
+                 *discrepancies(expected, Counter(final.triggered.values()), "triggered jobs (checker)"),
+                 *discrepancies(expected, final.run_jobs, "run records (launcher)")]
     unended = sorted(run for run, status in final.runs.items() if status not in ENDED)
     if unended:
         problems.append(f"{len(unended)} runs never ended, e.g. {unended[:8]}")
