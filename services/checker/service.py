@@ -152,7 +152,10 @@ class CheckerService:
             self._set_timer(state)
 
     def _set_timer(self, state: CheckerState) -> None:
-        wake_at = checking.next_check(state, self._clock.now(), self._capacity).wake_at
+        now = self._clock.now()
+        decision = checking.next_check(state, now, self._capacity)
+        # A pass now would act (e.g. recovered after a crash between a check falling due and its append): due now.
+        wake_at = now if decision.launch or decision.discard else decision.wake_at
         if wake_at != self._wake_at:
             self._wake_at = wake_at
             self._timers_changed.set()
