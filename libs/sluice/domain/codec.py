@@ -49,7 +49,7 @@ _shared: dict[int, tuple[Any, Any]] = {}
 """id(value) -> (value, its JSON-able form) for values of the shared classes and datetimes, which
 many events of one append carry (one notification matched by many schedules, one `now`). The
 value is held, so its id is not reused while cached; the forms are never mutated."""
-_SHARED_MAX = 512
+_SHARED_MAX = 256
 
 
 def share_encoding(cls: type) -> None:
