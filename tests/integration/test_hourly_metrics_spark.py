@@ -68,18 +68,21 @@ def write_hand_partition(data_dir: Path) -> dict:
             "record_count": len(lines), "metadata": {}}
 
 
+RUN_ID, JOB_ID = "4f6d2a8e-0b1c-4d5e-9f00-000000000001", "4f6d2a8e-0b1c-4d5e-9f00-000000000002"
+
+
 def context(root: Path, notifications: list[dict]) -> Path:
     doc = {
-        "run_id": "run-1", "job_id": "job-1",
+        "run_id": RUN_ID, "job_id": JOB_ID,
         "schedule": {"id": "sched-1", "name": "hourly_metrics_on_arrival", "generation": 1},
         "program": {"namespace": "experiments", "app": "clickstream", "program": "hourly_metrics"},
         "properties": {"experiment": "exp-42"},
         "system": {"logical_time": None, "data_dir": str(root / "data"), "staging_dir": str(root / "run/staging"),
                    "result_path": str(root / "run/result.json")},
         "notifications": notifications,
-        "lineage": {"run_id": "run-1", "job_namespace": "experiments",
+        "lineage": {"run_id": RUN_ID, "job_namespace": "experiments",
                     "job_name": "clickstream.hourly_metrics_on_arrival.hourly_metrics",
-                    "parent_run_id": "job-1", "parent_job_name": "clickstream.hourly_metrics_on_arrival"},
+                    "parent_run_id": JOB_ID, "parent_job_name": "clickstream.hourly_metrics_on_arrival"},
     }
     (root / "run").mkdir(parents=True, exist_ok=True)
     path = root / "run/context.json"

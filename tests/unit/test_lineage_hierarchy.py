@@ -134,3 +134,13 @@ def test_every_attempts_spark_run_is_forwarded_and_one_that_died_is_aborted(tmp_
     assert {r.job_name for r in spark.values()} == {f"{HOURLY}.hourly_metrics.spark"}
     aborted = [json.loads(m) for m in messages if json.loads(m)["run"]["runId"] == died][-1]
     assert aborted["run"]["facets"]["parent"]["run"]["runId"] == run.id
+
+
+def test_a_lineage_event_that_cannot_be_built_is_reported_and_the_program_carries_on(tmp_path, capsys):
+    path = tmp_path / "openlineage.jsonl"
+    spark = SparkApplicationLineage(Lineage(run_id="not-a-uuid", job_namespace=NS, job_name="app.s.p",
+                                            parent_run_id="nor-this", parent_job_name="app.s"), path)
+    spark.started("3.5.1", "local-1")
+    spark.finished(True, [], [])
+    assert not path.exists() or path.read_text() == ""
+    assert capsys.readouterr().err.count("not recorded") == 2

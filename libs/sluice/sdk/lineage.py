@@ -11,6 +11,7 @@ network access to the lineage service, and a run that dies leaves its START to b
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from importlib.metadata import version
@@ -62,6 +63,16 @@ class SparkApplicationLineage:
 
     def _emit(self, state: RunState, facets: dict, inputs: Iterable[tuple[str, str]],
               outputs: Iterable[tuple[str, str]]) -> None:
+        """Lineage observes the run and never decides it: an event that cannot be built or written is
+        reported on stderr and the program carries on."""
+        try:
+            self._emit_event(state, facets, inputs, outputs)
+        except Exception as error:
+            print(f"sluice: lineage event {state.value} of the Spark application not recorded: {error!r}",
+                  file=sys.stderr)
+
+    def _emit_event(self, state: RunState, facets: dict, inputs: Iterable[tuple[str, str]],
+                    outputs: Iterable[tuple[str, str]]) -> None:
         lineage = self._lineage
         root = None
         if lineage.parent_run_id and lineage.parent_job_name:      # the schedule's run heads the hierarchy
