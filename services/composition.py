@@ -147,7 +147,7 @@ def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -
         export = OpenLineageExport(settings.openlineage_url, settings.openlineage_api_key)
         subscriptions.append(Subscription(EXPORT_GROUP, {LINEAGE: export.on_lineage_event}))
     return ServiceSpec("lineage", subscriptions, grpc=[binding],
-                       recover=lineage.rebuild, background=[serve_http] if settings.lineage_port is not None else [])
+                       recover=lineage.recover, background=[serve_http] if settings.lineage_port is not None else [])
 
 
 def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, settings: Settings,

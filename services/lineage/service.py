@@ -3,22 +3,31 @@
 Each accepted event is appended, as received (canonical JSON), to the stream `lineage-run-<runId>`
 under an id derived from (runId, eventType, eventTime), so a redelivery is recognised both by the
 projection and, if the projection was not rebuilt yet, by the log's unique event ids.
+
+The projection is snapshotted (sluice.runtime.snapshots) every SNAPSHOT_EVERY events, or as many
+as it has runs if more: a restart loads the snapshot and folds only the log after it. Folding an
+event twice changes nothing, so before a snapshot the log is read up to its head and whatever
+another writer recorded meanwhile is folded too.
 """
 from __future__ import annotations
 
 import gc
 import json
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Iterator
 
 from sluice.clock import Clock
-from sluice.domain.lineage import EMPTY, InvalidRunEvent, LineageState, RunEventRecord, evolve, fold, parse_run_event
-from sluice.eventlog.port import ANY_VERSION, DuplicateEventId, EventLog, NewEvent, RecordedEvent
+from sluice.domain.lineage import EMPTY, InvalidRunEvent, LineageState, RunEventRecord, evolve, parse_run_event
+from sluice.domain.lineage_index import LineageIndex
+from sluice.eventlog.port import ANY_VERSION, DuplicateEventId, EventLog, NewEvent
 from sluice.ids import derived_id
 from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.snapshots import SNAPSHOT_EVERY, Snapshots, schema_of
 
 EVENT_TYPE = "LineageEventRecorded"
-_READ_BATCH = 1000
+SNAPSHOT = "lineage"
+_READ_BATCH = 10_000
 
 
 def stream_name(run_id: str) -> str:
@@ -70,6 +79,9 @@ class LineageService:
         self._log = log
         self._clock = clock
         self._state: LineageState = EMPTY
+        self._position = 0              # every lineage event recorded up to this log position is folded
+        self._unsaved = 0               # events folded since the last snapshot
+        self._snapshots = Snapshots(log, SNAPSHOT, schema_of(LineageState, LineageIndex, evolve, parse_run_event))
 
     @property
     def state(self) -> LineageState:
@@ -86,25 +98,54 @@ class LineageService:
         except DuplicateEventId:
             return                  # recorded before this projection was built; rebuild() catches up
         self._state = evolve(self._state, record)
+        self._unsaved += 1
+        if self._unsaved >= max(SNAPSHOT_EVERY, len(self._state.facts)):
+            self.save_snapshot()
+
+    def recover(self) -> None:
+        """The last usable snapshot and the log after it; the whole log when there is none."""
+        with _collector_paused():
+            loaded = self._snapshots.load()
+            self._state, self._position = (EMPTY, 0) if loaded is None else (loaded[1], loaded[0])
+            self._unsaved = self._fold_tail()
+        if self._unsaved >= SNAPSHOT_EVERY:
+            self.save_snapshot()
 
     def rebuild(self) -> None:
-        """Drop the projection and refold every recorded lineage event from the log.
+        """Drop the projection, refold every recorded lineage event from the log, snapshot the result."""
+        with _collector_paused():
+            self._state, self._position = EMPTY, 0
+            self._unsaved = self._fold_tail()
+        self.save_snapshot()
 
-        The garbage collector is paused meanwhile: nothing folded is garbage, and its scans of a
-        million-run heap would cost more than the fold. What was built is then frozen (out of
-        reach of later collections, which would otherwise keep rescanning it)."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            self._state = EMPTY
-            self._state = fold(parse_run_event(json.loads(e.data)) for e in self._recorded())
-        finally:
-            if collecting:
-                gc.enable()
-            gc.freeze()
+    def save_snapshot(self) -> bool:
+        self._fold_tail()
+        saved = self._snapshots.save(self._position, self._state)
+        if saved:
+            self._unsaved = 0
+        return saved
 
-    def _recorded(self) -> Iterator[RecordedEvent]:
-        after = 0
-        while batch := self._log.read_all(after=after, limit=_READ_BATCH):
-            yield from (e for e in batch if e.type == EVENT_TYPE)
-            after = batch[-1].position
+    def _fold_tail(self) -> int:
+        """Fold the lineage events recorded after the position reached; how many there were."""
+        folded = 0
+        while batch := self._log.read_all(after=self._position, limit=_READ_BATCH):
+            for recorded in batch:
+                if recorded.type == EVENT_TYPE:
+                    self._state = evolve(self._state, parse_run_event(json.loads(recorded.data)))
+                    folded += 1
+            self._position = batch[-1].position
+        return folded
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Nothing folded is garbage, and the collector's scans of a million-run heap would cost more than
+    the fold; what was built is then frozen, out of reach of later collections that would rescan it."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+        gc.freeze()

@@ -200,3 +200,33 @@ def test_the_hourly_clickstream_runs_of_three_marketplaces_are_one_job_graph_wit
     assert sorted(p for r in program_runs for p in r.partitions if p.startswith("experiments/clickstream:")) == [
         f"experiments/clickstream:date=2026-11-22,hour=9,marketplace={m}" for m in ("JP", "UK", "US")]
     assert all(any(p.startswith("experiments/hourly_metrics:") for p in r.partitions) for r in program_runs)
+
+
+def test_recovery_from_a_snapshot_folds_only_the_log_after_it(log, service):
+    assert service.save_snapshot()
+    snapshot_position = log.read_snapshot("lineage").position
+    later = json.loads(MESSAGES[0])
+    later["run"]["runId"] = "01000000-0000-7000-8000-0000000000aa"
+    service.handle_message(json.dumps(later).encode())      # recorded after the snapshot
+    recovered = LineageService(log, SimulatedClock(T0))
+    recovered.recover()
+    assert recovered.state == service.state
+    assert later["run"]["runId"] in recovered.state.runs
+    assert log.read_snapshot("lineage").position == snapshot_position   # a short tail writes no new one
+    rebuilt = LineageService(log, SimulatedClock(T0))
+    rebuilt.rebuild()
+    assert rebuilt.state == recovered.state
+    assert log.read_snapshot("lineage").position == log.head_position()
+
+
+def test_a_snapshot_is_written_every_snapshot_every_events(log, monkeypatch):
+    from sluice_services.lineage import service as lineage_service
+
+    monkeypatch.setattr(lineage_service, "SNAPSHOT_EVERY", 2)
+    service = LineageService(log, SimulatedClock(T0))
+    service.handle_message(MESSAGES[0])
+    assert log.read_snapshot("lineage") is None
+    for value in MESSAGES[1:]:
+        service.handle_message(value)
+    snapshot = log.read_snapshot("lineage")
+    assert snapshot is not None and snapshot.position > 0

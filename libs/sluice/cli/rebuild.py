@@ -18,7 +18,6 @@ from sluice.eventlog.port import EventLog
 
 SERVICES = ("registry", "matcher", "checker", "launcher")
 PROJECTIONS = ("jobs", "lineage", *SERVICES, "snapshots")
-LINEAGE_SNAPSHOT = "lineage"
 
 
 @dataclass(frozen=True)
@@ -75,13 +74,11 @@ def rebuild(projection: str, log: EventLog) -> Rebuilt:
         view.snapshot(store)
         return Rebuilt("jobs", (jobs_model.SNAPSHOT,), view.position, len(view.list()), time.perf_counter() - started)
     if projection == "lineage":
-        from sluice_services.lineage.service import LineageService
+        from sluice_services.lineage.service import SNAPSHOT as LINEAGE_SNAPSHOT, LineageService
 
-        if callable(getattr(log, "delete_snapshot", None)):
-            log.delete_snapshot(LINEAGE_SNAPSHOT)
         lineage = LineageService(log, SystemClock())
         lineage.rebuild()
-        return Rebuilt("lineage", (), position, len(lineage.state.runs), time.perf_counter() - started)
+        return Rebuilt("lineage", (LINEAGE_SNAPSHOT,), position, len(lineage.state.runs), time.perf_counter() - started)
     service, names, entities = _service(projection, log)
     for name in names:
         log.delete_snapshot(name)
