@@ -8,7 +8,9 @@ program reads dataset k and writes k+1, its Spark stages go through a temporary 
 ten schedules chain into one pipeline, so a depth-20 query covers ~40 to ~80 nodes.
 
 Figures (each run):
-- rebuild_events_per_s: LineageService.rebuild() of the whole log, as a server starting up.
+- rebuild_events_per_s: LineageService.rebuild(): the whole log folded, then a snapshot saved.
+- restart_from_snapshot_s: LineageService.recover() of another service on that log, as a server
+  starting up: the snapshot loaded, the log after it folded.
 - memory_per_run: resident memory the rebuilt projection takes, per run (bytes); measured on
   the process's first rebuild only, since later ones reuse the memory the previous one freed.
 - http_ingest_events_per_s: POST /api/v1/lineage by the openlineage-python client's HTTP
@@ -86,6 +88,12 @@ def run(options: object) -> list[Figure]:
         per_run = _memory.setdefault((jobs, runs), (_rss() - rss_before) / run_count)
         progress(f"[lineage] rebuilt {events} events into {len(service.state.jobs)} jobs, {run_count} runs "
                  f"in {rebuild:.1f} s; {per_run:.0f} B resident per run")
+        restarted = LineageService(log, SystemClock())
+        started = time.perf_counter()
+        restarted.recover()
+        restart = time.perf_counter() - started
+        progress(f"[lineage] a restart from the snapshot took {restart:.1f} s")
+        del restarted
         http_rate, service_rate, latencies = asyncio.run(_serve_and_measure(service, schedules, queries, posts, rng))
     finally:
         log.close()
@@ -93,6 +101,7 @@ def run(options: object) -> list[Figure]:
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
     return [
         Figure("rebuild_events_per_s", events / rebuild, "events/s"),
+        Figure("restart_from_snapshot_s", restart, "s"),
         Figure("memory_per_run", per_run, "bytes"),
         Figure("http_ingest_events_per_s", http_rate, "events/s"),
         Figure("service_ingest_events_per_s", service_rate, "events/s"),

@@ -59,3 +59,12 @@ def test_list_and_unknown_names(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--runs", "0"])
     assert exit_.value.code == 2
+
+
+def test_lineage_prints_its_figures(capsys, monkeypatch):
+    for name, value in (("JOBS", "70"), ("RUNS", "700"), ("QUERIES", "20"), ("POSTS", "10")):
+        monkeypatch.setenv(f"BENCH_LINEAGE_{name}", value)
+    lines = figures(capsys, ["lineage", "--runs", "1"])
+    assert {line["metric"] for line in lines} == {
+        "rebuild_events_per_s", "restart_from_snapshot_s", "memory_per_run", "http_ingest_events_per_s",
+        "service_ingest_events_per_s", "lineage_query_p50_ms", "lineage_query_p99_ms"}
