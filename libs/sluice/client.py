@@ -82,13 +82,25 @@ class SluiceClient:
         return self.runs.GetRun(runs_pb2.GetRunRequest(id=run_id), timeout=self._timeout)
 
     def lineage_jobs(self, namespace: str = "") -> list[lineage_pb2.LineageJob]:
-        request = lineage_pb2.ListLineageJobsRequest(namespace=namespace)
-        return list(self.lineage.ListJobs(request, timeout=self._timeout).jobs)
+        """Every job (every page), by namespace then fully qualified name."""
+        jobs, token = [], ""
+        while True:
+            request = lineage_pb2.ListLineageJobsRequest(namespace=namespace, page_size=10_000, page_token=token)
+            response = self.lineage.ListJobs(request, timeout=self._timeout)
+            jobs.extend(response.jobs)
+            if not (token := response.next_page_token):
+                return jobs
 
     def lineage_runs(self, job_namespace: str = "", job_name: str = "", parent_run_id: str = "") -> list[lineage_pb2.LineageRun]:
-        request = lineage_pb2.ListLineageRunsRequest(job_namespace=job_namespace, job_name=job_name,
-                                                     parent_run_id=parent_run_id)
-        return list(self.lineage.ListRuns(request, timeout=self._timeout).runs)
+        """Every matching run (every page), oldest first."""
+        runs, token = [], ""
+        while True:
+            request = lineage_pb2.ListLineageRunsRequest(job_namespace=job_namespace, job_name=job_name,
+                                                         parent_run_id=parent_run_id, page_size=10_000, page_token=token)
+            response = self.lineage.ListRuns(request, timeout=self._timeout)
+            runs.extend(response.runs)
+            if not (token := response.next_page_token):
+                return runs
 
 
 def parse_pairs(pairs: Iterable[str], what: str) -> Mapping[str, str]:

@@ -1,12 +1,22 @@
 """gRPC edge of the lineage service; the only place that knows the protobuf messages."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import base64
+import binascii
+import json
+from datetime import datetime
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from sluice.domain.lineage import Job, Run
+from sluice.runtime.errors import FailedPrecondition, InvalidArgument, MalformedMessage, NotFound
+from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
+from sluice_services.lineage.http_api import MAX_BODY_BYTES
+from sluice_services.lineage.queries import (
+    DEFAULT_DEPTH, MAX_DEPTH, Graph, find_job, job_order, page, page_size, run_order,
+)
 from sluice_services.lineage.service import LineageService
 
 
@@ -14,15 +24,20 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
     def __init__(self, service: LineageService) -> None:
         self._service = service
 
+    @grpc_errors
     async def ListJobs(self, request: lineage_pb2.ListLineageJobsRequest, context) -> lineage_pb2.ListLineageJobsResponse:
-        """Every job, by namespace then fully qualified name; `namespace` filters when set."""
+        """Every job, by namespace then fully qualified name; `namespace` filters when set. Paged."""
+        size, after = _paging(request, "jobs")
         jobs = self._service.state.jobs.values()
-        return lineage_pb2.ListLineageJobsResponse(
-            jobs=[_job_to_proto(j) for j in jobs if not request.namespace or j.namespace == request.namespace]
-        )
+        found = [j for j in jobs if not request.namespace or j.namespace == request.namespace]
+        jobs, last = page(found, job_order, after, size)
+        return lineage_pb2.ListLineageJobsResponse(jobs=[_job_to_proto(j) for j in jobs],
+                                                   next_page_token=_token("jobs", last))
 
+    @grpc_errors
     async def ListRuns(self, request: lineage_pb2.ListLineageRunsRequest, context) -> lineage_pb2.ListLineageRunsResponse:
-        """Runs matching every filter that is set (job_namespace, job_name, parent_run_id), oldest first."""
+        """Runs matching every filter that is set (job_namespace, job_name, parent_run_id), oldest first. Paged."""
+        size, after = _paging(request, "runs")
         state = self._service.state
         if request.job_namespace and request.job_name:
             candidates = state.runs_of((request.job_namespace, request.job_name))
@@ -36,8 +51,91 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
             and (not request.job_name or run.job_name == request.job_name)
             and (not request.parent_run_id or run.parent_run_id == request.parent_run_id.lower())
         ]
-        runs.sort(key=lambda r: (r.started_at is None, r.started_at or datetime.max.replace(tzinfo=timezone.utc), r.run_id))
-        return lineage_pb2.ListLineageRunsResponse(runs=[_run_to_proto(r) for r in runs])
+        runs.sort(key=run_order)
+        runs, last = page(runs, run_order, after, size)
+        return lineage_pb2.ListLineageRunsResponse(runs=[_run_to_proto(r) for r in runs],
+                                                   next_page_token=_token("runs", last))
+
+    @grpc_errors
+    async def RecordEvent(self, request: lineage_pb2.RecordLineageEventRequest, context) -> lineage_pb2.RecordLineageEventResponse:
+        """Record one OpenLineage run event (its JSON text), as POST /api/v1/lineage does."""
+        if len(request.event) > MAX_BODY_BYTES:
+            raise InvalidArgument("event", f"over {MAX_BODY_BYTES} bytes ({len(request.event)})")
+        before = self._service.state
+        try:
+            self._service.handle_message(request.event)
+        except MalformedMessage as error:
+            raise InvalidArgument("event", str(error)) from error
+        return lineage_pb2.RecordLineageEventResponse(duplicate=self._service.state is before)
+
+    @grpc_errors
+    async def GetJob(self, request: lineage_pb2.GetLineageJobRequest, context) -> lineage_pb2.GetLineageJobResponse:
+        """A job by fully qualified name, or by the simple name only one job of the namespace has."""
+        found = find_job(self._service.state, request.namespace, request.name)
+        if found.job is not None:
+            return lineage_pb2.GetLineageJobResponse(job=_job_to_proto(found.job), resolved=found.resolved)
+        if found.candidates:
+            raise FailedPrecondition(f"name: job {request.name!r} is ambiguous in namespace {request.namespace!r}: "
+                                     f"several jobs have this simple name: {', '.join(found.candidates)}")
+        raise NotFound(f"no job {request.name!r} in namespace {request.namespace!r}")
+
+    @grpc_errors
+    async def GetLineage(self, request: lineage_pb2.GetLineageRequest, context) -> lineage_pb2.GetLineageResponse:
+        """The jobs and datasets within `depth` edges of a node, as GET /api/v1/lineage answers."""
+        depth = request.depth if request.HasField("depth") else DEFAULT_DEPTH
+        if not 0 <= depth <= MAX_DEPTH:
+            raise InvalidArgument("depth", f"must be from 0 to {MAX_DEPTH}, got {depth}")
+        graph = Graph(self._service.state)
+        start = graph.find(request.node_id)
+        if start is None:
+            raise NotFound(f"node_id: no node {request.node_id!r} (job:<namespace>:<name> or dataset:<namespace>:<name>)")
+        return _graph_to_proto(graph.around(start, depth))
+
+
+def _paging(request: Any, kind: str) -> tuple[int, Any]:
+    """The page size and the key the page starts after; InvalidArgument naming the field."""
+    try:
+        size = page_size(request.page_size)
+    except ValueError as error:
+        raise InvalidArgument("page_size", str(error)) from None
+    if not request.page_token:
+        return size, None
+    try:
+        token = json.loads(base64.urlsafe_b64decode(request.page_token.encode("ascii")))
+        if not (isinstance(token, list) and len(token) == 2 and token[0] == kind):
+            raise ValueError
+        after = tuple(token[1])
+        if kind == "jobs" and not (len(after) == 2 and all(isinstance(v, str) for v in after)):
+            raise ValueError
+        if kind == "runs" and not (len(after) == 3 and isinstance(after[0], bool)
+                                   and type(after[1]) is int and isinstance(after[2], str)):
+            raise ValueError
+    except (ValueError, TypeError, UnicodeError, binascii.Error, RecursionError):
+        raise InvalidArgument("page_token", f"not a next_page_token of List{kind.title()}") from None
+    return size, after
+
+
+def _token(kind: str, last: tuple | None) -> str:
+    """The next page's token: opaque to clients, the key of the last item sent."""
+    if last is None:
+        return ""
+    return base64.urlsafe_b64encode(json.dumps([kind, list(last)], separators=(",", ":")).encode()).decode("ascii")
+
+
+def _graph_to_proto(rendered: list[dict[str, Any]]) -> lineage_pb2.GetLineageResponse:
+    nodes, edges = [], set()
+    for node in rendered:
+        data = node["data"]
+        if node["type"] == "JOB":
+            nodes.append(lineage_pb2.LineageNode(id=node["id"], type="JOB", job=lineage_pb2.LineageJob(
+                namespace=data["namespace"], name=data["name"], simple_name=data["simpleName"],
+                parent_job_name=data["parentJobName"] or "")))
+        else:
+            nodes.append(lineage_pb2.LineageNode(id=node["id"], type="DATASET",
+                                                 dataset_namespace=data["namespace"], dataset_name=data["name"]))
+        edges.update((e["origin"], e["destination"]) for e in [*node["inEdges"], *node["outEdges"]])
+    return lineage_pb2.GetLineageResponse(
+        nodes=nodes, edges=[lineage_pb2.LineageEdge(origin=o, destination=d) for o, d in sorted(edges)])
 
 
 def _job_to_proto(job: Job) -> lineage_pb2.LineageJob:

@@ -1,0 +1,181 @@
+"""Queries on the lineage projection shared by its HTTP and gRPC edges: a job by fully qualified or
+simple name, the graph of jobs and datasets around a node, and pages of an ordered listing."""
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence, TypeVar
+
+from sluice.domain.lineage import Job, LineageState, Run
+
+DEFAULT_DEPTH = 20
+MAX_DEPTH = 100
+"""The deepest lineage graph a caller may ask for."""
+
+T = TypeVar("T")
+K = TypeVar("K")
+
+
+@dataclass(frozen=True)
+class JobLookup:
+    """What a namespace and name denote: the job (`resolved` when found by its simple name), or
+    the candidates' fully qualified names when several jobs share that simple name, or nothing."""
+    job: Job | None = None
+    resolved: bool = False
+    candidates: tuple[str, ...] = ()
+
+
+def find_job(state: LineageState, namespace: str, name: str) -> JobLookup:
+    """The job by fully qualified name; else the one job with this simple name, or the candidates."""
+    jobs = state.jobs
+    if (namespace, name) in jobs:
+        return JobLookup(jobs[(namespace, name)])
+    candidates = tuple(sorted(job.name for (ns, _), job in jobs.items() if ns == namespace and job.simple_name == name))
+    if len(candidates) == 1:
+        return JobLookup(jobs[(namespace, candidates[0])], resolved=True)
+    return JobLookup(candidates=candidates if len(candidates) > 1 else ())
+
+
+def job_json(state: LineageState, job: Job) -> dict[str, Any]:
+    inputs, outputs = state.datasets_of(job.key)
+    latest = state.latest_run(job.key)
+    return {
+        "id": {"namespace": job.namespace, "name": job.name},
+        "type": "BATCH",
+        "name": job.name,
+        "simpleName": job.simple_name,
+        "parentJobName": job.parent_job_name,
+        "namespace": job.namespace,
+        "inputs": [_dataset_id(d) for d in inputs],
+        "outputs": [_dataset_id(d) for d in outputs],
+        "latestRun": run_json(latest) if latest else None,
+    }
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.run_id,
+        "state": run.state,
+        "jobName": run.job_name,
+        "jobNamespace": run.job_namespace,
+        "parentRunId": run.parent_run_id,
+        "startedAt": run.started_at.isoformat() if run.started_at else None,
+        "endedAt": run.ended_at.isoformat() if run.ended_at else None,
+        "inputs": [_dataset_id(d) for d in run.inputs],
+        "outputs": [_dataset_id(d) for d in run.outputs],
+        "partitions": [_partition_json(p) for p in run.partitions],
+    }
+
+
+def _partition_json(qualified: str) -> dict[str, Any]:
+    dataset, _, keys = qualified.partition(":")
+    return {**_dataset_id(dataset), "dimensions": dict(pair.split("=", 1) for pair in keys.split(",") if pair)}
+
+
+def _dataset_id(qualified: str) -> dict[str, str]:
+    namespace, _, name = qualified.partition("/")
+    return {"namespace": namespace, "name": name}
+
+
+Node = tuple[str, Any]   # ("job", (namespace, name)) or ("dataset", "namespace/name")
+
+
+class Graph:
+    """Jobs and datasets as nodes; a job's runs read its inputs and wrote its outputs. Walks the
+    state's maintained edges out from the start node, so a query costs the size of its answer."""
+
+    def __init__(self, state: LineageState) -> None:
+        self._state = state
+
+    def find(self, node_id: str) -> Node | None:
+        """The node a nodeId names, None if there is none. A namespace may contain ':' (s3://...)."""
+        kind, _, rest = node_id.partition(":")
+        for at in (i for i, c in enumerate(rest) if c == ":"):
+            namespace, name = rest[:at], rest[at + 1:]
+            if kind == "job" and (namespace, name) in self._state.jobs:
+                return "job", (namespace, name)
+            if kind == "dataset" and any(self._state.jobs_of(f"{namespace}/{name}")):
+                return "dataset", f"{namespace}/{name}"
+        return None
+
+    def _edges(self, node: Node) -> list[tuple[Node, Node]]:
+        kind, key = node
+        if kind == "job":
+            inputs, outputs = self._state.datasets_of(key)
+            return [(("dataset", d), node) for d in inputs] + [(node, ("dataset", d)) for d in outputs]
+        readers, writers = self._state.jobs_of(key)
+        return [(node, ("job", j)) for j in readers] + [(("job", j), node) for j in writers]
+
+    def around(self, start: Node, depth: int) -> list[dict[str, Any]]:
+        edges = {start: self._edges(start)}
+        frontier = [start]
+        for _ in range(depth):
+            reached = []
+            for node in frontier:
+                for other in (end for edge in edges[node] for end in edge if end not in edges):
+                    edges[other] = self._edges(other)
+                    reached.append(other)
+            if not (frontier := reached):
+                break
+        rendered = []
+        for node in sorted(edges, key=node_id):
+            me, links = node_id(node), sorted((node_id(o), node_id(d)) for o, d in edges[node])
+            rendered.append({"id": me, **self._data(node),
+                             "inEdges": [{"origin": o, "destination": d} for o, d in links if d == me],
+                             "outEdges": [{"origin": o, "destination": d} for o, d in links if o == me]})
+        return rendered
+
+    def _data(self, node: Node) -> dict[str, Any]:
+        kind, key = node
+        if kind == "job":
+            return {"type": "JOB", "data": job_json(self._state, self._state.jobs[key])}
+        return {"type": "DATASET", "data": _dataset_id(key)}
+
+
+def node_id(node: Node) -> str:
+    kind, key = node
+    if kind == "job":
+        return f"job:{key[0]}:{key[1]}"
+    namespace, _, name = key.partition("/")
+    return f"dataset:{namespace}:{name}"
+
+
+DEFAULT_PAGE_SIZE = 1_000
+MAX_PAGE_SIZE = 10_000
+
+
+def page_size(requested: int) -> int:
+    """The size of a page for a requested page_size: 0 is the default, more than the maximum is the
+    maximum; ValueError when negative."""
+    if requested < 0:
+        raise ValueError(f"must be 0 (the default, {DEFAULT_PAGE_SIZE}) or more, got {requested}")
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+
+
+def page(ordered: Sequence[T], key: Callable[[T], K], after: K | None, size: int) -> tuple[list[T], K | None]:
+    """The first `size` items of `ordered` (sorted by `key`) whose key is above `after`, and the key to
+    start the next page after (None on the last page). A key names a position even when the item it
+    came from has since gone or moved, so a page is neither skipped nor repeated by a change before it."""
+    start = 0 if after is None else bisect_right(ordered, after, key=key)
+    items = list(ordered[start:start + size])
+    return items, (key(items[-1]) if items and start + size < len(ordered) else None)
+
+
+def run_order(run: Run) -> tuple[bool, int, str]:
+    """Oldest first by start (microseconds since the epoch); runs not started yet last; then by id."""
+    if run.started_at is None:
+        return True, 0, run.run_id
+    return False, _micros(run.started_at), run.run_id
+
+
+def job_order(job: Job) -> tuple[str, str]:
+    return job.namespace, job.name
+
+
+def _micros(when: datetime) -> int:
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
