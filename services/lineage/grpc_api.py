@@ -9,7 +9,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from sluice.domain.lineage import Job, Run
+from sluice.domain.lineage import Job, LineageState, Run
 from sluice.runtime.errors import FailedPrecondition, InvalidArgument, MalformedMessage, NotFound
 from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
@@ -23,6 +23,9 @@ from sluice_services.lineage.service import LineageService
 class LineageServicer(lineage_pb2_grpc.LineageServicer):
     def __init__(self, service: LineageService) -> None:
         self._service = service
+        # The last listing's filters and run keys in order, reused while the state is the same object:
+        # a million runs take seconds to order, so the next page costs only its own runs.
+        self._run_order: tuple[LineageState, tuple[str, str, str], list[tuple]] | None = None
 
     @grpc_errors
     async def ListJobs(self, request: lineage_pb2.ListLineageJobsRequest, context) -> lineage_pb2.ListLineageJobsResponse:
@@ -39,21 +42,12 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
         """Runs matching every filter that is set (job_namespace, job_name, parent_run_id), oldest first. Paged."""
         size, after = _paging(request, "runs")
         state = self._service.state
-        if request.job_namespace and request.job_name:
-            candidates = state.runs_of((request.job_namespace, request.job_name))
-        elif request.parent_run_id:
-            candidates = state.children_of(request.parent_run_id.lower())
-        else:
-            candidates = state.runs.values()
-        runs = [
-            run for run in candidates
-            if (not request.job_namespace or run.job_namespace == request.job_namespace)
-            and (not request.job_name or run.job_name == request.job_name)
-            and (not request.parent_run_id or run.parent_run_id == request.parent_run_id.lower())
-        ]
-        runs.sort(key=run_order)
-        runs, last = page(runs, run_order, after, size)
-        return lineage_pb2.ListLineageRunsResponse(runs=[_run_to_proto(r) for r in runs],
+        filters = (request.job_namespace, request.job_name, request.parent_run_id.lower())
+        if self._run_order is None or self._run_order[0] is not state or self._run_order[1] != filters:
+            self._run_order = state, filters, sorted(run_order(run) for run in _matching_runs(state, *filters))
+        keys, last = page(self._run_order[2], lambda key: key, after, size)
+        runs = state.runs
+        return lineage_pb2.ListLineageRunsResponse(runs=[_run_to_proto(runs[key[2]]) for key in keys],
                                                    next_page_token=_token("runs", last))
 
     @grpc_errors
@@ -90,6 +84,22 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
         if start is None:
             raise NotFound(f"node_id: no node {request.node_id!r} (job:<namespace>:<name> or dataset:<namespace>:<name>)")
         return _graph_to_proto(graph.around(start, depth))
+
+
+def _matching_runs(state: LineageState, job_namespace: str, job_name: str, parent_run_id: str) -> list[Run]:
+    """Runs matching every filter that is set."""
+    if job_namespace and job_name:
+        candidates = state.runs_of((job_namespace, job_name))
+    elif parent_run_id:
+        candidates = state.children_of(parent_run_id)
+    else:
+        candidates = state.runs.values()
+    return [
+        run for run in candidates
+        if (not job_namespace or run.job_namespace == job_namespace)
+        and (not job_name or run.job_name == job_name)
+        and (not parent_run_id or run.parent_run_id == parent_run_id)
+    ]
 
 
 def _paging(request: Any, kind: str) -> tuple[int, Any]:

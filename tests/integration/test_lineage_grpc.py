@@ -176,6 +176,17 @@ async def test_paging_through_2500_runs_returns_each_once_in_order(apis):
     assert [len(p) for p in pages] == [1_000, 1_000, 500]
     assert [run_id for p in pages for run_id in p] == [r.run_id for r in whole.runs]
 
+    first = await stub.ListRuns(lineage_pb2.ListLineageRunsRequest(page_size=1_000), timeout=10)
+    late, early = str(uuid.UUID(int=10_000)), str(uuid.UUID(int=10_001))
+    await record(stub, event(RunState.START, late, "job0", 5_000))                     # after the first page
+    await record(stub, event(RunState.START, early, "job0", -1))                       # before it: not repeated
+    rest, token = [], first.next_page_token
+    while token:
+        answer = await stub.ListRuns(lineage_pb2.ListLineageRunsRequest(page_size=1_000, page_token=token), timeout=10)
+        rest.extend(r.run_id for r in answer.runs)
+        token = answer.next_page_token
+    assert [r.run_id for r in first.runs] + rest == [*run_ids, late]
+
     default = await stub.ListRuns(lineage_pb2.ListLineageRunsRequest(), timeout=10)
     assert len(default.runs) == 1_000 and default.next_page_token
     of_one_job = await stub.ListRuns(lineage_pb2.ListLineageRunsRequest(
@@ -183,7 +194,7 @@ async def test_paging_through_2500_runs_returns_each_once_in_order(apis):
     rest = await stub.ListRuns(lineage_pb2.ListLineageRunsRequest(
         job_namespace="experiments", job_name="job1", page_size=500, page_token=of_one_job.next_page_token), timeout=10)
     assert [r.run_id for r in [*of_one_job.runs, *rest.runs]] == run_ids[1::3] and rest.next_page_token == ""
-    assert log.head_position() == 2_500
+    assert log.head_position() == 2_502
 
 
 async def test_list_jobs_pages_in_order(apis):
