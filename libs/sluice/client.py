@@ -24,6 +24,8 @@ from sluice.v1 import (
 from sluice.wire.common import notification_to_proto
 
 DEFAULT_SERVER = "127.0.0.1:50051"
+LINEAGE_PAGE = 1_000
+"""Runs or jobs per ListRuns / ListJobs page: well under gRPC's 4 MB message limit, also for runs with many datasets."""
 
 
 def default_server() -> str:
@@ -85,7 +87,7 @@ class SluiceClient:
         """Every job (every page), by namespace then fully qualified name."""
         jobs, token = [], ""
         while True:
-            request = lineage_pb2.ListLineageJobsRequest(namespace=namespace, page_size=10_000, page_token=token)
+            request = lineage_pb2.ListLineageJobsRequest(namespace=namespace, page_size=LINEAGE_PAGE, page_token=token)
             response = self.lineage.ListJobs(request, timeout=self._timeout)
             jobs.extend(response.jobs)
             if not (token := response.next_page_token):
@@ -96,7 +98,8 @@ class SluiceClient:
         runs, token = [], ""
         while True:
             request = lineage_pb2.ListLineageRunsRequest(job_namespace=job_namespace, job_name=job_name,
-                                                         parent_run_id=parent_run_id, page_size=10_000, page_token=token)
+                                                         parent_run_id=parent_run_id, page_size=LINEAGE_PAGE,
+                                                         page_token=token)
             response = self.lineage.ListRuns(request, timeout=self._timeout)
             runs.extend(response.runs)
             if not (token := response.next_page_token):
