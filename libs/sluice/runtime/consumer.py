@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
-from sluice.bus.port import Bus, Consumer, Producer, Record, TopicPartition
+from sluice.bus.port import Bus, CommitFailed, Consumer, Producer, Record, TopicPartition
 from sluice.bus.topics import DEAD_LETTER
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.metrics import Registry
@@ -111,7 +111,10 @@ class ConsumerLoop:
                 reason = await _handle(record, subscription, self._dead_letter)
                 self._instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
         if records:
-            await consumer.commit()
+            try:
+                await consumer.commit()
+            except CommitFailed as error:  # the group rebalanced meanwhile: the partitions' new owner
+                log.warning("%s; their new owner reads these records again", error)  # skips what the log has
         return len(records)
 
 
