@@ -162,16 +162,43 @@ class MatcherService:
 
     async def apply(self, items: list[tuple[Record, object]]) -> None:
         """Decide on the commands of records not consumed before; the events and the consumed
-        positions are appended together (a redelivered record is skipped, also after a restart)."""
-        commands, checkpoints = [], {}
-        for record, command in items:
-            checkpoint = self._offsets.checkpoint(record)
-            if checkpoint is not None:  # else consumed before: its events are in the log
-                commands.append(command)
-                checkpoints[checkpoint.name] = checkpoint
-        if commands:
-            self._run(commands, list(checkpoints.values()))
-        self._notifications.clear()
+        positions are appended together (a redelivered record is skipped, also after a restart).
+
+        During a rebalance the partition's previous owner may still be recording the same records.
+        So every attempt loads the states the records concern first and reads the consumed positions
+        after: a writer that commits in between shows in those positions, and one that commits later
+        conflicts with this append, which is then tried again."""
+        try:
+            for _ in range(MAX_CONFLICT_RETRIES):
+                for schedule_id in self._concerned(command for _, command in items):
+                    self._store.load(matching.stream_name(schedule_id))
+                self._offsets.refresh({self._offsets.name(record) for record, _ in items})
+                commands, checkpoints = [], {}
+                for record, command in items:
+                    checkpoint = self._offsets.checkpoint(record)
+                    if checkpoint is not None:  # else consumed before: its events are in the log
+                        commands.append(command)
+                        checkpoints[checkpoint.name] = checkpoint
+                if not commands:
+                    return
+                try:
+                    self._run_once(commands, list(checkpoints.values()))
+                    return
+                except WrongExpectedVersion as conflict:
+                    self._store.forget(conflict.stream)
+            raise RuntimeError(f"gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
+        finally:
+            self._notifications.clear()
+
+    def _concerned(self, commands) -> set[str]:
+        found: set[str] = set()
+        for command in commands:
+            match command:
+                case MatchRequest(schedule_id, _, _) | ObserveSchedule(schedule_id, _):
+                    found.add(schedule_id)
+                case LookUpAndMatch(notification):
+                    found |= self._index.get(notification.event_key(), set())
+        return found
 
     # -- direct calls (the simulated scheduler, tests, benchmarks) ------------------------------------
 
@@ -187,31 +214,33 @@ class MatcherService:
         self._run(commands, [consumed] if consumed else [])
 
     def _run(self, commands: list[object], checkpoints: list[Checkpoint] = ()) -> None:
-        """Decide every command in order, append all events with the checkpoints in one transaction
-        (nothing when nothing was decided); on a concurrent writer, reload and decide again."""
-        now = self._clock.now()
+        """`_run_once`; on a concurrent writer, reload and decide again."""
         for _ in range(MAX_CONFLICT_RETRIES):
-            decisions = Decisions(self._store, now)
-            for command in commands:
-                self._decide(decisions, command)
-            if not decisions:
-                return
             try:
-                versions = self._log.append_batch(decisions.appends(), checkpoints=checkpoints)
+                self._run_once(commands, checkpoints)
+                return
             except WrongExpectedVersion as conflict:
                 self._store.forget(conflict.stream)
-                continue
-            for checkpoint in checkpoints:
-                self._offsets.recorded(checkpoint)
-            for schedule_id, (before, after) in decisions.changed_schedules.items():
-                if before is not None:
-                    self._unindex_schedule(before)
-                if after is not None:
-                    self._index_schedule(after)
-            for schedule_id, state in decisions.commit(versions):
-                self._set_timer(schedule_id, state)
-            return
         raise RuntimeError(f"gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
+
+    def _run_once(self, commands: list[object], checkpoints: list[Checkpoint]) -> None:
+        """Decide every command in order, append all events with the checkpoints in one transaction
+        (nothing when nothing was decided). Raises WrongExpectedVersion, having changed nothing."""
+        decisions = Decisions(self._store, self._clock.now())
+        for command in commands:
+            self._decide(decisions, command)
+        if not decisions:
+            return
+        versions = self._log.append_batch(decisions.appends(), checkpoints=checkpoints)
+        for checkpoint in checkpoints:
+            self._offsets.recorded(checkpoint)
+        for schedule_id, (before, after) in decisions.changed_schedules.items():
+            if before is not None:
+                self._unindex_schedule(before)
+            if after is not None:
+                self._index_schedule(after)
+        for schedule_id, state in decisions.commit(versions):
+            self._set_timer(schedule_id, state)
 
     def _decide(self, decisions: Decisions, command: object) -> None:
         match command:

@@ -122,9 +122,9 @@ def test_step_gives_the_state_its_events_fold_to():
         state = after
 
 
-def test_a_notification_matched_within_the_last_32_is_ignored_an_older_one_counts_again():
-    state, _ = run(observed(schedule(count=1)), *[MatchNotification(notification(n)) for n in range(33)])
-    assert run(state, MatchNotification(notification(32)))[1] == []
+def test_a_notification_matched_within_the_last_512_is_ignored_an_older_one_counts_again():
+    state, _ = run(observed(schedule(count=1)), *[MatchNotification(notification(n)) for n in range(513)])
+    assert run(state, MatchNotification(notification(512)))[1] == []
     assert run(state, MatchNotification(notification(1)))[1] == []
     assert [type(e) for e in run(state, MatchNotification(notification(0)))[1]] == [
         JobCreated, NotificationMatched, JobTriggered]

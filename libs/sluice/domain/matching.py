@@ -128,9 +128,11 @@ class MatcherState:
         return MatcherState, (self.schedule, self.pending, self.jobs_created, self.retired_generation, self.recent)
 
 
-RECENT_PER_SCHEDULE = 32
+RECENT_PER_SCHEDULE = 512
+"""More than one poll of the first stage (500 records): what it publishes again when a rebalance or
+a failed offset commit makes it redeliver a poll is still remembered, whatever schedule it concerns."""
 DIGEST_SIZE = 8
-"""64-bit digests: two of a schedule's last 32 ids collide with a probability of ~2**-59."""
+"""64-bit digests: two of a schedule's last 512 ids collide with a probability of ~2**-46."""
 _RECENT_BYTES = RECENT_PER_SCHEDULE * DIGEST_SIZE
 
 

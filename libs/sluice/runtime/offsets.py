@@ -12,9 +12,18 @@ class ConsumedOffsets:
         self._consumer = consumer
         self._next: dict[str, int] = {}
 
+    def name(self, record: Record) -> str:
+        return f"{self._consumer}:{record.topic}:{record.partition}"
+
+    def refresh(self, names: set[str]) -> None:
+        """Read these positions from the log again: another member of the group may have recorded
+        records of these partitions since (a rebalance moved them while it finished a poll)."""
+        for name in names:
+            self._next[name] = self._log.read_checkpoint(name) or 0
+
     def checkpoint(self, record: Record) -> Checkpoint | None:
         """The checkpoint to append with the record's events, or None when the record was consumed before."""
-        name = f"{self._consumer}:{record.topic}:{record.partition}"
+        name = self.name(record)
         if name not in self._next:
             self._next[name] = self._log.read_checkpoint(name) or 0
         if record.offset < self._next[name]:
