@@ -222,13 +222,18 @@ async def test_what_a_killed_wrapper_left_running_is_killed_before_the_retry(wor
     await eventually(lambda: _gone(orphan), "the orphaned program to be killed")
 
 
+def kill_program(world: World, run_id: str) -> None:
+    """The wrapper of the run's first attempt and its program, as if the machine had killed them."""
+    os.killpg(int((world.root / "runs" / run_id / supervise.SPAWNED).read_text().split()[0]), signal.SIGKILL)
+
+
 async def test_a_lost_retry_that_completes_reports_the_run_once_to_the_checker(world: World):
     policy = RetryPolicy(max_retries=2, delay_seconds=10)
     launcher = world.launcher()
     run_id = await world.request(launcher, world.job(policy))
     await eventually(lambda: world.starts_of(run_id), "the program to start")
     await crash(launcher)
-    os.killpg(int((world.root / "runs" / run_id / supervise.SPAWNED).read_text().split()[0]), signal.SIGKILL)
+    kill_program(world, run_id)
 
     launcher = world.launcher()
     launcher.resume()
@@ -253,7 +258,7 @@ async def test_a_lost_run_without_retries_left_ends_lost(world: World):
     run_id = await world.request(launcher, world.job(RetryPolicy(max_retries=0)))
     await eventually(lambda: world.starts_of(run_id), "the program to start")
     await crash(launcher)
-    os.killpg(int((world.root / "runs" / run_id / supervise.SPAWNED).read_text().split()[0]), signal.SIGKILL)
+    kill_program(world, run_id)
     launcher = world.launcher()
     launcher.resume()
     await launcher.drain()

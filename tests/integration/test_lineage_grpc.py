@@ -18,7 +18,7 @@ from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services.lineage import http_api
 from sluice_services.lineage.grpc_api import LineageServicer
 from sluice_services.lineage.service import LineageService
-from tests.integration.test_lineage_http import T0, event, get, valid
+from tests.integration.test_lineage_http import T0, clickstream_events, event, get, valid
 
 pytestmark = pytest.mark.integration
 
@@ -53,15 +53,8 @@ async def status_of(call) -> tuple[grpc.StatusCode, str]:
 
 
 async def record_clickstream(stub) -> tuple[str, str, str]:
-    schedule_run, us_run, uk_run, other_run = (str(uuid.uuid4()) for _ in range(4))
-    for item in [
-        event(RunState.COMPLETE, us_run, "metrics", 5, (schedule_run, "hourly"), ["clickstream"], ["hourly_metrics"]),
-        event(RunState.START, us_run, "metrics", 1, (schedule_run, "hourly")),
-        event(RunState.COMPLETE, uk_run, "metrics", 6, (schedule_run, "hourly"), ["clickstream"], ["hourly_metrics"]),
-        event(RunState.START, schedule_run, "hourly", 0),
-        event(RunState.COMPLETE, schedule_run, "hourly", 7),
-        event(RunState.COMPLETE, other_run, "metrics", 9, (str(uuid.uuid4()), "daily"), ["hourly_metrics"], ["daily"]),
-    ]:
+    schedule_run, us_run, uk_run, events = clickstream_events()
+    for item in events:
         assert await record(stub, item) is False
     return schedule_run, us_run, uk_run
 

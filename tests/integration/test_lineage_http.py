@@ -80,10 +80,11 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
-async def test_the_openlineage_client_posts_and_the_marquez_paths_read_back(api):
-    url, _ = api
+def clickstream_events() -> tuple[str, str, str, list]:
+    """(schedule run, US run, UK run, events): an hourly schedule run with two program runs and an
+    unrelated daily one; children first, COMPLETE before START: the stored state must not care."""
     schedule_run, us_run, uk_run, other_run = (str(uuid.uuid4()) for _ in range(4))
-    events = [  # children first, COMPLETE before START: the stored state must not care
+    return schedule_run, us_run, uk_run, [
         event(RunState.COMPLETE, us_run, "metrics", 5, (schedule_run, "hourly"), ["clickstream"], ["hourly_metrics"]),
         event(RunState.START, us_run, "metrics", 1, (schedule_run, "hourly")),
         event(RunState.COMPLETE, uk_run, "metrics", 6, (schedule_run, "hourly"), ["clickstream"], ["hourly_metrics"]),
@@ -91,6 +92,11 @@ async def test_the_openlineage_client_posts_and_the_marquez_paths_read_back(api)
         event(RunState.COMPLETE, schedule_run, "hourly", 7),
         event(RunState.COMPLETE, other_run, "metrics", 9, (str(uuid.uuid4()), "daily"), ["hourly_metrics"], ["daily"]),
     ]
+
+
+async def test_the_openlineage_client_posts_and_the_marquez_paths_read_back(api):
+    url, _ = api
+    schedule_run, us_run, uk_run, events = clickstream_events()
     emitter = client(url)
     for item in events:
         await asyncio.to_thread(emitter.emit, item)
