@@ -107,17 +107,15 @@ def from_jsonable(hint: Any, value: Any) -> Any:
 
 @cache
 def _decoder(hint: Any) -> typing.Callable[[Any], Any]:
-    """How to rebuild a value of type `hint` from JSON, worked out once per type hint."""
+    """How to rebuild a value of type `hint` from JSON, worked out once per type hint: the
+    decoders of a dataclass's fields are looked up at its first value (a hint may refer to
+    itself, as a trigger's children do), never again per value."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, UnionType):
         options = [a for a in typing.get_args(hint) if a is not NoneType]
         return _none_passes(_union_decoder(tuple(options)))
     if dataclasses.is_dataclass(hint):
-        fields = tuple(_field_hints(hint).items())
-
-        def dataclass_value(value: dict) -> Any:
-            return hint(**{name: _decoder(field_hint)(value[name]) for name, field_hint in fields if name in value})
-        return _none_passes(dataclass_value)
+        return _none_passes(_dataclass_decoder(hint))
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return _none_passes(hint)
     if hint is datetime:
@@ -126,37 +124,83 @@ def _decoder(hint: Any) -> typing.Callable[[Any], Any]:
         return _none_passes(base64.b64decode)
     if origin is tuple:
         args = typing.get_args(hint)
-        item = args[0] if args else Any
-        return _none_passes(lambda value: tuple(_decoder(item)(v) for v in value))
+        item = _decoder(args[0]) if args else _same
+        return _none_passes(lambda value: tuple(map(item, value)))
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         args = typing.get_args(hint)
-        item = args[1] if args else Any
-        return _none_passes(lambda value: {k: _decoder(item)(v) for k, v in value.items()})
+        item = _decoder(args[1]) if args else _same
+        if item is _same:
+            return _none_passes(dict)
+        return _none_passes(lambda value: {k: item(v) for k, v in value.items()})
     return _same
 
 
+def _dataclass_decoder(cls: type) -> typing.Callable[[dict], Any]:
+    compiled: list[typing.Callable[[dict], Any]] = []
+
+    def dataclass_value(value: dict) -> Any:
+        if not compiled:
+            compiled.append(_compiled_dataclass_decoder(cls))
+        return compiled[0](value)
+    return dataclass_value
+
+
+def _compiled_dataclass_decoder(cls: type) -> typing.Callable[[dict], Any]:
+    """A function made for `cls`, `cls(name=decode(value["name"]), ...)`: generated code, as
+    attrs and cattrs do, because a generic loop over the fields is the decoder's cost. A value
+    without some field (written before that field was added) takes the generic path."""
+    fields = [(name, _decoder(hint)) for name, hint in _field_hints(cls).items()]
+    namespace: dict[str, Any] = {"cls": cls}
+    arguments = []
+    for index, (name, decode) in enumerate(fields):
+        if decode is _same:
+            arguments.append(f"{name}=value[{name!r}]")
+        else:
+            namespace[f"decode_{index}"] = decode
+            arguments.append(f"{name}=decode_{index}(value[{name!r}])")
+    exec(f"def decode_all(value):\n    return cls({', '.join(arguments)})", namespace)
+    decode_all = namespace["decode_all"]
+
+    def decode(value: dict) -> Any:
+        if len(value) == len(fields):
+            try:
+                return decode_all(value)
+            except KeyError:
+                pass
+        return cls(**{name: field_decode(value[name]) for name, field_decode in fields if name in value})
+    return decode
+
+
 def _none_passes(decode: typing.Callable[[Any], Any]) -> typing.Callable[[Any], Any]:
+    if decode is _same:
+        return _same
     return lambda value: None if value is None else decode(value)
 
 
 def _union_decoder(options: tuple[Any, ...]) -> typing.Callable[[Any], Any]:
     if len(options) == 1:
         return _decoder(options[0])
-    return lambda value: _from_union(list(options), value)
+    return lambda value: _from_union(options, value)
 
 
-def _from_union(options: list[Any], value: Any) -> Any:
+def _from_union(options: tuple[Any, ...], value: Any) -> Any:
     # Unions of dataclasses are told apart by their fields' names: an exact match wins; else the one
     # option whose required fields are all present and that knows every key (an event written
     # before a field with a default was added).
     if isinstance(value, dict):
-        classes = [o for o in options if dataclasses.is_dataclass(o)]
-        keys = set(value)
-        exact = [o for o in classes if keys == set(_field_hints(o))]
-        compatible = exact or [o for o in classes if _required_fields(o) <= keys <= set(_field_hints(o))]
-        if len(compatible) == 1:
-            return from_jsonable(compatible[0], value)
-    raise ValueError(f"cannot decode {value!r} as any of {options}")
+        keys = frozenset(value)
+        chosen = _union_member(options, keys)
+        if chosen is not None:
+            return _decoder(chosen)(value)
+    raise ValueError(f"cannot decode {value!r} as any of {list(options)}")
+
+
+@cache
+def _union_member(options: tuple[Any, ...], keys: frozenset[str]) -> Any:
+    classes = [o for o in options if dataclasses.is_dataclass(o)]
+    exact = [o for o in classes if keys == set(_field_hints(o))]
+    compatible = exact or [o for o in classes if _required_fields(o) <= keys <= set(_field_hints(o))]
+    return compatible[0] if len(compatible) == 1 else None
 
 
 @cache
