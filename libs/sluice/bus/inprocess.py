@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from sluice.bus.port import CommitFailed, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
+from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 from sluice.clock import Clock
 
 __all__ = ["InProcessBus", "InProcessConsumer", "InProcessProducer", "range_assignment"]
@@ -104,17 +104,26 @@ class _Store:
         rows = self._query("SELECT partitions, compacted FROM topics WHERE name = ?", (name,))
         return TopicSpec(name, rows[0][0], bool(rows[0][1])) if rows else None
 
-    def append(self, tp: TopicPartition, key: bytes | None, value: bytes, headers: str, timestamp_ms: int) -> int:
+    def append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, str]], timestamp_ms: int) -> list[int]:
+        """(partition, key, value, headers) of each record, in one transaction; their offsets."""
+        offsets: list[int] = []
+        ends: dict[TopicPartition, int] = {}
         with self._transaction() as db:
-            (offset,) = db.execute(
-                'SELECT COALESCE(MAX("offset") + 1, 0) FROM records WHERE topic = ? AND "partition" = ?',
-                (tp.topic, tp.partition),
-            ).fetchone()
-            db.execute(
+            for tp, key, value, headers in records:
+                offset = ends.get(tp)
+                if offset is None:
+                    (offset,) = db.execute(
+                        'SELECT COALESCE(MAX("offset") + 1, 0) FROM records WHERE topic = ? AND "partition" = ?',
+                        (tp.topic, tp.partition),
+                    ).fetchone()
+                ends[tp] = offset + 1
+                offsets.append(offset)
+            db.executemany(
                 "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (tp.topic, tp.partition, offset, key, value, headers, timestamp_ms),
+                [(tp.topic, tp.partition, offset, key, value, headers, timestamp_ms)
+                 for (tp, key, value, headers), offset in zip(records, offsets)],
             )
-        return offset
+        return offsets
 
     def read(self, tp: TopicPartition, start: int, limit: int) -> list[Record]:
         rows = self._query(
@@ -212,14 +221,16 @@ class InProcessBus:
         self._topics[topic] = spec
         return spec.partitions
 
-    def _append(self, tp: TopicPartition, key: bytes | None, value: bytes, headers: Sequence[tuple[str, bytes]]) -> int:
+    def _append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, Sequence[tuple[str, bytes]]]]) -> list[int]:
         self._check_open()
-        offset = self._store.append(tp, key, value, _dump_headers(headers), self._timestamp_ms())
+        offsets = self._store.append([(tp, key, value, _dump_headers(headers)) for tp, key, value, headers in records],
+                                     self._timestamp_ms())
+        topics = {tp.topic for tp, _, _, _ in records}
         for members in self._groups.values():
             for member in members.values():
-                if tp.topic in member.topics:
+                if not topics.isdisjoint(member.topics):
                     member._wake.set()
-        return offset
+        return offsets
 
     def _timestamp_ms(self) -> int:
         if self._clock is None:
@@ -259,15 +270,25 @@ class InProcessProducer:
     async def send(
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Sequence[tuple[str, bytes]] = ()
     ) -> tuple[int, int]:
+        return (await self.send_batch([Message(topic, value, key, headers)]))[0]
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[tuple[int, int]]:
         if self._closed:
             raise RuntimeError("the producer is closed")
+        records = [(TopicPartition(m.topic, self._partition(m.topic, m.key)), m.key, m.value, m.headers)
+                   for m in messages]
+        if not records:
+            return []
+        offsets = self._bus._append(records)
+        return [(tp.partition, offset) for (tp, _, _, _), offset in zip(records, offsets)]
+
+    def _partition(self, topic: str, key: bytes | None) -> int:
         partitions = self._bus._partitions(topic)
-        if key is None:  # round robin, per producer and topic
-            partition = self._next_partition.get(topic, 0) % partitions
-            self._next_partition[topic] = partition + 1
-        else:
-            partition = kafka_partition(key, partitions)
-        return partition, self._bus._append(TopicPartition(topic, partition), key, value, headers)
+        if key is not None:
+            return kafka_partition(key, partitions)
+        partition = self._next_partition.get(topic, 0) % partitions  # round robin, per producer and topic
+        self._next_partition[topic] = partition + 1
+        return partition
 
     async def close(self) -> None:
         self._closed = True

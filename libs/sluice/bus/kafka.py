@@ -38,7 +38,7 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
-from sluice.bus.port import CommitFailed, Record, TopicPartition, TopicSpec, UnknownTopic
+from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic
 
 __all__ = ["KafkaBus", "KafkaConsumer", "KafkaProducer"]
 
@@ -152,13 +152,20 @@ class KafkaProducer:
     async def send(
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Sequence[tuple[str, bytes]] = ()
     ) -> tuple[int, int]:
+        return (await self.send_batch([Message(topic, value, key, headers)]))[0]
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[tuple[int, int]]:
+        """Every record is handed to the producer's accumulator first and then awaited: the
+        records share the broker round trips (idempotence keeps each partition's order)."""
         if self._closed:
             raise RuntimeError("the producer is closed")
         producer = await self._started()
-        if producer.client.cluster.partitions_for_topic(topic) is None:
-            await _require_topic(producer, topic)
-        metadata = await producer.send_and_wait(topic, value, key=key, headers=[(n, bytes(v)) for n, v in headers])
-        return metadata.partition, metadata.offset
+        for topic in {m.topic for m in messages}:
+            if producer.client.cluster.partitions_for_topic(topic) is None:
+                await _require_topic(producer, topic)
+        delivered = [await producer.send(m.topic, m.value, key=m.key, headers=[(n, bytes(v)) for n, v in m.headers])
+                     for m in messages]
+        return [(metadata.partition, metadata.offset) for metadata in await asyncio.gather(*delivered)]
 
     async def close(self) -> None:
         if self._closed:

@@ -36,6 +36,16 @@ class Record:
 
 
 @dataclass(frozen=True)
+class Message:
+    """A record to send: what `Producer.send` takes, for `send_batch`."""
+
+    topic: str
+    value: bytes
+    key: bytes | None = None
+    headers: Sequence[tuple[str, bytes]] = ()
+
+
+@dataclass(frozen=True)
 class TopicSpec:
     name: str
     partitions: int = 1
@@ -50,6 +60,12 @@ class Producer(Protocol):
 
         The partition is kafka_partition(key, n) for a key; keyless records are spread over the
         partitions. Raises UnknownTopic when `topic` was never created."""
+        ...
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[tuple[int, int]]:
+        """Append the records in order, `send`'s (partition, offset) of each, once all are durable:
+        one round trip (Kafka) or one transaction (in-process), not one per record. Records of
+        one partition keep their order; after a failure some of them may have been written."""
         ...
 
     async def close(self) -> None: ...

@@ -250,6 +250,9 @@ class KurrentEventLog:
     def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
         return self._subscribers.follow(after)
 
+    def subscribe_batches(self, after: int = 0) -> AsyncIterator[list[RecordedEvent]]:
+        return self._subscribers.follow_batches(after)
+
     # -- snapshots (sluice.eventlog.snapshots, stored as kurrentdb_snapshots describes) ----------
 
     def save_snapshot(self, snapshot: Snapshot) -> None:

@@ -120,6 +120,10 @@ class EventLog(Protocol):
         Never skips nor repeats an event; cancelling the consuming task ends it cleanly."""
         ...
 
+    def subscribe_batches(self, after: int = 0) -> AsyncIterator[list[RecordedEvent]]:
+        """`subscribe`, a read at a time: each list holds the events of one read, in order, never empty."""
+        ...
+
     def close(self) -> None:
         """Release the store; calling it again does nothing."""
         ...

@@ -78,6 +78,9 @@ class SqlEventLogBase:
     def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
         return self._subscribers.follow(after)
 
+    def subscribe_batches(self, after: int = 0) -> AsyncIterator[list[RecordedEvent]]:
+        return self._subscribers.follow_batches(after)
+
     def close(self) -> None:
         with self._lock:
             if self._closed:

@@ -23,6 +23,11 @@ class Subscribers:
         self._lock = threading.Lock()
 
     async def follow(self, after: int) -> AsyncIterator[RecordedEvent]:
+        async for batch in self.follow_batches(after):
+            for event in batch:
+                yield event
+
+    async def follow_batches(self, after: int) -> AsyncIterator[list[RecordedEvent]]:
         wake = asyncio.Event()
         waiter = (asyncio.get_running_loop(), wake)
         with self._lock:
@@ -32,10 +37,10 @@ class Subscribers:
             while not self._closed():
                 wake.clear()  # before reading: an append after the read sets it again
                 batch = await self._read_batch(position)
-                for event in batch:
-                    position = event.position
-                    yield event
-                if not batch:
+                if batch:
+                    position = batch[-1].position
+                    yield batch
+                else:
                     await self._wait(wake)
         finally:
             with self._lock:

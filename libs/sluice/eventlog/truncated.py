@@ -48,5 +48,9 @@ class LogUntil:
         for event in self.read_all(after, self._until):
             yield event
 
+    async def subscribe_batches(self, after: int = 0) -> AsyncIterator[list[RecordedEvent]]:
+        if events := self.read_all(after, self._until):
+            yield events
+
     def close(self) -> None:
         pass

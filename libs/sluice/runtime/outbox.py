@@ -1,16 +1,17 @@
 """The outbox relay: committed events of the log are published to the bus, never uncommitted ones.
 
 Publishing is at-least-once (a crash between send and checkpoint republishes); every message
-carries the event id in the `sluice-event-id` header so consumers drop duplicates. The position is
-saved after every publish, and only every CHECKPOINT_EVERY events that publish nothing (another
-service's events): re-reading those after a restart publishes nothing."""
+carries the event id in the `sluice-event-id` header so consumers drop duplicates. The messages
+of one read of the log go out in one send, and the position is saved after it; a read that
+publishes nothing (another service's events) saves it only every CHECKPOINT_EVERY events:
+re-reading those after a restart publishes nothing."""
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from sluice.bus.port import Producer
+from sluice.bus.port import Message, Producer
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
 from sluice.runtime.metrics import Registry
 
@@ -47,8 +48,8 @@ class OutboxRelay:
         self._unsaved = 0
 
     async def run(self) -> None:
-        async for event in self._log.subscribe(self._start()):
-            await self._relay(event)
+        async for events in self._log.subscribe_batches(self._start()):
+            await self._relay(events)
 
     async def publish_pending(self, limit: int = 1000) -> int:
         """Relay what has committed since the last call (at most `limit` events), without waiting:
@@ -56,8 +57,8 @@ class OutboxRelay:
         if self._after is None:
             self._start()
         events = self._log.read_all(self._after, limit)
-        for event in events:
-            await self._relay(event)
+        if events:
+            await self._relay(events)
         return len(events)
 
     def _start(self) -> int:
@@ -66,17 +67,19 @@ class OutboxRelay:
         self._position.labels(self._name).set(self._after)
         return self._after
 
-    async def _relay(self, event: RecordedEvent) -> None:
-        messages = self._route(event)
-        for message in messages:
-            await self._producer.send(
-                message.topic, message.value, key=message.key.encode(),
-                headers=[(EVENT_ID_HEADER, event.id.encode())],
-            )
-            self._published.labels(self._name, message.topic).inc()
-        self._position.labels(self._name).set(event.position)
-        self._after = event.position
-        self._unsaved += 1
+    async def _relay(self, events: list[RecordedEvent]) -> None:
+        """One read of the log: its messages in one send, then one checkpoint."""
+        messages = [Message(outgoing.topic, outgoing.value, outgoing.key.encode(),
+                            [(EVENT_ID_HEADER, event.id.encode())])
+                    for event in events for outgoing in self._route(event)]
+        if messages:
+            await self._producer.send_batch(messages)
+            for message in messages:
+                self._published.labels(self._name, message.topic).inc()
+        position = events[-1].position
+        self._position.labels(self._name).set(position)
+        self._after = position
+        self._unsaved += len(events)
         if messages or self._unsaved >= CHECKPOINT_EVERY:
-            self._log.save_checkpoint(Checkpoint(self._checkpoint, event.position))
+            self._log.save_checkpoint(Checkpoint(self._checkpoint, position))
             self._unsaved = 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from sluice.bus.port import Consumer, Producer, Record, TopicPartition
+from sluice.bus.port import Consumer, Message, Producer, Record, TopicPartition
 from sluice.eventlog.port import Checkpoint, EventLog, NewEvent, RecordedEvent, StreamAppend
 
 
@@ -124,6 +124,9 @@ class FaultyEventLog:
     def subscribe(self, after: int = 0):
         return self._log.subscribe(after)
 
+    def subscribe_batches(self, after: int = 0):
+        return self._log.subscribe_batches(after)
+
     def close(self) -> None:
         """The log outlives the service: a crashed service does not close it."""
 
@@ -143,6 +146,9 @@ class FaultyProducer:
                    headers: Sequence[tuple[str, bytes]] = ()) -> tuple[int, int]:
         return await self._plan.around_async(f"{self._service}.bus.send", self._producer.send, topic, value,
                                              key=key, headers=headers)
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[tuple[int, int]]:
+        return await self._plan.around_async(f"{self._service}.bus.send", self._producer.send_batch, messages)
 
     async def close(self) -> None:
         await self._producer.close()

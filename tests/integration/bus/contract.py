@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from sluice.bus import Bus, CommitFailed, Consumer, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
+from sluice.bus import Bus, CommitFailed, Consumer, Message, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 
 
 def key_for(partition: int, partitions: int, prefix: str = "k") -> bytes:
@@ -130,6 +130,28 @@ class BusContract:
         for partition in range(3):
             offsets = [o for p, o in sent if p == partition]
             assert offsets == list(range(len(offsets)))
+
+    async def test_send_batch_appends_in_order_after_single_sends(self, bus: Bus) -> None:
+        topic, other = await self.topic(bus, 3), await self.topic(bus, 1)
+        single = await self.send_all(bus, topic, [b"a", b"b"])
+        keys = [f"k{i % 5}".encode() for i in range(20)]
+        producer = bus.producer()
+        try:
+            sent = await producer.send_batch([Message(topic, f"b{i}".encode(), key, [("h", str(i).encode())])
+                                              for i, key in enumerate(keys)] + [Message(other, b"o")])
+            assert await producer.send_batch([]) == []
+        finally:
+            await producer.close()
+        assert [p for p, _ in sent[:-1]] == [kafka_partition(k, 3) for k in keys] and sent[-1] == (0, 0)
+        for partition in range(3):
+            offsets = [o for p, o in single + sent[:-1] if p == partition]
+            assert offsets == list(range(len(offsets)))
+        records = await self.drain_all(bus.consumer(self.name("group"), [topic]), len(keys) + 2)
+        batch = sorted((r for r in records if r.value.startswith(b"b")), key=lambda r: (r.partition, r.offset))
+        assert [(r.partition, r.offset) for r in batch] == sorted(sent[:-1])
+        for record in batch:
+            index = int(record.value[1:])
+            assert (record.key, record.headers) == (keys[index], (("h", str(index).encode()),))
 
     async def test_send_to_unknown_topic_fails_clearly(self, bus: Bus) -> None:
         missing = self.name("missing")

@@ -449,6 +449,18 @@ class EventLogContract:
         received = await take(log.subscribe(), 2500)
         assert [e.version for e in received] == list(range(2500))
 
+    async def test_subscribe_batches_yields_every_event_once_in_nonempty_reads(self, log: EventLog) -> None:
+        log.append("big", new_events(1200), NO_STREAM)
+        subscription = log.subscribe_batches()
+        batches = []
+        while sum(map(len, batches)) < 1200:
+            batches.append(await asyncio.wait_for(anext(subscription), 10))
+        log.append("b", new_events(2), NO_STREAM)
+        batches.append(await asyncio.wait_for(anext(subscription), 10))
+        assert len(batches) > 2 and all(batches)
+        assert [e for batch in batches for e in batch] == everything(log)
+        await subscription.aclose()
+
     async def test_subscribe_during_concurrent_appends_skips_and_repeats_nothing(self, log: EventLog) -> None:
         writers, per_writer = 4, 25
         subscription = log.subscribe()
