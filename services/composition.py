@@ -86,8 +86,8 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
     lookup = ScheduleLookup(log, producer)
     matcher = MatcherService(log, clock)
     look_up = Subscription("trigger-matcher-lookup", {
-        PARTITION_NOTIFICATIONS: lookup.on_notification,
-        PROGRAM_NOTIFICATIONS: lookup.on_notification,
+        PARTITION_NOTIFICATIONS: lookup.handler(),
+        PROGRAM_NOTIFICATIONS: lookup.handler(),
     })
     match = Subscription("trigger-matcher", matcher.handlers(), on_assignment=matcher.on_assignment)
 

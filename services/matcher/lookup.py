@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sluice.bus.port import Producer, Record
+from sluice.bus.port import Message, Producer, Record
 from sluice.bus.topics import MATCHES
 from sluice.domain import schedules, triggers
 from sluice.domain.codec import EventTypes
+from sluice.domain.common import Notification
 from sluice.domain.schedules import Schedule, ScheduleState
 from sluice.eventlog.port import EventLog
+from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.v1 import matching_pb2
 from sluice.wire.common import notification_from_bytes, notification_to_proto
@@ -38,11 +40,13 @@ class ScheduleLookup:
         self._position = 0
         self._states: dict[str, ScheduleState] = {}
         self._index: dict[str, set[str]] = defaultdict(set)
+        self._prefixes: dict[str, bytes] = {}
 
     def recover(self) -> None:
         self._position = 0
         self._states.clear()
         self._index.clear()
+        self._prefixes.clear()
         self.sync()
 
     def sync(self) -> None:
@@ -56,22 +60,45 @@ class ScheduleLookup:
     def schedules_for(self, event_key: str) -> list[Schedule]:
         return [self._states[schedule_id].schedule for schedule_id in sorted(self._index.get(event_key, ()))]
 
-    async def on_notification(self, record: Record) -> None:
+    def handler(self) -> BatchHandler:
+        """A poll's notifications: the index is brought up to date once, and every MatchRequested
+        they lead to goes out in one send."""
+        return BatchHandler(self.parse, self.apply)
+
+    @staticmethod
+    def parse(record: Record) -> Notification:
         try:
-            notification = notification_from_bytes(record.value)
+            return notification_from_bytes(record.value)
         except InvalidArgument as error:
             raise MalformedMessage(str(error)) from error
+
+    async def on_notification(self, record: Record) -> None:
+        await self.apply([(record, self.parse(record))])
+
+    async def apply(self, items: list[tuple[Record, Notification]]) -> None:
         self.sync()
-        encoded = notification_to_proto(notification)
-        for schedule in self.schedules_for(notification.event_key()):
-            message = matching_pb2.MatchRequested(schedule_id=schedule.id, schedule=schedule_to_proto(schedule),
-                                                  notification=encoded)
-            await self._producer.send(MATCHES, message.SerializeToString(), key=schedule.id.encode())
+        messages = []
+        for _, notification in items:
+            encoded = matching_pb2.MatchRequested(notification=notification_to_proto(notification)).SerializeToString()
+            for schedule_id in sorted(self._index.get(notification.event_key(), ())):
+                messages.append(Message(MATCHES, self._request_prefix(schedule_id) + encoded, schedule_id.encode()))
+        await self._producer.send_batch(messages)
+
+    def _request_prefix(self, schedule_id: str) -> bytes:
+        """The schedule's part of its MatchRequested messages, encoded once per definition:
+        concatenated protobuf messages merge, so prefix + notification part is the whole message."""
+        prefix = self._prefixes.get(schedule_id)
+        if prefix is None:
+            schedule = self._states[schedule_id].schedule
+            prefix = self._prefixes[schedule_id] = matching_pb2.MatchRequested(
+                schedule_id=schedule_id, schedule=schedule_to_proto(schedule)).SerializeToString()
+        return prefix
 
     def _apply(self, schedule_id: str, event: schedules.ScheduleEvent) -> None:
         before = self._states.get(schedule_id, ScheduleState()).schedule
         after = schedules.evolve(self._states.get(schedule_id, ScheduleState()), event)
         self._states[schedule_id] = after
+        self._prefixes.pop(schedule_id, None)
         if before is not None:
             for key in triggers.event_keys(before.trigger):
                 self._index[key].discard(schedule_id)
