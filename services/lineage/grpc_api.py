@@ -15,7 +15,7 @@ from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services.lineage.http_api import MAX_BODY_BYTES
 from sluice_services.lineage.queries import (
-    DEFAULT_DEPTH, MAX_DEPTH, Graph, find_job, job_order, page, page_size, run_order,
+    DEFAULT_DEPTH, MAX_DEPTH, Graph, dataset_text, find_job, job_order, page, page_size, run_order,
 )
 from sluice_services.lineage.service import LineageService
 
@@ -166,8 +166,8 @@ def _run_to_proto(run: Run) -> lineage_pb2.LineageRun:
         parent_run_id=run.parent_run_id or "",
         started_at=_timestamp_to_proto(run.started_at),
         ended_at=_timestamp_to_proto(run.ended_at),
-        inputs=run.inputs,
-        outputs=run.outputs,
+        inputs=[dataset_text(d) for d in run.inputs],      # the proto's "namespace/name" strings
+        outputs=[dataset_text(d) for d in run.outputs],
     )
 
 

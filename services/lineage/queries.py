@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence, TypeVar
 
-from sluice.domain.lineage import Job, LineageState, Run
+from sluice.domain.lineage import DatasetKey, Job, LineageState, Partition, Run, dataset_key, dataset_of
 
 DEFAULT_DEPTH = 20
 MAX_DEPTH = 100
@@ -68,17 +68,23 @@ def run_json(run: Run) -> dict[str, Any]:
     }
 
 
-def _partition_json(qualified: str) -> dict[str, Any]:
-    dataset, _, keys = qualified.partition(":")
-    return {**_dataset_id(dataset), "dimensions": dict(pair.split("=", 1) for pair in keys.split(",") if pair)}
+def _partition_json(partition: Partition) -> dict[str, Any]:
+    dataset, dimensions = partition
+    return {**_dataset_id(dataset), "dimensions": dict(dimensions)}
 
 
-def _dataset_id(qualified: str) -> dict[str, str]:
-    namespace, _, name = qualified.partition("/")
+def _dataset_id(key: DatasetKey) -> dict[str, str]:
+    namespace, name = dataset_of(key)
     return {"namespace": namespace, "name": name}
 
 
-Node = tuple[str, Any]   # ("job", (namespace, name)) or ("dataset", "namespace/name")
+def dataset_text(key: DatasetKey) -> str:
+    """A dataset as one string for a human or a string field: "namespace/name" (not to be split again)."""
+    namespace, name = dataset_of(key)
+    return f"{namespace}/{name}"
+
+
+Node = tuple[str, Any]   # ("job", (namespace, name)) or ("dataset", dataset_key(namespace, name))
 
 
 class Graph:
@@ -95,8 +101,13 @@ class Graph:
             namespace, name = rest[:at], rest[at + 1:]
             if kind == "job" and (namespace, name) in self._state.jobs:
                 return "job", (namespace, name)
-            if kind == "dataset" and any(self._state.jobs_of(f"{namespace}/{name}")):
-                return "dataset", f"{namespace}/{name}"
+            if kind == "dataset":
+                try:
+                    key = dataset_key(namespace, name)
+                except ValueError:                            # no recorded dataset has the separator
+                    continue
+                if any(self._state.jobs_of(key)):
+                    return "dataset", key
         return None
 
     def _edges(self, node: Node) -> list[tuple[Node, Node]]:
@@ -137,7 +148,7 @@ def node_id(node: Node) -> str:
     kind, key = node
     if kind == "job":
         return f"job:{key[0]}:{key[1]}"
-    namespace, _, name = key.partition("/")
+    namespace, name = dataset_of(key)
     return f"dataset:{namespace}:{name}"
 
 

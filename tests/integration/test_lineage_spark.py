@@ -17,6 +17,7 @@ from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.datasets import Partition
 from sluice.domain.jobs import Job, TriggerContext
+from sluice.domain.lineage import dataset_key
 from sluice.domain.runs import Run
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.wire.datasets import dataset_from_proto
@@ -63,8 +64,8 @@ def test_a_real_spark_application_is_the_child_run_of_its_program_run(tmp_path: 
     (spark,) = service.state.children_of(run.id)
     assert (spark.job_name, spark.state) == (f"{SCHEDULE_JOB}.hourly_metrics.spark", "COMPLETE")
     assert service.state.runs[run.id].parent_run_id == job.id and service.state.runs[job.id].job_name == SCHEDULE_JOB
-    assert spark.inputs == (f"{NAMESPACE}/clickstream",)
-    assert spark.outputs == (f"{NAMESPACE}/{clickstream.HOURLY_DATASET}",)
+    assert spark.inputs == (dataset_key(NAMESPACE, "clickstream"),)
+    assert spark.outputs == (dataset_key(NAMESPACE, clickstream.HOURLY_DATASET),)
     start = json.loads((run_dir / "openlineage.jsonl").read_text().splitlines()[0])
     assert start["run"]["facets"]["processing_engine"]["version"] == pyspark.__version__
     assert start["run"]["facets"]["sluice_sparkApplication"]["applicationId"].startswith("local-")

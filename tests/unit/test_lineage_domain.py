@@ -18,6 +18,7 @@ from sluice.domain.lineage import (
     UNKNOWN,
     InvalidRunEvent,
     StaleLineageState,
+    dataset_key,
     evolve,
     fold,
     parse_run_event,
@@ -75,7 +76,7 @@ def test_parses_an_event_serialized_by_the_openlineage_client():
     assert (r.run_id, r.event_type, r.event_time) == (run_id, "START", T0)
     assert (r.job_namespace, r.job_name) == (NS, "hourly_metrics")
     assert (r.parent.run_id, r.parent.job_namespace, r.parent.job_name) == (parent_id, NS, SCHEDULE)
-    assert r.inputs == ("s3://lake/raw/clicks",) and r.outputs == ("s3://lake/metrics/hourly",)
+    assert r.inputs == (dataset_key("s3://lake", "raw/clicks"),) and r.outputs == (dataset_key("s3://lake", "metrics/hourly"),)
     assert r.run_facets["vendor_custom"] == {"anything": [1, 2]} and r.run_facets["nominalTime"] == {}
     assert r.key == (run_id, "START", T0)
 
@@ -233,8 +234,8 @@ def test_the_history_folds_to_the_expected_hierarchy():
     runs = EXPECTED.runs
     assert [runs[r].state for r in (S, P1, P2, P3, SPARK)] == ["COMPLETE", "COMPLETE", "COMPLETE", "FAIL", "START"]
     assert {runs[r].parent_run_id for r in (P1, P2, P3)} == {S}
-    assert runs[P1].outputs == ("s3://lake/metrics/hourly", "s3://lake/metrics/hourly_audit")
-    assert runs[P1].inputs == ("s3://lake/raw/clicks",)
+    assert runs[P1].outputs == (dataset_key("s3://lake", "metrics/hourly"), dataset_key("s3://lake", "metrics/hourly_audit"))
+    assert runs[P1].inputs == (dataset_key("s3://lake", "raw/clicks"),)
     assert (runs[S].started_at, runs[S].ended_at) == (T0, T0 + timedelta(seconds=200))
     assert runs[P3].ended_at == T0 + timedelta(seconds=130)
     assert runs[P1].last_event_time == T0 + timedelta(seconds=900)
@@ -287,8 +288,8 @@ def test_a_parent_that_changes_requalifies_every_descendant():
     assert later.runs[P1].job_name == "backfill.hourly_metrics" and later.runs[P1].parent_run_id == other
     assert later.runs[SPARK].job_name == "backfill.hourly_metrics.aggregate"
     assert (NS, f"{SCHEDULE}.hourly_metrics.aggregate") not in later.jobs and (NS, SCHEDULE) in later.jobs
-    assert later.datasets_of((NS, "backfill.hourly_metrics.aggregate")) == (("s3://lake/raw",), ())
-    assert later.jobs_of("s3://lake/m/h") == ((), ((NS, "backfill.hourly_metrics"),))
+    assert later.datasets_of((NS, "backfill.hourly_metrics.aggregate")) == ((dataset_key("s3://lake", "raw"),), ())
+    assert later.jobs_of(dataset_key("s3://lake", "m/h")) == ((), ((NS, "backfill.hourly_metrics"),))
     assert [r.run_id for r in later.children_of(other)] == [P1] and not later.children_of(S)
     assert_indexes_match_a_recomputation(later)
 

@@ -17,7 +17,7 @@ from openlineage.client.event_v2 import RunState
 from sluice.clock import SimulatedClock
 from sluice.domain.common import PartitionRef, ProgramRef, RunStatus
 from sluice.domain.jobs import Job, TriggerContext
-from sluice.domain.lineage import render_tree
+from sluice.domain.lineage import dataset_key, render_tree
 from sluice.domain.runs import InputPartition, OutputPartition, Run
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.sdk.context import Lineage
@@ -101,12 +101,12 @@ def test_hourly_and_daily_clickstream_for_three_marketplaces_are_two_job_graphs_
         assert {r.state for r in [*schedule_runs, *program_runs, *spark]} == {"COMPLETE"}
         assert {r.parent_run_id for r in program_runs} == {r.run_id for r in schedule_runs}
         assert {r.parent_run_id: r.run_id for r in spark} == {r.run_id: spark_runs[r.run_id] for r in program_runs}
-        marketplaces = sorted(p.rsplit("marketplace=", 1)[1] for r in program_runs for p in r.partitions
-                              if p.startswith(f"{NS}/clickstream{'' if graph == HOURLY else '_hourly_metrics'}:"))
+        read = dataset_key(NS, "clickstream" if graph == HOURLY else "clickstream_hourly_metrics")
+        marketplaces = sorted(dict(p[1])["marketplace"] for r in program_runs for p in r.partitions if p[0] == read)
         assert marketplaces == sorted(MARKETPLACES)
     assert state.datasets_of((NS, f"{DAILY}.daily_metrics.spark")) == (
-        (f"{NS}/clickstream_hourly_metrics",), (f"{NS}/clickstream_daily_metrics",))
-    assert state.jobs_of(f"{NS}/clickstream_hourly_metrics") == (
+        (dataset_key(NS, "clickstream_hourly_metrics"),), (dataset_key(NS, "clickstream_daily_metrics"),))
+    assert state.jobs_of(dataset_key(NS, "clickstream_hourly_metrics")) == (
         ((NS, f"{DAILY}.daily_metrics"), (NS, f"{DAILY}.daily_metrics.spark")),
         ((NS, f"{HOURLY}.hourly_metrics"), (NS, f"{HOURLY}.hourly_metrics.spark")))
     tree = render_tree(state).splitlines()

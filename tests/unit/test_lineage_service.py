@@ -197,9 +197,12 @@ def test_the_hourly_clickstream_runs_of_three_marketplaces_are_one_job_graph_wit
                     if r.job_namespace == "experiments" and r.job_name.endswith(".hourly_metrics")]
     assert len(program_runs) == 3 and {r.state for r in program_runs} == {"COMPLETE"}
     assert {r.parent_run_id for r in program_runs} == {f"00000000-0000-4000-8000-00000000000{i}" for i in range(3)}
-    assert sorted(p for r in program_runs for p in r.partitions if p.startswith("experiments/clickstream:")) == [
-        f"experiments/clickstream:date=2026-11-22,hour=9,marketplace={m}" for m in ("JP", "UK", "US")]
-    assert all(any(p.startswith("experiments/hourly_metrics:") for p in r.partitions) for r in program_runs)
+    from sluice.domain.lineage import dataset_key
+
+    clickstream, hourly = dataset_key("experiments", "clickstream"), dataset_key("experiments", "hourly_metrics")
+    assert sorted(p for r in program_runs for p in r.partitions if p[0] == clickstream) == [
+        (clickstream, (("date", "2026-11-22"), ("hour", "9"), ("marketplace", m))) for m in ("JP", "UK", "US")]
+    assert all(any(p[0] == hourly for p in r.partitions) for r in program_runs)
 
 
 def test_recovery_from_a_snapshot_folds_only_the_log_after_it(log, service):

@@ -24,6 +24,34 @@ _RANK = {t: i for i, t in enumerate(("OTHER", "START", "RUNNING", "COMPLETE", "A
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
+# -- dataset identity ---------------------------------------------------------------------------
+# A dataset is a (namespace, name) pair; OpenLineage namespaces are URIs (s3://bucket,
+# postgres://host:5432) and names paths (warehouse/clicks), so "/" or ":" cannot join them. In
+# memory a dataset is one interned string, the two joined by the unit separator, which no
+# recorded dataset contains (parse_run_event refuses control characters in both): build and
+# split it with these two functions only.
+
+DATASET_SEPARATOR = "\x1f"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+DatasetKey = str
+Partition = tuple[DatasetKey, tuple[tuple[str, str], ...]]
+"""A partition a run read or wrote: its dataset and its (dimension, value) pairs sorted by dimension."""
+
+
+def dataset_key(namespace: str, name: str) -> DatasetKey:
+    """The in-memory key of a dataset; ValueError if either part contains the separator."""
+    if DATASET_SEPARATOR in namespace or DATASET_SEPARATOR in name:
+        raise ValueError(f"a dataset namespace or name cannot contain {DATASET_SEPARATOR!r}: {namespace!r}, {name!r}")
+    return intern(f"{namespace}{DATASET_SEPARATOR}{name}")
+
+
+def dataset_of(key: DatasetKey) -> tuple[str, str]:
+    """(namespace, name) of a key made by dataset_key."""
+    namespace, _, name = key.partition(DATASET_SEPARATOR)
+    return namespace, name
+
+
 class InvalidRunEvent(ValueError):
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"{field}: {reason}")
@@ -46,11 +74,11 @@ class RunEventRecord:
     job_namespace: str
     job_name: str                     # as the producer sent it
     parent: ParentRef | None
-    inputs: tuple[str, ...]           # sorted unique "namespace/name"
-    outputs: tuple[str, ...]
+    inputs: tuple[DatasetKey, ...]    # sorted unique dataset_key(namespace, name)
+    outputs: tuple[DatasetKey, ...]
     run_facets: Mapping[str, Any] = field(default_factory=dict)   # raw, unknown facets included
     job_facets: Mapping[str, Any] = field(default_factory=dict)
-    partitions: tuple[str, ...] = ()  # sorted unique "namespace/name:key=value,..." from subset facets
+    partitions: tuple[Partition, ...] = ()  # sorted unique, from the subset facets
 
     @property
     def key(self) -> tuple[str, str, datetime]:
@@ -127,7 +155,7 @@ def _facets(container: dict, path: str) -> dict[str, Any]:
     return facets
 
 
-def _datasets(obj: dict, key: str) -> tuple[str, ...]:
+def _datasets(obj: dict, key: str) -> tuple[DatasetKey, ...]:
     items = obj.get(key) or []
     if not isinstance(items, list):
         raise InvalidRunEvent(key, "must be a list")
@@ -135,12 +163,19 @@ def _datasets(obj: dict, key: str) -> tuple[str, ...]:
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise InvalidRunEvent(f"{key}[{i}]", "must be an object")
-        names.add(intern(f"{_get(item, 'namespace', str, f'{key}[{i}].namespace')}/"
-                         f"{_get(item, 'name', str, f'{key}[{i}].name')}"))
+        names.add(dataset_key(_dataset_part(item, "namespace", f"{key}[{i}].namespace"),
+                              _dataset_part(item, "name", f"{key}[{i}].name")))
     return tuple(sorted(names))
 
 
-def _partitions(obj: dict, key: str, facets_key: str, condition_key: str) -> tuple[str, ...]:
+def _dataset_part(item: dict, part: str, path: str) -> str:
+    value = _get(item, part, str, path)
+    if (bad := _CONTROL.search(value)) is not None:
+        raise InvalidRunEvent(path, f"must not contain a control character, got {bad.group()!r} at {bad.start()}")
+    return value
+
+
+def _partitions(obj: dict, key: str, facets_key: str, condition_key: str) -> tuple[Partition, ...]:
     """The partitions a run read or wrote, from the datasets' subset facets with a partition
     condition: so the runs of one job over different partitions (one per marketplace, say) stay
     runs of one job. Other subset conditions are kept as facets only."""
@@ -159,8 +194,8 @@ def _partitions(obj: dict, key: str, facets_key: str, condition_key: str) -> tup
             dimensions = partition.get("dimensions") if isinstance(partition, dict) else None
             if not isinstance(dimensions, dict):
                 raise InvalidRunEvent(f"{at}[{j}].dimensions", "must be an object")
-            keys = ",".join(f"{k}={dimensions[k]}" for k in sorted(dimensions))
-            found.add(f"{item['namespace']}/{item['name']}:{keys}")
+            found.add((dataset_key(item["namespace"], item["name"]),   # validated by _datasets
+                       tuple((intern(k), str(dimensions[k])) for k in sorted(dimensions))))
     return tuple(sorted(found))
 
 
@@ -175,10 +210,10 @@ class Run:
     parent_run_id: str | None
     started_at: datetime | None
     ended_at: datetime | None
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
+    inputs: tuple[DatasetKey, ...]    # dataset_of(key) gives (namespace, name)
+    outputs: tuple[DatasetKey, ...]
     last_event_time: datetime | None  # None: a placeholder, known only as a parent
-    partitions: tuple[str, ...] = ()  # "namespace/name:key=value,..." it read or wrote
+    partitions: tuple[Partition, ...] = ()  # it read or wrote
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,9 +229,9 @@ class RunFacts:
     first_start: datetime | None = None
     first_seen: datetime | None = None
     last_seen: datetime | None = None
-    inputs: tuple[str, ...] = ()              # sorted unions: tuples take a third of a frozenset's memory
-    outputs: tuple[str, ...] = ()
-    partitions: tuple[str, ...] = ()
+    inputs: tuple[DatasetKey, ...] = ()       # sorted unions: tuples take a third of a frozenset's memory
+    outputs: tuple[DatasetKey, ...] = ()
+    partitions: tuple[Partition, ...] = ()
     seen: tuple = ()                          # (type, time) of its events
 
     def absorb(self, r: RunEventRecord) -> RunFacts:
@@ -295,13 +330,13 @@ class LineageState:
         index = self._read()
         return [_run_of(index, child) for child in sorted(index.children.get(run_id, ()))]
 
-    def datasets_of(self, key: JobKey) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The datasets its runs read and wrote, "namespace/name", sorted."""
+    def datasets_of(self, key: JobKey) -> tuple[tuple[DatasetKey, ...], tuple[DatasetKey, ...]]:
+        """The datasets its runs read and wrote (dataset_key), sorted."""
         index = self._read()
         return tuple(sorted(index.inputs_of_job.get(key, ()))), tuple(sorted(index.outputs_of_job.get(key, ())))
 
-    def jobs_of(self, dataset: str) -> tuple[tuple[JobKey, ...], tuple[JobKey, ...]]:
-        """The jobs whose runs read and wrote this dataset, sorted."""
+    def jobs_of(self, dataset: DatasetKey) -> tuple[tuple[JobKey, ...], tuple[JobKey, ...]]:
+        """The jobs whose runs read and wrote this dataset (dataset_key(namespace, name)), sorted."""
         index = self._read()
         return tuple(sorted(index.readers.get(dataset, ()))), tuple(sorted(index.writers.get(dataset, ())))
 

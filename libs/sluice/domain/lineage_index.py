@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
-    from sluice.domain.lineage import RunEventRecord, RunFacts
+    from sluice.domain.lineage import DatasetKey, RunEventRecord, RunFacts
 
 JobKey = tuple[str, str]                 # (namespace, fully qualified name)
 
@@ -45,10 +45,11 @@ class LineageIndex:
         self.runs_of_job: dict[JobKey, set[str]] = {}
         self.children: dict[str, set[str]] = {}          # run id -> runs whose parent facet names it
         self.jobs: dict[JobKey, Job] = {}
-        self.inputs_of_job: dict[JobKey, dict[str, int]] = {}  # dataset -> how many of its runs read it
-        self.outputs_of_job: dict[JobKey, dict[str, int]] = {}
-        self.readers: dict[str, dict[JobKey, int]] = {}         # dataset -> jobs whose runs read it
-        self.writers: dict[str, dict[JobKey, int]] = {}
+        # datasets by their sluice.domain.lineage.dataset_key (namespace and name, unambiguously)
+        self.inputs_of_job: dict[JobKey, dict[DatasetKey, int]] = {}  # dataset -> how many of its runs read it
+        self.outputs_of_job: dict[JobKey, dict[DatasetKey, int]] = {}
+        self.readers: dict[DatasetKey, dict[JobKey, int]] = {}         # dataset -> jobs whose runs read it
+        self.writers: dict[DatasetKey, dict[JobKey, int]] = {}
         self._namings: dict[JobKey, dict[Job, int]] = {}        # every Job some run derives, by key
         self._shared: dict[Job, Job] = {}                       # one instance per distinct Job
         self.latest: dict[JobKey, tuple] = {}                   # its run started last: (started, run id)
@@ -187,7 +188,7 @@ class LineageIndex:
             self._sorted_jobs = None
         self.jobs[job.key] = min(namings, key=_preference)
 
-    def _count(self, key: JobKey, inputs: Iterable[str], outputs: Iterable[str], delta: int) -> None:
+    def _count(self, key: JobKey, inputs: Iterable[DatasetKey], outputs: Iterable[DatasetKey], delta: int) -> None:
         for by_job, by_dataset, datasets in ((self.inputs_of_job, self.readers, inputs),
                                              (self.outputs_of_job, self.writers, outputs)):
             for dataset in datasets:
