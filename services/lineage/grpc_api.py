@@ -9,7 +9,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from sluice.domain.lineage import Job, LineageState, Run
+from sluice.domain.lineage import Job, LineageState, Run, dataset_of
 from sluice.runtime.errors import FailedPrecondition, InvalidArgument, MalformedMessage, NotFound
 from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
@@ -168,7 +168,14 @@ def _run_to_proto(run: Run) -> lineage_pb2.LineageRun:
         ended_at=_timestamp_to_proto(run.ended_at),
         inputs=[dataset_text(d) for d in run.inputs],      # the proto's "namespace/name" strings
         outputs=[dataset_text(d) for d in run.outputs],
+        input_datasets=[_dataset_message(d) for d in run.inputs],
+        output_datasets=[_dataset_message(d) for d in run.outputs],
     )
+
+
+def _dataset_message(key: str) -> lineage_pb2.LineageDataset:
+    namespace, name = dataset_of(key)
+    return lineage_pb2.LineageDataset(namespace=namespace, name=name)
 
 
 def _timestamp_to_proto(when: datetime | None) -> Timestamp | None:

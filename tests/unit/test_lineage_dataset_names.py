@@ -200,9 +200,11 @@ async def test_grpc_lineage_and_runs_answer_the_exact_namespaces_and_names(servi
         {(d["namespace"], d["name"]) for d in (CLICKS, ORDERS, REPORT)}
 
     runs = await servicer.ListRuns(lineage_pb2.ListLineageRunsRequest(job_namespace=NS, job_name="ingest"), None)
-    # LineageRun.inputs/outputs are "namespace/name" strings (lineage.proto): no control character leaks
+    # LineageRun.inputs/outputs are "namespace/name" strings for reading: no control character leaks
     assert [(list(r.inputs), list(r.outputs)) for r in runs.runs] == \
         [(["s3://bucket/warehouse/clicks"], ["postgres://db:5432/public.orders"])]
+    assert [([(d.namespace, d.name) for d in r.input_datasets], [(d.namespace, d.name) for d in r.output_datasets])
+            for r in runs.runs] == [([("s3://bucket", "warehouse/clicks")], [("postgres://db:5432", "public.orders")])]
 
 
 async def test_grpc_refuses_a_control_character_naming_the_field(service, log):
