@@ -21,7 +21,7 @@ from sluice.bus.topics import MATCHES
 from sluice.domain import schedules, triggers
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import Notification
-from sluice.domain.schedules import Schedule, ScheduleState
+from sluice.domain.schedules import ScheduleState
 from sluice.eventlog.port import EventLog
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
@@ -56,9 +56,6 @@ class ScheduleLookup:
                 if recorded.stream.startswith(REGISTRY_PREFIX) and recorded.type in REGISTRY_TYPES:
                     self._apply(recorded.stream.removeprefix(REGISTRY_PREFIX), REGISTRY_TYPES.decode(recorded))
             self._position = events[-1].position
-
-    def schedules_for(self, event_key: str) -> list[Schedule]:
-        return [self._states[schedule_id].schedule for schedule_id in sorted(self._index.get(event_key, ()))]
 
     def handler(self) -> BatchHandler:
         """A poll's notifications: the index is brought up to date once, and every MatchRequested

@@ -100,9 +100,6 @@ class MatcherService:
         """Each schedule's state by schedule id (what `sluice replay matcher` shows)."""
         return {stream.removeprefix(STREAM_PREFIX): state for stream, state in self._store.states().items()}
 
-    def schedules_for(self, event_key: str) -> set[str]:
-        return set(self._index.get(event_key, ()))
-
     # -- bus handlers: each poll's records of a topic are decided together and appended at once ------
 
     def handlers(self) -> dict[str, BatchHandler]:
