@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timezone
-from typing import AsyncIterator, Callable, Iterable, Protocol, Sequence
+from typing import AsyncIterator, Callable, Iterable, Protocol, Sequence, TypeVar
 
 from kurrentdbclient import KurrentDBClient, NewEvents
 from kurrentdbclient import RecordedEvent as KurrentRecordedEvent
@@ -80,11 +80,13 @@ from sluice.eventlog.port import (
     RecordedEvent,
     StreamAppend,
     WrongExpectedVersion,
+    stream_prefixes,
 )
 from sluice.eventlog.subscription import Subscribers
 
 ATTEMPTS = 32
 """Appends lost to concurrent writers on ANY streams before giving up (each loss means another writer progressed)."""
+T = TypeVar("T")
 SCAN_PAGE = 1000
 """Events per read when looking for where to start reading after a position that is no event's."""
 
@@ -123,7 +125,8 @@ class KurrentEventLog:
         self._clock = clock or SystemClock()
         self._new_uuid = new_uuid
         self._closed = False
-        self._subscribers = Subscribers(self._poll, poll_interval, lambda: self._closed, EventLogClosed)
+        self._subscribers = Subscribers(self._poll, poll_interval, lambda: self._closed, EventLogClosed,
+                                        self._poll_head)
 
     @property
     def prefix(self) -> str:
@@ -158,7 +161,7 @@ class KurrentEventLog:
             conflict = self._send(attempt)
             if conflict is None:
                 if attempt.has_events:
-                    self._subscribers.notify()
+                    self._subscribers.notify(append.stream for append in appends if append.events)
                 return versions_after(appends, bases)
             self._explain(appends, duplicate=attempt.reservations.get(conflict.stream_name or ""))
         raise self._gave_up(appends, conflict)
@@ -212,26 +215,29 @@ class KurrentEventLog:
         last = self._last(stream_name(self._prefix, stream))
         return NO_STREAM if last is None else last.stream_position
 
-    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+    def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
+        """With `prefixes`, the server filters (a stream-name regex): skipped events never come over."""
         self._check_open()
         if limit <= 0:
             return []
+        prefixes = stream_prefixes(prefixes)
+        chosen = [stream_filter(self._prefix, prefixes)] if prefixes else self._filter
         try:
-            events = self._read_after(after, limit)
+            events = self._read_after(after, limit, chosen)
         except InvalidCommitPositionError:  # `after` is no event's position (an operator's `head - n`)
-            events = self._read_after(self._anchor(after), limit)
+            events = self._read_after(self._anchor(after), limit, chosen)
         return [decode_event(self._prefix, event) for event in events]
 
-    def _read_after(self, after: int, limit: int) -> list[KurrentRecordedEvent]:
+    def _read_after(self, after: int, limit: int, filter_include: Sequence[str]) -> list[KurrentRecordedEvent]:
         start = after if after > 0 else None  # must be an existing position; the read includes its event
-        events = self._client.read_all(commit_position=start, filter_include=self._filter, filter_by_stream_name=True,
-                                       limit=limit + 1 if start else limit)
+        events = self._client.read_all(commit_position=start, filter_include=filter_include,
+                                       filter_by_stream_name=True, limit=limit + 1 if start else limit)
         return after_position(events, after)[:limit]
 
     def _anchor(self, after: int) -> int:
         """The position of this log's last event at or before `after` (0 if none): paged from the start."""
         anchor = 0
-        while page := self._read_after(anchor, SCAN_PAGE):
+        while page := self._read_after(anchor, SCAN_PAGE, self._filter):
             for event in page:
                 if event.commit_position > after:
                     return anchor
@@ -247,11 +253,11 @@ class KurrentEventLog:
         last = self._last(checkpoint_stream(self._prefix, name))
         return None if last is None else checkpoint_value(last)
 
-    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        return self._subscribers.follow(after)
+    def subscribe(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[RecordedEvent]:
+        return self._subscribers.follow(after, prefixes)
 
-    def subscribe_batches(self, after: int = 0) -> AsyncIterator[list[RecordedEvent]]:
-        return self._subscribers.follow_batches(after)
+    def subscribe_batches(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[list[RecordedEvent]]:
+        return self._subscribers.follow_batches(after, prefixes)
 
     # -- snapshots (sluice.eventlog.snapshots, stored as kurrentdb_snapshots describes) ----------
 
@@ -292,10 +298,16 @@ class KurrentEventLog:
             versions[stream] = NO_STREAM if last is None else last.stream_position
         return versions
 
-    def _poll(self, after: int, limit: int) -> list[RecordedEvent]:
+    def _poll(self, after: int, limit: int, prefixes: Sequence[str]) -> list[RecordedEvent]:
         """read_all for subscribers: a read cut short by close() ends the subscription quietly."""
+        return self._unless_closed(lambda: self.read_all(after, limit, prefixes))
+
+    def _poll_head(self) -> int:
+        return self._unless_closed(self.head_position)
+
+    def _unless_closed(self, read: Callable[[], T]) -> T:
         try:
-            return self.read_all(after, limit)
+            return read()
         except Exception as error:
             if self._closed:
                 raise EventLogClosed("closed while reading") from error

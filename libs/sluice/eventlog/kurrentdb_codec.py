@@ -99,10 +99,13 @@ def checkpoint_stream(prefix: str, name: str) -> str:
     return f"{prefix}{CHECKPOINT_STREAM}{name}"
 
 
-def stream_filter(prefix: str) -> str:
+def stream_filter(prefix: str, streams: Sequence[str] = ()) -> str:
     """Regex (kurrentdbclient anchors it with ^...$) matching this log's Sluice streams only: not the
-    internal "@" streams, not KurrentDB's "$" streams, not other prefixes' streams."""
-    return re.escape(prefix) + r"(?![@$])[\s\S]*"
+    internal "@" streams, not KurrentDB's "$" streams, not other prefixes' streams; with `streams`
+    (Sluice stream prefixes), only the streams starting with one of them. One pattern, grouped:
+    kurrentdbclient joins several patterns as ^a|b$, which anchors only the first and the last."""
+    chosen = "(?:" + "|".join(re.escape(stream) for stream in streams) + ")" if streams else ""
+    return re.escape(prefix) + r"(?![@$])" + chosen + r"[\s\S]*"
 
 
 # -- events ----------------------------------------------------------------------------------------

@@ -98,12 +98,16 @@ class EventLog(Protocol):
         """The version of the stream's last event, NO_STREAM (-1) if it has none."""
         ...
 
-    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        """Events of every stream with position > after, in position order, at most `limit`.
+    def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
+        """Events of every stream with position > after, in position order, at most `limit`; with
+        `prefixes`, only those of streams starting with one of them (chosen by the store, the others
+        are not decoded). Positions stay the log's global positions.
 
         Never skips an event: whatever a later call returns has a position greater than
         everything returned before (adapters whose positions are assigned before commit
-        must hold back until earlier positions are resolved)."""
+        must hold back until earlier positions are resolved). So a filtered reader that read
+        `head_position()` before a read that returned fewer than `limit` events may go on from
+        that head: nothing matching lies between."""
         ...
 
     def head_position(self) -> int:
@@ -114,19 +118,38 @@ class EventLog(Protocol):
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None: ...
 
-    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        """Catch up from `after`, then wait for and yield new events as they commit, forever.
+    def subscribe(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[RecordedEvent]:
+        """Catch up from `after`, then wait for and yield new events as they commit, forever; with
+        `prefixes`, only the events of streams starting with one of them (as read_all).
 
-        Never skips nor repeats an event; cancelling the consuming task ends it cleanly."""
+        Never skips nor repeats an event; cancelling the consuming task ends it cleanly. A
+        filtered subscription moves past the events it skips: it does not read them again."""
         ...
 
-    def subscribe_batches(self, after: int = 0) -> AsyncIterator[list[RecordedEvent]]:
+    def subscribe_batches(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[list[RecordedEvent]]:
         """`subscribe`, a read at a time: each list holds the events of one read, in order, never empty."""
         ...
 
     def close(self) -> None:
         """Release the store; calling it again does nothing."""
         ...
+
+
+def stream_prefixes(prefixes: Sequence[str]) -> tuple[str, ...]:
+    """A read's stream filter as every adapter takes it: () reads everything (so does a "" among them)."""
+    if isinstance(prefixes, str):
+        raise TypeError(f"prefixes: a sequence of stream prefixes, not the string {prefixes!r}")
+    for prefix in prefixes:
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefixes: stream prefixes are strings, not {prefix!r}")
+    if "" in prefixes:
+        return ()
+    return tuple(dict.fromkeys(prefixes))
+
+
+def in_streams(stream: str, prefixes: Sequence[str]) -> bool:
+    """Whether a read filtered by `prefixes` (normalised by stream_prefixes) includes the stream."""
+    return not prefixes or stream.startswith(tuple(prefixes))
 
 
 def check_expected_version(stream: str, expected: int, actual: int) -> None:

@@ -81,7 +81,8 @@ class PostgresEventLog(SqlEventLogBase):
     def __init__(self, dsn: str, *, clock: Clock | None = None, poll_interval: float = 0.05) -> None:
         self._clock = clock or SystemClock()
         super().__init__()
-        self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, psycopg.Error)
+        self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, psycopg.Error,
+                                       self.head_position)
         self._conn = _connect(dsn)
 
     # -- writing -----------------------------------------------------------------------------
@@ -90,8 +91,8 @@ class PostgresEventLog(SqlEventLogBase):
         with self._transaction() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
             versions = self._write(cur, appends, checkpoints)
-        if any(append.events for append in appends):
-            self._subscribers.notify()
+        if appended := [append.stream for append in appends if append.events]:
+            self._subscribers.notify(appended)
         return versions
 
     def _write(self, cur: psycopg.Cursor[Any], appends: Sequence[StreamAppend],

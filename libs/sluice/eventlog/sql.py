@@ -7,7 +7,7 @@ import threading
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Sequence
 
-from sluice.eventlog.port import NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend
+from sluice.eventlog.port import NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend, stream_prefixes
 from sluice.eventlog.snapshots import Snapshot
 from sluice.eventlog.subscription import Subscribers
 
@@ -40,10 +40,13 @@ class SqlEventLogBase:
     def stream_version(self, stream: str) -> int:
         return self._query("SELECT COALESCE(MAX(version), {p}) FROM events WHERE stream = {p}", (NO_STREAM, stream))[0][0]
 
-    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+    def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
         # Gap-free as it is: every adapter makes positions visible in commit order (see its docstring).
-        rows = self._query(f"SELECT {COLUMNS} FROM events WHERE position > {{p}} ORDER BY position LIMIT {{p}}",
-                           (after, limit))
+        # Filtered in SQL along the position index: skipped rows are never fetched nor decoded.
+        prefixes = stream_prefixes(prefixes)
+        where = " OR ".join(f"substr(stream, 1, {len(prefix)}) = {{p}}" for prefix in prefixes)
+        rows = self._query(f"SELECT {COLUMNS} FROM events WHERE position > {{p}}{f' AND ({where})' if where else ''}"
+                           " ORDER BY position LIMIT {p}", (after, *prefixes, limit))
         return [self._to_event(row) for row in rows]
 
     def head_position(self) -> int:
@@ -75,11 +78,11 @@ class SqlEventLogBase:
     def _transaction(self) -> Any:
         raise NotImplementedError
 
-    def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        return self._subscribers.follow(after)
+    def subscribe(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[RecordedEvent]:
+        return self._subscribers.follow(after, prefixes)
 
-    def subscribe_batches(self, after: int = 0) -> AsyncIterator[list[RecordedEvent]]:
-        return self._subscribers.follow_batches(after)
+    def subscribe_batches(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[list[RecordedEvent]]:
+        return self._subscribers.follow_batches(after, prefixes)
 
     def close(self) -> None:
         with self._lock:

@@ -65,7 +65,8 @@ class SqliteEventLog(SqlEventLogBase):
     ) -> None:
         self._clock = clock or SystemClock()
         super().__init__()
-        self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, sqlite3.ProgrammingError)
+        self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, sqlite3.ProgrammingError,
+                                       self.head_position)
         self._conn = _connect(os.fspath(path))
 
     # -- writing -----------------------------------------------------------------------------
@@ -75,8 +76,8 @@ class SqliteEventLog(SqlEventLogBase):
             recorded_at = self._clock.now().astimezone(timezone.utc).isoformat()
             versions = _append_streams(conn, appends, recorded_at)
             _upsert_checkpoints(conn, checkpoints)
-        if any(append.events for append in appends):
-            self._subscribers.notify()
+        if appended := [append.stream for append in appends if append.events]:
+            self._subscribers.notify(appended)
         return versions
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:

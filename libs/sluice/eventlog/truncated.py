@@ -25,8 +25,8 @@ class LogUntil:
         events = self.read_stream(stream)
         return events[-1].version if events else -1
 
-    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        return [event for event in self._log.read_all(after, limit) if event.position <= self._until]
+    def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
+        return [event for event in self._log.read_all(after, limit, prefixes) if event.position <= self._until]
 
     def head_position(self) -> int:
         return min(self._log.head_position(), self._until)
@@ -44,12 +44,12 @@ class LogUntil:
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         raise ReadOnlyLog(f"the log as of position {self._until} is read-only")
 
-    async def subscribe(self, after: int = 0) -> AsyncIterator[RecordedEvent]:
-        for event in self.read_all(after, self._until):
+    async def subscribe(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[RecordedEvent]:
+        for event in self.read_all(after, self._until, prefixes):
             yield event
 
-    async def subscribe_batches(self, after: int = 0) -> AsyncIterator[list[RecordedEvent]]:
-        if events := self.read_all(after, self._until):
+    async def subscribe_batches(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[list[RecordedEvent]]:
+        if events := self.read_all(after, self._until, prefixes):
             yield events
 
     def close(self) -> None:

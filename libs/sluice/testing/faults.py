@@ -112,8 +112,8 @@ class FaultyEventLog:
     def stream_version(self, stream: str) -> int:
         return self._log.stream_version(stream)
 
-    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
-        return self._log.read_all(after, limit)
+    def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
+        return self._log.read_all(after, limit, prefixes)
 
     def head_position(self) -> int:
         return self._log.head_position()
@@ -121,11 +121,11 @@ class FaultyEventLog:
     def read_checkpoint(self, name: str) -> int | None:
         return self._log.read_checkpoint(name)
 
-    def subscribe(self, after: int = 0):
-        return self._log.subscribe(after)
+    def subscribe(self, after: int = 0, prefixes: Sequence[str] = ()):
+        return self._log.subscribe(after, prefixes)
 
-    def subscribe_batches(self, after: int = 0):
-        return self._log.subscribe_batches(after)
+    def subscribe_batches(self, after: int = 0, prefixes: Sequence[str] = ()):
+        return self._log.subscribe_batches(after, prefixes)
 
     def close(self) -> None:
         """The log outlives the service: a crashed service does not close it."""

@@ -39,6 +39,8 @@ from sluice.eventlog import (
     WrongExpectedVersion,
 )
 
+from tests.integration.eventlog.filter_contract import StreamFilterContract
+
 TIMEOUT = 5.0  # upper bound for anything asynchronous; passing tests take milliseconds
 
 
@@ -81,7 +83,7 @@ async def eventually(condition: Callable[[], bool]) -> None:
     await asyncio.wait_for(poll(), TIMEOUT)
 
 
-class EventLogContract:
+class EventLogContract(StreamFilterContract):
     # -- hooks -------------------------------------------------------------------------------
 
     def make_log(self, tmp_path: Path, clock: Clock) -> EventLog:
