@@ -15,6 +15,7 @@ from sluice.bus.topics import (
 )
 from sluice.clock import Clock
 from sluice.datasets.connect import sqlite_url
+from sluice.domain.checking import QUEUE_STREAM
 from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import JobsView
@@ -24,8 +25,9 @@ from sluice.runtime.service import ServiceSpec
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services.checker import grpc_api as checker_grpc
 from sluice_services.checker.service import CheckerService
-from sluice_services.launcher import datasets_grpc
+from sluice_services.launcher import datasets_grpc, datasets_service
 from sluice_services.launcher import grpc_api as launcher_grpc
+from sluice_services.launcher import service as launcher_service
 from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.run_outputs import RunPublisher
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
@@ -34,9 +36,11 @@ from sluice_services.lineage import http_api as lineage_http
 from sluice_services.lineage.export import EXPORT_GROUP, OpenLineageExport
 from sluice_services.lineage.grpc_api import LineageServicer
 from sluice_services.lineage.service import LineageService
+from sluice_services.matcher import service as matcher_service
 from sluice_services.matcher.lookup import ScheduleLookup
 from sluice_services.matcher.service import MatcherService
 from sluice_services.registry import grpc_api as registry_grpc
+from sluice_services.registry import service as registry_service
 from sluice_services.registry.service import RegistryService
 
 SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
@@ -76,8 +80,8 @@ class Settings:
 
 def registry_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
     registry = RegistryService(log, clock)
-    return ServiceSpec("registry", route=registry.route, grpc=registry_grpc.bindings(registry, producer),
-                       recover=registry.recover)
+    return ServiceSpec("registry", route=registry.route, route_prefixes=(registry_service.STREAM_PREFIX,),
+                       grpc=registry_grpc.bindings(registry, producer), recover=registry.recover)
 
 
 def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
@@ -95,15 +99,17 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
         lookup.recover()
         matcher.recover()
 
-    return ServiceSpec("matcher", [look_up, match], route=matcher.route, recover=recover,
-                       background=[matcher.run_timers])
+    return ServiceSpec("matcher", [look_up, match], route=matcher.route,
+                       route_prefixes=(matcher_service.STREAM_PREFIX,), recover=recover,
+                       background=[matcher.run_timers, lookup.follow])
 
 
 def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) -> ServiceSpec:
     checker = CheckerService(log, clock, capacity)
     jobs_view = JobsView()
     subscription = Subscription("constraint-checker", checker.handlers())
-    return ServiceSpec("checker", [subscription], route=checker.route, grpc=checker_grpc.bindings(jobs_view, checker),
+    return ServiceSpec("checker", [subscription], route=checker.route, route_prefixes=(QUEUE_STREAM,),
+                       grpc=checker_grpc.bindings(jobs_view, checker),
                        recover=checker.recover, background=[lambda: jobs_view.follow(log), checker.run_timers])
 
 
@@ -120,6 +126,7 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
 
     return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
                        route=lambda recorded: [*launcher.route(recorded), *data_plane.route(recorded)],
+                       route_prefixes=(launcher_service.STREAM_PREFIX, datasets_service.TRANSACTION_PREFIX),
                        grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
                        start=launcher.resume, background=[launcher.run_timers])
 

@@ -9,6 +9,8 @@ a single member per schedule.
 The index is a projection of the registry's streams in the event log, brought up to date before
 each notification is looked up: a schedule whose creation committed before the notification is
 handled is always found (the schedules topic alone would race with the notification topics).
+`follow` (a background task) folds the registry's events as they commit as well, so that check
+usually finds nothing left to read. Only the registry's streams are read, filtered by the log.
 
 Delivery is at least once: a crash between publishing and committing the notification's offset
 publishes it again, and the second stage ignores a notification the schedule already counted."""
@@ -22,7 +24,7 @@ from sluice.domain import schedules, triggers
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import Notification
 from sluice.domain.schedules import ScheduleState
-from sluice.eventlog.port import EventLog
+from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.v1 import matching_pb2
@@ -30,6 +32,8 @@ from sluice.wire.common import notification_from_bytes, notification_to_proto
 from sluice.wire.schedules import schedule_to_proto
 
 REGISTRY_PREFIX = "schedule-"
+REGISTRY_STREAMS = (REGISTRY_PREFIX,)
+SYNC_BATCH = 5000
 REGISTRY_TYPES = EventTypes(schedules.EVENTS)
 
 
@@ -50,12 +54,27 @@ class ScheduleLookup:
         self.sync()
 
     def sync(self) -> None:
-        """Fold the registry's events committed since the last sync into the index."""
-        while events := self._log.read_all(self._position, 5000):
-            for recorded in events:
-                if recorded.stream.startswith(REGISTRY_PREFIX) and recorded.type in REGISTRY_TYPES:
-                    self._apply(recorded.stream.removeprefix(REGISTRY_PREFIX), REGISTRY_TYPES.decode(recorded))
-            self._position = events[-1].position
+        """Fold the registry's events committed since the last sync into the index: every one up to
+        the head read first (the log never shows a later event without the earlier ones)."""
+        head = self._log.head_position()
+        while head > self._position:
+            events = self._log.read_all(self._position, SYNC_BATCH, REGISTRY_STREAMS)
+            self._fold(events)
+            if len(events) < SYNC_BATCH:
+                self._position = max(self._position, head)
+
+    async def follow(self) -> None:
+        """Fold the registry's events as they commit (a background task next to the consumers)."""
+        async for events in self._log.subscribe_batches(self._position, REGISTRY_STREAMS):
+            self._fold(events)
+
+    def _fold(self, events: list[RecordedEvent]) -> None:
+        for recorded in events:
+            if recorded.position <= self._position:  # folded already, by sync() or follow()
+                continue
+            if recorded.stream.startswith(REGISTRY_PREFIX) and recorded.type in REGISTRY_TYPES:
+                self._apply(recorded.stream.removeprefix(REGISTRY_PREFIX), REGISTRY_TYPES.decode(recorded))
+            self._position = recorded.position
 
     def handler(self) -> BatchHandler:
         """A poll's notifications: the index is brought up to date once, and every MatchRequested

@@ -44,8 +44,8 @@ class CountingLog:
         self._log = log
         self.events_read = 0
 
-    def read_all(self, after: int = 0, limit: int = 1000):
-        events = self._log.read_all(after, limit)
+    def read_all(self, after: int = 0, limit: int = 1000, prefixes=()):
+        events = self._log.read_all(after, limit, prefixes)
         self.events_read += len(events)
         return events
 

@@ -17,6 +17,8 @@ from sluice.runtime.snapshots import Snapshots, schema_of
 
 TYPES = EventTypes((*matching.EVENTS, checking.JobDeferred, checking.JobAdmitted, checking.JobWithdrawn,
                     runs.RunRequested))
+STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name(""))
+"""The streams TYPES are appended to: the view reads only these."""
 SNAPSHOT = "jobs"
 READ_BATCH = 10_000
 
@@ -62,7 +64,7 @@ class JobsView:
         SNAPSHOT_EVERY events folded)."""
         store = snapshots_of(log)
         self.restore(store)
-        async for recorded in log.subscribe(self.position):
+        async for recorded in log.subscribe(self.position, STREAMS):
             self.apply(recorded)
             self._snapshot_if_due(store)
             if recorded.position % 100 == 0:
@@ -72,11 +74,13 @@ class JobsView:
         """Start from the last snapshot and fold the log up to its head (no following); events folded."""
         store = snapshots_of(log)
         self.restore(store)
+        head = log.head_position()  # every event up to it is committed: the view is complete up to it
         folded = 0
-        while records := log.read_all(self.position, READ_BATCH):
+        while records := log.read_all(self.position, READ_BATCH, STREAMS):
             for recorded in records:
                 self.apply(recorded)
             folded += len(records)
+        self.position = max(self.position, head)
         if folded >= self._snapshot_every and store.enabled:
             self.snapshot(store)  # also when few were jobs' events: the next start reads less
         return folded

@@ -32,9 +32,13 @@ Route = Callable[[RecordedEvent], Sequence[Outgoing]]
 
 
 class OutboxRelay:
+    """Relays the events `route` turns into messages. With `prefixes` (the streams `route` publishes
+    from) it reads only those streams' events; the others would publish nothing anyway."""
+
     def __init__(self, name: str, log: EventLog, producer: Producer, route: Route,
-                 metrics: Registry | None = None) -> None:
+                 metrics: Registry | None = None, prefixes: Sequence[str] = ()) -> None:
         self._name = name
+        self._prefixes = tuple(prefixes)
         self._checkpoint = f"outbox:{name}"
         self._log = log
         self._producer = producer
@@ -48,7 +52,7 @@ class OutboxRelay:
         self._unsaved = 0
 
     async def run(self) -> None:
-        async for events in self._log.subscribe_batches(self._start()):
+        async for events in self._log.subscribe_batches(self._start(), self._prefixes):
             await self._relay(events)
 
     async def publish_pending(self, limit: int = 1000) -> int:
@@ -56,7 +60,7 @@ class OutboxRelay:
         the crash harness (tests/crash) steps relays this way; how many events were read."""
         if self._after is None:
             self._start()
-        events = self._log.read_all(self._after, limit)
+        events = self._log.read_all(self._after, limit, self._prefixes)
         if events:
             await self._relay(events)
         return len(events)

@@ -25,6 +25,8 @@ class ServiceSpec:
     name: str
     subscriptions: list[Subscription] = field(default_factory=list)
     route: Route | None = None
+    route_prefixes: tuple[str, ...] = ()
+    """The stream prefixes of every event `route` publishes from: its relay reads only those (empty: all)."""
     grpc: list[GrpcBinding] = field(default_factory=list)
     recover: Callable[[], None] | None = None
     """Rebuild in-memory state from the log before consuming anything."""
@@ -79,7 +81,8 @@ def _jobs(specs: list[ServiceSpec], bus: Bus, event_log: EventLog, producer: Pro
     for spec in specs:
         jobs += [consume(bus, subscription, producer, metrics=registry) for subscription in spec.subscriptions]
         if spec.route:
-            jobs.append(OutboxRelay(spec.name, event_log, producer, spec.route, metrics=registry).run())
+            jobs.append(OutboxRelay(spec.name, event_log, producer, spec.route, metrics=registry,
+                                    prefixes=spec.route_prefixes).run())
         jobs += [start() for start in spec.background]
     return jobs
 
