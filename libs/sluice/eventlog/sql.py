@@ -43,11 +43,19 @@ class SqlEventLogBase:
     def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
         # Gap-free as it is: every adapter makes positions visible in commit order (see its docstring).
         # Filtered in SQL along the position index: skipped rows are never fetched nor decoded.
-        prefixes = stream_prefixes(prefixes)
-        where = " OR ".join(f"substr(stream, 1, {len(prefix)}) = {{p}}" for prefix in prefixes)
-        rows = self._query(f"SELECT {COLUMNS} FROM events WHERE position > {{p}}{f' AND ({where})' if where else ''}"
-                           " ORDER BY position LIMIT {p}", (after, *prefixes, limit))
-        return [self._to_event(row) for row in rows]
+        return [self._to_event(row) for row in self._query(*self.read_all_query(after, limit, prefixes))]
+
+    def read_all_query(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+        """read_all's SQL ({p} for placeholders) and parameters (tests check its query plan)."""
+        conditions = [self._stream_starts_with(prefix) for prefix in stream_prefixes(prefixes)]
+        where = f" AND ({' OR '.join(sql for sql, _ in conditions)})" if conditions else ""
+        return (f"SELECT {COLUMNS} FROM events WHERE position > {{p}}{where} ORDER BY position LIMIT {{p}}",
+                (after, *(param for _, param in conditions), limit))
+
+    @staticmethod
+    def _stream_starts_with(prefix: str) -> tuple[str, str]:
+        """A condition on `stream` and its parameter; the read scans the position index and checks it."""
+        return f"substr(stream, 1, {len(prefix)}) = {{p}}", prefix
 
     def head_position(self) -> int:
         return self._query("SELECT COALESCE(MAX(position), 0) FROM events")[0][0]

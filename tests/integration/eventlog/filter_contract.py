@@ -56,6 +56,14 @@ class StreamFilterContract:
             e for e in matching if e.position > skipped.position]
         assert log.read_all(after=everything[-1].position, prefixes=["matcher-"]) == []
 
+    def test_prefixes_are_plain_strings_not_patterns(self, log: EventLog) -> None:
+        for stream in ("job_1", "jobX1", "job%2", "jobY2", "Job_3", "a.b-1", "aXb-1"):
+            log.append(stream, _events(1), NO_STREAM)
+        assert [e.stream for e in log.read_all(prefixes=["job_"])] == ["job_1"]
+        assert [e.stream for e in log.read_all(prefixes=["job%"])] == ["job%2"]
+        assert [e.stream for e in log.read_all(prefixes=["job"])] == ["job_1", "jobX1", "job%2", "jobY2"]
+        assert [e.stream for e in log.read_all(prefixes=["a.b"])] == ["a.b-1"]
+
     def test_prefixes_given_as_one_string_are_refused(self, log: EventLog) -> None:
         with pytest.raises(TypeError, match="prefixes"):
             log.read_all(prefixes="schedule-")  # type: ignore[arg-type]

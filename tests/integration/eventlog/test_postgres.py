@@ -230,3 +230,22 @@ def test_missing_server_binaries_fail_with_the_install_hint(monkeypatch: pytest.
     monkeypatch.setenv("SLUICE_POSTGRES_BIN", str(tmp_path / "nowhere"))
     with pytest.raises(PostgresNotInstalled, match="make postgres"):
         find_bin_dir()
+
+
+# -- filtered reads ------------------------------------------------------------------------------
+
+
+def test_a_filtered_read_near_the_head_walks_the_position_index(dsn: str) -> None:
+    """What every subscription read does: no sequential scan of the log, whatever the filter."""
+    log = PostgresEventLog(dsn)
+    try:
+        for n in range(40):
+            log.append_batch([StreamAppend(f"matcher-{n}", new_events(50), NO_STREAM),
+                              StreamAppend(f"schedule-{n}", new_events(1), NO_STREAM)])
+        log._conn.execute("ANALYZE events")
+        for prefixes in (["schedule-"], ["matcher-", "checker-queue"]):
+            sql, params = log.read_all_query(log.head_position() - 60, 500, prefixes)
+            plan = "\n".join(row[0] for row in log._conn.execute("EXPLAIN " + sql.format(p="%s"), params))
+            assert "Index Scan using events_pkey" in plan and "Seq Scan" not in plan, plan
+    finally:
+        log.close()

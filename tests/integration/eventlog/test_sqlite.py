@@ -54,3 +54,13 @@ def test_instances_on_the_same_file_serialise_their_writes(tmp_path: Path) -> No
     finally:
         for log in logs:
             log.close()
+
+
+def test_a_filtered_read_walks_the_position_index(tmp_path: Path) -> None:
+    log = SqliteEventLog(_file(tmp_path))
+    try:
+        sql, params = log.read_all_query(10, 500, ["schedule-", "matcher-"])
+        plan = log._conn.execute("EXPLAIN QUERY PLAN " + sql.format(p="?"), params).fetchall()
+        assert [row[3] for row in plan] == ["SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"]
+    finally:
+        log.close()
