@@ -15,8 +15,10 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime import snapshots
 from sluice.runtime.snapshots import Snapshots, schema_of
 
-TYPES = EventTypes((*matching.EVENTS, checking.JobDeferred, checking.JobAdmitted, checking.JobWithdrawn,
-                    runs.RunRequested))
+TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
+                    matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
+                    checking.JobWithdrawn, runs.RunRequested))
+"""The events the view folds; the matcher's ScheduleObserved (a whole schedule each) are not decoded."""
 STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name(""))
 """The streams TYPES are appended to: the view reads only these."""
 SNAPSHOT = "jobs"
