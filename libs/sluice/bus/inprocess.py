@@ -18,36 +18,24 @@ Decisions:
 - The file uses synchronous=NORMAL: a send is durable once committed to the WAL (it survives a
   crash of the process, like a Kafka ack, which does not fsync either).
 - Wake-ups use asyncio.Event: one bus serves one event loop. SQLite access holds a lock.
+- A poll reads only the partitions whose end, as this bus knows it (`EndOffsets`), is beyond
+  the position: this bus's sends raise the ends at once; other processes' appends are seen when
+  the ends are read from the file again (when another connection committed, checked at least
+  every poll_interval and whenever a poll's wait ran out without a send).
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
-import sqlite3
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 
+from sluice.bus.inprocess_store import BusStore, EndOffsets, dump_headers
 from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 from sluice.clock import Clock
 
 __all__ = ["InProcessBus", "InProcessConsumer", "InProcessProducer", "range_assignment"]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS topics (
-    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, compacted INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    topic TEXT NOT NULL, "partition" INTEGER NOT NULL, "offset" INTEGER NOT NULL,
-    key BLOB, value BLOB NOT NULL, headers TEXT NOT NULL, timestamp_ms INTEGER NOT NULL,
-    PRIMARY KEY (topic, "partition", "offset"));
-CREATE TABLE IF NOT EXISTS offsets (
-    group_id TEXT NOT NULL, topic TEXT NOT NULL, "partition" INTEGER NOT NULL, next_offset INTEGER NOT NULL,
-    PRIMARY KEY (group_id, topic, "partition"));
-"""
-
 
 def range_assignment(
     subscriptions: Mapping[str, Sequence[str]], partitions: Mapping[str, int]
@@ -66,109 +54,15 @@ def range_assignment(
     return plan
 
 
-class _Store:
-    """The SQLite tables; each call holds the lock, so threads may share one store."""
-
-    def __init__(self, path: str | os.PathLike | None) -> None:
-        self._lock = threading.Lock()
-        target = ":memory:" if path is None else os.fspath(path)
-        self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
-        if path is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")  # takes the write lock: offsets stay contiguous across processes
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
-
-    def create_topics(self, specs: Sequence[TopicSpec]) -> None:
-        with self._transaction() as db:
-            db.executemany(
-                "INSERT OR IGNORE INTO topics VALUES (?, ?, ?)",
-                [(s.name, s.partitions, int(s.compacted)) for s in specs],
-            )
-
-    def topic(self, name: str) -> TopicSpec | None:
-        rows = self._query("SELECT partitions, compacted FROM topics WHERE name = ?", (name,))
-        return TopicSpec(name, rows[0][0], bool(rows[0][1])) if rows else None
-
-    def append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, str]], timestamp_ms: int) -> list[int]:
-        """(partition, key, value, headers) of each record, in one transaction; their offsets."""
-        offsets: list[int] = []
-        ends: dict[TopicPartition, int] = {}
-        with self._transaction() as db:
-            for tp, key, value, headers in records:
-                offset = ends.get(tp)
-                if offset is None:
-                    (offset,) = db.execute(
-                        'SELECT COALESCE(MAX("offset") + 1, 0) FROM records WHERE topic = ? AND "partition" = ?',
-                        (tp.topic, tp.partition),
-                    ).fetchone()
-                ends[tp] = offset + 1
-                offsets.append(offset)
-            db.executemany(
-                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(tp.topic, tp.partition, offset, key, value, headers, timestamp_ms)
-                 for (tp, key, value, headers), offset in zip(records, offsets)],
-            )
-        return offsets
-
-    def read(self, tp: TopicPartition, start: int, limit: int) -> list[Record]:
-        rows = self._query(
-            'SELECT "offset", key, value, headers, timestamp_ms FROM records'
-            ' WHERE topic = ? AND "partition" = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?',
-            (tp.topic, tp.partition, start, limit),
-        )
-        return [Record(tp.topic, tp.partition, o, k, v, _load_headers(h), ts) for o, k, v, h, ts in rows]
-
-    def committed(self, group_id: str, tp: TopicPartition) -> int | None:
-        rows = self._query(
-            'SELECT next_offset FROM offsets WHERE group_id = ? AND topic = ? AND "partition" = ?',
-            (group_id, tp.topic, tp.partition),
-        )
-        return rows[0][0] if rows else None
-
-    def commit(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
-        with self._transaction() as db:
-            db.executemany(
-                'INSERT INTO offsets VALUES (?, ?, ?, ?) ON CONFLICT (group_id, topic, "partition")'
-                " DO UPDATE SET next_offset = excluded.next_offset",
-                [(group_id, tp.topic, tp.partition, offset) for tp, offset in offsets.items()],
-            )
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-
-def _dump_headers(headers: Sequence[tuple[str, bytes]]) -> str:
-    return json.dumps([[name, bytes(value).hex()] for name, value in headers])
-
-
-def _load_headers(text: str) -> tuple[tuple[str, bytes], ...]:
-    return tuple((name, bytes.fromhex(value)) for name, value in json.loads(text))
-
-
 class InProcessBus:
     """The Bus port inside one process; see the module docstring for the decisions it makes."""
 
     def __init__(
         self, path: str | os.PathLike | None = None, *, poll_interval: float = 0.05, clock: Clock | None = None
     ) -> None:
-        self._store = _Store(path)
+        self._store = BusStore(path)
         self.poll_interval = poll_interval
+        self._ends = EndOffsets(self._store, poll_interval)
         self._clock = clock
         self._topics: dict[str, TopicSpec] = {}
         self._groups: dict[str, dict[str, InProcessConsumer]] = {}
@@ -223,8 +117,12 @@ class InProcessBus:
 
     def _append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, Sequence[tuple[str, bytes]]]]) -> list[int]:
         self._check_open()
-        offsets = self._store.append([(tp, key, value, _dump_headers(headers)) for tp, key, value, headers in records],
+        offsets = self._store.append([(tp, key, value, dump_headers(headers)) for tp, key, value, headers in records],
                                      self._timestamp_ms())
+        ends: dict[TopicPartition, int] = {}
+        for (tp, _, _, _), offset in zip(records, offsets):
+            ends[tp] = max(ends.get(tp, 0), offset + 1)
+        self._ends.raise_to(ends)
         topics = {tp.topic for tp, _, _, _ in records}
         for members in self._groups.values():
             for member in members.values():
@@ -245,6 +143,7 @@ class InProcessBus:
         members = self._groups.get(group_id, {})
         counts = {t: self._partition_count(t) for m in members.values() for t in m.topics}
         self._missing[group_id] = {t for t, n in counts.items() if n == 0}
+        self._ends.track({t: n for t, n in counts.items() if n > 0})
         plan = range_assignment({member_id: m.topics for member_id, m in members.items()}, counts)
         for member_id, member in members.items():
             member._assign(plan[member_id])
@@ -314,17 +213,20 @@ class InProcessConsumer:
         if self._closed:
             raise RuntimeError(f"consumer {self.member_id} is closed")
         deadline = time.monotonic() + timeout
+        waited_out = False
         while True:
             self._wake.clear()  # before reading, so a send after the read still wakes the wait
             self._bus._discover_topics(self)
+            self._bus._ends.refresh(force=waited_out)  # other processes' appends, see EndOffsets
             records = self._fetch(max_records)
             remaining = deadline - time.monotonic()
             if records or self._closed or remaining <= 0:
                 return records
-            try:  # a send here sets the event; other processes are seen at the next interval
+            try:  # a send in this bus sets the event; other processes are seen at the next refresh
                 await asyncio.wait_for(self._wake.wait(), min(remaining, self._bus.poll_interval))
+                waited_out = False
             except TimeoutError:
-                pass
+                waited_out = True
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         if self._closed:
@@ -357,16 +259,19 @@ class InProcessConsumer:
 
     def _fetch(self, max_records: int) -> list[Record]:
         """Up to max_records, taken in turn from each partition (offset order within one),
-        starting from a different partition each time so none is starved."""
+        starting from a different partition each time so none is starved. Only partitions whose
+        known end is beyond the position are read: most polls find most partitions empty."""
         partitions = list(self._positions)
         if not partitions or max_records <= 0:
             return []
         start = self._rotation % len(partitions)
         self._rotation += 1
-        partitions = partitions[start:] + partitions[:start]
+        ends = self._bus._ends
+        partitions = [tp for tp in partitions[start:] + partitions[:start] if ends.end(tp) > self._positions[tp]]
         batches = [self._bus._store.read(tp, self._positions[tp], max_records) for tp in partitions]
         interleaved = itertools.chain.from_iterable(itertools.zip_longest(*batches))
         records = [r for r in interleaved if r is not None][:max_records]
         for record in records:
             self._positions[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        ends.raise_to({tp: batch[-1].offset + 1 for tp, batch in zip(partitions, batches) if batch})
         return records

@@ -1,0 +1,195 @@
+"""The SQLite storage of the in-process bus, and what the bus knows of each partition's end.
+
+Kept apart from `sluice.bus.inprocess` (groups, assignment, polling) so each stays small; nothing
+outside the in-process bus uses it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from sluice.bus.port import Record, TopicPartition, TopicSpec
+
+__all__ = ["BusStore", "EndOffsets", "dump_headers"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    name TEXT PRIMARY KEY, partitions INTEGER NOT NULL, compacted INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    topic TEXT NOT NULL, "partition" INTEGER NOT NULL, "offset" INTEGER NOT NULL,
+    key BLOB, value BLOB NOT NULL, headers TEXT NOT NULL, timestamp_ms INTEGER NOT NULL,
+    PRIMARY KEY (topic, "partition", "offset"));
+CREATE TABLE IF NOT EXISTS offsets (
+    group_id TEXT NOT NULL, topic TEXT NOT NULL, "partition" INTEGER NOT NULL, next_offset INTEGER NOT NULL,
+    PRIMARY KEY (group_id, topic, "partition"));
+"""
+
+
+class BusStore:
+    """The SQLite tables; each call holds the lock, so threads may share one store."""
+
+    def __init__(self, path: str | os.PathLike | None) -> None:
+        self._lock = threading.Lock()
+        target = ":memory:" if path is None else os.fspath(path)
+        self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
+        if path is not None:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")  # takes the write lock: offsets stay contiguous across processes
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def create_topics(self, specs: Sequence[TopicSpec]) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO topics VALUES (?, ?, ?)",
+                [(s.name, s.partitions, int(s.compacted)) for s in specs],
+            )
+
+    def topic(self, name: str) -> TopicSpec | None:
+        rows = self._query("SELECT partitions, compacted FROM topics WHERE name = ?", (name,))
+        return TopicSpec(name, rows[0][0], bool(rows[0][1])) if rows else None
+
+    def append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, str]], timestamp_ms: int) -> list[int]:
+        """(partition, key, value, headers) of each record, in one transaction; their offsets."""
+        offsets: list[int] = []
+        ends: dict[TopicPartition, int] = {}
+        with self._transaction() as db:
+            for tp, key, value, headers in records:
+                offset = ends.get(tp)
+                if offset is None:  # read under the write lock: another process may have appended
+                    (offset,) = db.execute(
+                        'SELECT COALESCE(MAX("offset") + 1, 0) FROM records WHERE topic = ? AND "partition" = ?',
+                        (tp.topic, tp.partition),
+                    ).fetchone()
+                ends[tp] = offset + 1
+                offsets.append(offset)
+            db.executemany(
+                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(tp.topic, tp.partition, offset, key, value, headers, timestamp_ms)
+                 for (tp, key, value, headers), offset in zip(records, offsets)],
+            )
+        return offsets
+
+    def read(self, tp: TopicPartition, start: int, limit: int) -> list[Record]:
+        rows = self._query(
+            'SELECT "offset", key, value, headers, timestamp_ms FROM records'
+            ' WHERE topic = ? AND "partition" = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?',
+            (tp.topic, tp.partition, start, limit),
+        )
+        return [Record(tp.topic, tp.partition, o, k, v, _load_headers(h), ts) for o, k, v, h, ts in rows]
+
+    def ends(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """The next offset of each partition, in one query. An index lookup per partition: a
+        GROUP BY over the records would scan every record of the topics."""
+        if not partitions:
+            return {}
+        wanted = ", ".join(["(?, ?)"] * len(partitions))
+        rows = self._query(
+            f"WITH wanted(topic, part) AS (VALUES {wanted})"
+            ' SELECT topic, part, (SELECT COALESCE(MAX("offset") + 1, 0) FROM records'
+            '  WHERE records.topic = wanted.topic AND records."partition" = wanted.part) FROM wanted',
+            tuple(v for tp in partitions for v in (tp.topic, tp.partition)),
+        )
+        return {TopicPartition(topic, partition): end for topic, partition, end in rows}
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (another process, or another bus on the same file)
+        commits to the file; this connection's own commits leave it as it is."""
+        return self._query("PRAGMA data_version")[0][0]
+
+    def committed(self, group_id: str, tp: TopicPartition) -> int | None:
+        rows = self._query(
+            'SELECT next_offset FROM offsets WHERE group_id = ? AND topic = ? AND "partition" = ?',
+            (group_id, tp.topic, tp.partition),
+        )
+        return rows[0][0] if rows else None
+
+    def commit(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                'INSERT INTO offsets VALUES (?, ?, ?, ?) ON CONFLICT (group_id, topic, "partition")'
+                " DO UPDATE SET next_offset = excluded.next_offset",
+                [(group_id, tp.topic, tp.partition, offset) for tp, offset in offsets.items()],
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class EndOffsets:
+    """The end (next offset) of each partition of the tracked topics, as far as this bus knows.
+
+    Never above the true end, so a consumer that reads only partitions whose known end is beyond
+    its position misses nothing, at worst it sees a record late. This bus's appends raise it at
+    once; `refresh` reads the file again when another connection committed since the last one
+    (PRAGMA data_version), which a poll does when its wait ran out without a send and at least
+    every `interval` -- the delay with which another process's records are seen.
+    """
+
+    def __init__(self, store: BusStore, interval: float) -> None:
+        self._store = store
+        self._interval = interval
+        self._ends: dict[TopicPartition, int] = {}
+        self._partitions: dict[str, int] = {}  # tracked topic -> its partition count
+        self._version: int | None = None  # data_version at the last refresh
+        self._refreshed_at = -math.inf
+        self._lock = threading.Lock()  # appends may come from other threads
+
+    def end(self, tp: TopicPartition) -> int:
+        return self._ends.get(tp, 0)
+
+    def raise_to(self, ends: Mapping[TopicPartition, int]) -> None:
+        with self._lock:
+            for tp, end in ends.items():
+                if end > self._ends.get(tp, 0):
+                    self._ends[tp] = end
+
+    def track(self, partitions: Mapping[str, int]) -> None:
+        """Topics (-> partition count) whose ends `refresh` keeps; a new one is read at once."""
+        new = {topic: count for topic, count in partitions.items() if self._partitions.get(topic) != count}
+        if new:
+            self._partitions.update(new)
+            self.raise_to(self._store.ends(_all_partitions(new)))
+
+    def refresh(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._refreshed_at < self._interval:
+            return
+        self._refreshed_at = now
+        version = self._store.data_version()  # before the read: a commit after it is seen next time
+        if version != self._version:
+            self._version = version
+            self.raise_to(self._store.ends(_all_partitions(self._partitions)))
+
+
+def _all_partitions(partitions: Mapping[str, int]) -> list[TopicPartition]:
+    return [TopicPartition(topic, p) for topic, count in partitions.items() for p in range(count)]
+
+
+def dump_headers(headers: Iterable[tuple[str, bytes]]) -> str:
+    return json.dumps([[name, bytes(value).hex()] for name, value in headers])
+
+
+def _load_headers(text: str) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, bytes.fromhex(value)) for name, value in json.loads(text))
