@@ -57,7 +57,7 @@ class Subscribers:
                 batch, position = await self._read_batch(position, waiter.prefixes)
                 if batch:
                     yield batch
-                else:
+                if len(batch) < BATCH:  # caught up when it read: only a wake or a poll can bring more
                     await self._wait(waiter.wake)
         finally:
             with self._lock:
