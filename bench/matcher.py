@@ -3,8 +3,9 @@
 The issue's shape: S schedules with partition triggers (count 1..3) over D datasets, a fifth of
 them AND composites over two datasets; M PartitionCommitted notifications, each on a random
 dataset. What the first stage (ScheduleLookup) would publish is built beforehand and untimed: one
-MatchRequested record per (notification, interested schedule), the schedule attached, keyed by
-schedule id, in polls of POLL records (the bus's max_records). Each poll goes through the
+MatchRequested record per (notification, matches partition) with that partition's interested
+schedules attached and the notification's source offset, in polls of POLL records (the bus's
+max_records). Each poll goes through the
 matches topic's BatchHandler as the consumer loop calls it (parse every record, apply them
 together): one append_batch per poll, in a WAL-mode SQLite file, with the consumed offsets.
 Schedules are registered the same way, through the schedules topic's handler.
@@ -14,7 +15,7 @@ Figures:
   reaches ~1.2 S/D schedules (an AND listens to two datasets): match_requests_per_s is the same
   run counted per schedule decision.
 - memory_per_schedule: Python heap (tracemalloc) retained per schedule once every schedule's
-  window of recent notification ids is full (each matched 32 times or more): its aggregate
+  window of recent notification ids is full (each matched RECENT_PER_SCHEDULE times or more): its aggregate
   state and pending job, its copy of the definition, the reverse index, the notifications shared
   by pending jobs (target 2048). Measured on a separate matcher of MEMORY_SCHEDULES schedules of
   the same shape (tracemalloc slows allocation down ~3x); SQLite's page cache is not counted.
@@ -45,7 +46,7 @@ from typing import Iterator
 
 from bench import Figure, option, progress
 from sluice.bus.port import Record, kafka_partition
-from sluice.bus.topics import MATCHES, SCHEDULES
+from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS, PARTITION_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SystemClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
@@ -54,7 +55,8 @@ from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import matching_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice.wire.schedules import schedule_to_proto
-from sluice_services.matcher.service import MATCHES_PARTITIONS, MatcherService
+from sluice.domain.matching import RECENT_PER_SCHEDULE
+from sluice_services.matcher.service import MatcherService
 
 DESCRIPTION = ("matcher stage's batch handlers on a SQLite file log (S schedules, a fifth AND composites): "
                "notifications/s, bytes/schedule, schedules/s")
@@ -63,8 +65,6 @@ FULL_SCHEDULES, FULL_DATASETS, FULL_NOTIFICATIONS, FULL_MEMORY_SCHEDULES = 100_0
 AND_EVERY = 5
 """Every fifth schedule is an AND of two datasets' partition triggers."""
 POLL = 500
-RECENT_FULL = 32
-"""Matches per schedule after which its window of recent notification ids is full."""
 NAMESPACE = "bench"
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -132,7 +132,7 @@ async def _register(handler, workload: "Workload") -> float:
 
 async def _memory_per_schedule(path: Path, schedules: int, datasets: int, seed: int) -> tuple[float, float]:
     """Python memory still allocated per schedule after registering them all, then after enough
-    notifications that every schedule matched at least RECENT_FULL of them."""
+    notifications that every schedule matched at least RECENT_PER_SCHEDULE of them."""
     workload = Workload(schedules, datasets, seed)
     log = SqliteEventLog(path)
     try:
@@ -150,18 +150,19 @@ async def _memory_per_schedule(path: Path, schedules: int, datasets: int, seed: 
             registered, _ = tracemalloc.get_traced_memory()
             matches = dict.fromkeys(workload.schedule_ids, 0)
             index = 0
-            while min(matches.values()) < RECENT_FULL:
+            while min(matches.values()) < RECENT_PER_SCHEDULE:
                 for poll in next(workload.match_polls(1, first_index=index)):
                     await _deliver(handlers[MATCHES], poll)
                     for record in poll:
-                        matches[record.key.decode()] += 1
+                        for target in matching_pb2.MatchRequested.FromString(record.value).targets:
+                            matches[target.schedule_id] += 1
                 index += 1
             del poll, record
             gc.collect()
             matched, _ = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        progress(f"[matcher] memory pass: {index} notifications until every schedule matched {RECENT_FULL}")
+        progress(f"[matcher] memory pass: {index} notifications until every schedule matched {RECENT_PER_SCHEDULE}")
         return (registered - before) / schedules, (matched - before) / schedules
     finally:
         log.close()
@@ -175,13 +176,14 @@ class Workload:
         self._datasets = datasets
         self.schedules = [self._schedule(index) for index in range(schedules)]
         self.schedule_ids = [schedule.id for schedule in self.schedules]
-        self._listeners: dict[str, list[tuple[bytes, bytes]]] = {}
-        """dataset -> (key, its part of a MatchRequested: id and definition) of each interested schedule, by id."""
+        self._listeners: dict[str, list[tuple[int, str, bytes]]] = {}
+        """dataset -> (matches partition, id, its MatchRequested.targets entry) of each interested schedule, by id."""
         for schedule in sorted(self.schedules, key=lambda s: s.id):
-            part = matching_pb2.MatchRequested(schedule_id=schedule.id,
-                                               schedule=schedule_to_proto(schedule)).SerializeToString()
+            target = matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(
+                schedule_id=schedule.id, schedule=schedule_to_proto(schedule))]).SerializeToString()
+            partition = kafka_partition(schedule.id.encode(), MATCHES_PARTITIONS)
             for leaf in _leaves(schedule):
-                self._listeners.setdefault(leaf.dataset, []).append((schedule.id.encode(), part))
+                self._listeners.setdefault(leaf.dataset, []).append((partition, schedule.id, target))
         self._offsets = [0] * MATCHES_PARTITIONS
 
     def schedule_polls(self) -> Iterator[list[Record]]:
@@ -192,19 +194,25 @@ class Workload:
             yield records[start:start + POLL]
 
     def match_polls(self, notifications: int, first_index: int = 0, chunk: int = 2000) -> Iterator[list[list[Record]]]:
-        """Polls of MATCHES records, built `chunk` notifications at a time (the building is not timed)."""
+        """Polls of MATCHES records, built `chunk` notifications at a time (the building is not timed):
+        one record per notification and matches partition, with the partition's interested schedules."""
         for start in range(first_index, first_index + notifications, chunk):
             records = []
             for index in range(start, min(start + chunk, first_index + notifications)):
                 dataset = f"ds-{self._rng.randrange(self._datasets):05d}"
                 suffix = matching_pb2.MatchRequested(
-                    notification=notification_to_proto(_notification(index, dataset))).SerializeToString()
-                for key, part in self._listeners.get(dataset, ()):
-                    # concatenated protobuf messages merge: id and schedule from one, notification from the other
-                    partition = kafka_partition(key, MATCHES_PARTITIONS)
+                    notification=notification_to_proto(_notification(index, dataset)),
+                    source=matching_pb2.NotificationSource(topic=PARTITION_NOTIFICATIONS, partition=0, offset=index),
+                ).SerializeToString()
+                targets: dict[int, list[tuple[str, bytes]]] = {}
+                for partition, schedule_id, target in self._listeners.get(dataset, ()):
+                    targets.setdefault(partition, []).append((schedule_id, target))
+                for partition, group in targets.items():
+                    # concatenated protobuf messages merge: repeated targets append, the notification comes last
                     offset = self._offsets[partition]
                     self._offsets[partition] += 1
-                    records.append(Record(MATCHES, partition, offset, key, part + suffix, (), 0))
+                    value = b"".join(target for _, target in group) + suffix
+                    records.append(Record(MATCHES, partition, offset, group[0][0].encode(), value, (), 0))
             yield [records[i:i + POLL] for i in range(0, len(records), POLL)]
 
     def _schedule(self, index: int) -> Schedule:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sluice.bus.port import Message, Producer, Record
-from sluice.bus.topics import MATCHES
+from sluice.bus.port import Message, Producer, Record, kafka_partition
+from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS
 from sluice.domain import schedules, triggers
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import Notification
@@ -92,23 +92,32 @@ class ScheduleLookup:
         await self.apply([(record, self.parse(record))])
 
     async def apply(self, items: list[tuple[Record, Notification]]) -> None:
+        """One MatchRequested per notification and matches partition, for all that partition's
+        interested schedules: the second stage records the notification's source position with it."""
         self.sync()
         messages = []
-        for _, notification in items:
-            encoded = matching_pb2.MatchRequested(notification=notification_to_proto(notification)).SerializeToString()
+        for record, notification in items:
+            encoded = matching_pb2.MatchRequested(
+                notification=notification_to_proto(notification),
+                source=matching_pb2.NotificationSource(topic=record.topic, partition=record.partition,
+                                                       offset=record.offset)).SerializeToString()
+            by_partition: dict[int, list[str]] = {}
             for schedule_id in sorted(self._index.get(notification.event_key(), ())):
-                messages.append(Message(MATCHES, self._request_prefix(schedule_id) + encoded, schedule_id.encode()))
+                by_partition.setdefault(kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS), []).append(schedule_id)
+            for schedule_ids in by_partition.values():
+                targets = b"".join(self._target(schedule_id) for schedule_id in schedule_ids)
+                messages.append(Message(MATCHES, targets + encoded, schedule_ids[0].encode()))
         await self._producer.send_batch(messages)
 
-    def _request_prefix(self, schedule_id: str) -> bytes:
-        """The schedule's part of its MatchRequested messages, encoded once per definition:
-        concatenated protobuf messages merge, so prefix + notification part is the whole message."""
-        prefix = self._prefixes.get(schedule_id)
-        if prefix is None:
+    def _target(self, schedule_id: str) -> bytes:
+        """The schedule's entry in MatchRequested.targets, encoded once per definition: concatenated
+        protobuf messages merge (repeated fields append), so targets + notification part is the whole message."""
+        target = self._prefixes.get(schedule_id)
+        if target is None:
             schedule = self._states[schedule_id].schedule
-            prefix = self._prefixes[schedule_id] = matching_pb2.MatchRequested(
-                schedule_id=schedule_id, schedule=schedule_to_proto(schedule)).SerializeToString()
-        return prefix
+            target = self._prefixes[schedule_id] = matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(
+                schedule_id=schedule_id, schedule=schedule_to_proto(schedule))]).SerializeToString()
+        return target
 
     def _apply(self, schedule_id: str, event: schedules.ScheduleEvent) -> None:
         before = self._states.get(schedule_id, ScheduleState()).schedule

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sluice.bus.port import Record, TopicPartition, kafka_partition
-from sluice.bus.topics import ALL_TOPICS, JOBS, MATCHES, SCHEDULES
+from sluice.bus.topics import JOBS, MATCHES, MATCHES_PARTITIONS, SCHEDULES
 from sluice.clock import Clock
 from sluice.domain import matching
 from sluice.domain.codec import EventTypes
@@ -45,17 +45,33 @@ FIRE_BATCH = 1000
 SHARED_NOTIFICATIONS = 1024
 """Notifications decoded once for all the schedules of a poll they concern (the first stage sends
 one copy per schedule): equal protobuf bytes give the same object, which pending jobs then share."""
-MATCHES_PARTITIONS = next(spec.partitions for spec in ALL_TOPICS if spec.name == MATCHES)
 
 
 @dataclass(frozen=True)
 class MatchRequest:
-    """A record of the matches topic: a notification for one schedule, with the schedule's
-    definition when it is newer than the one this member knows (else None: not decoded at all)."""
+    """A notification for one schedule, with the schedule's definition when it is newer than the
+    one this member knows (else None: not decoded at all)."""
 
     schedule_id: str
     notification: Notification
     schedule: Schedule | None = None
+
+
+@dataclass(frozen=True)
+class SourcePosition:
+    """Where the first stage read a notification (`NotificationSource`)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class MatchRequests:
+    """A record of the matches topic: a notification for the schedules of one partition."""
+
+    requests: tuple[MatchRequest, ...]
+    source: SourcePosition | None = None
 
 
 @dataclass(frozen=True)
@@ -131,21 +147,31 @@ class MatcherService:
         except InvalidArgument as error:
             raise MalformedMessage(str(error)) from error
 
-    def parse_match_requested(self, record: Record) -> MatchRequest:
+    def parse_match_requested(self, record: Record) -> MatchRequests:
         message = parse_bus_message(matching_pb2.MatchRequested, record.value)
-        if not message.schedule_id:
-            raise MalformedMessage("schedule_id: must not be empty")
-        known = self._store.load(matching.stream_name(message.schedule_id)).state.schedule
-        carried = message.HasField("schedule")
-        if not carried and known is None:
-            raise MalformedMessage(f"unknown schedule {message.schedule_id}")
+        if not message.targets:
+            raise MalformedMessage("targets: must name at least one schedule")
         try:
             notification = self._shared_notification(message.notification)
-            newer = carried and (known is None or message.schedule.generation > known.generation)
-            schedule = schedule_from_proto(message.schedule, message.schedule_id) if newer else None
+            requests = tuple(self._match_request(target, notification, f"targets[{index}]")
+                             for index, target in enumerate(message.targets))
         except InvalidArgument as error:
             raise MalformedMessage(str(error)) from error
-        return MatchRequest(message.schedule_id, notification, schedule)
+        if not message.HasField("source"):
+            return MatchRequests(requests)
+        source = message.source
+        return MatchRequests(requests, SourcePosition(source.topic, source.partition, source.offset))
+
+    def _match_request(self, target: matching_pb2.MatchTarget, notification: Notification, path: str) -> MatchRequest:
+        if not target.schedule_id:
+            raise MalformedMessage(f"{path}.schedule_id: must not be empty")
+        known = self._store.load(matching.stream_name(target.schedule_id)).state.schedule
+        carried = target.HasField("schedule")
+        if not carried and known is None:
+            raise MalformedMessage(f"{path}: unknown schedule {target.schedule_id}")
+        newer = carried and (known is None or target.schedule.generation > known.generation)
+        schedule = schedule_from_proto(target.schedule, target.schedule_id, f"{path}.schedule") if newer else None
+        return MatchRequest(target.schedule_id, notification, schedule)
 
     def _shared_notification(self, message: notifications_pb2.Notification) -> Notification:
         encoded = message.SerializeToString(deterministic=True)
@@ -169,13 +195,21 @@ class MatcherService:
             for _ in range(MAX_CONFLICT_RETRIES):
                 for schedule_id in self._concerned(command for _, command in items):
                     self._store.load(matching.stream_name(schedule_id))
-                self._offsets.refresh({self._offsets.name(record) for record, _ in items})
+                self._offsets.refresh({self._offsets.name(record) for record, _ in items}
+                                      | {_source_name(record, command.source) for record, command in items
+                                         if isinstance(command, MatchRequests) and command.source is not None})
                 commands, checkpoints = [], {}
                 for record, command in items:
                     checkpoint = self._offsets.checkpoint(record)
-                    if checkpoint is not None:  # else consumed before: its events are in the log
-                        commands.append(command)
-                        checkpoints[checkpoint.name] = checkpoint
+                    if checkpoint is None:
+                        continue  # consumed before: its events are in the log
+                    checkpoints[checkpoint.name] = checkpoint
+                    if isinstance(command, MatchRequests) and command.source is not None:
+                        source = self._source_checkpoint(record, command.source, checkpoints)
+                        if source is None:
+                            continue  # the first stage published the notification again
+                        checkpoints[source.name] = source
+                    commands.append(command)
                 if not commands:
                     return
                 try:
@@ -187,10 +221,22 @@ class MatcherService:
         finally:
             self._notifications.clear()
 
+    def _source_checkpoint(self, record: Record, source: SourcePosition,
+                           batch: dict[str, Checkpoint]) -> Checkpoint | None:
+        """The source position to record with the record's events, or None when this partition has
+        passed it: a publisher sends each source partition's notifications in order, and the first
+        stage starts again where it had committed, after it had published everything before."""
+        name = _source_name(record, source)
+        seen = batch.get(name)
+        next_offset = seen.value if seen is not None else self._offsets.next(name)
+        return Checkpoint(name, source.offset + 1) if source.offset >= next_offset else None
+
     def _concerned(self, commands) -> set[str]:
         found: set[str] = set()
         for command in commands:
             match command:
+                case MatchRequests(requests, _):
+                    found.update(request.schedule_id for request in requests)
                 case MatchRequest(schedule_id, _, _) | ObserveSchedule(schedule_id, _):
                     found.add(schedule_id)
                 case LookUpAndMatch(notification):
@@ -241,6 +287,9 @@ class MatcherService:
 
     def _decide(self, decisions: Decisions, command: object) -> None:
         match command:
+            case MatchRequests(requests, _):
+                for request in requests:
+                    self._decide(decisions, request)
             case MatchRequest(schedule_id, notification, carried):
                 known = decisions.state(schedule_id).schedule
                 if carried is not None and (known is None or carried.generation > known.generation):
@@ -339,3 +388,7 @@ class MatcherService:
     def _unindex_schedule(self, schedule: Schedule) -> None:
         for key in triggers.event_keys(schedule.trigger):
             self._index[key].discard(schedule.id)
+
+
+def _source_name(record: Record, source: SourcePosition) -> str:
+    return f"matcher:{record.topic}:{record.partition}:from:{source.topic}:{source.partition}"

@@ -87,7 +87,7 @@ async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float) -> Non
     for value in poison:
         await producer.send(PARTITION_NOTIFICATIONS, value, key=b"partition:experiments.clickstream")
     await producer.send(SCHEDULES, b"\x08\x96\x01 garbage", key=b"x")
-    unknown = matching_pb2.MatchRequested(schedule_id="no-such-schedule",
+    unknown = matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(schedule_id="no-such-schedule")],
                                           notification=notifications_pb2.Notification.FromString(valid_notification()))
     await producer.send(MATCHES, unknown.SerializeToString(), key=b"no-such-schedule")
     await producer.send(PARTITION_NOTIFICATIONS, valid_notification(), key=b"partition:experiments.clickstream")

@@ -6,7 +6,7 @@ import random
 from datetime import datetime, timezone
 
 from sluice.bus.port import Record, kafka_partition
-from sluice.bus.topics import MATCHES, SCHEDULES
+from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS, PARTITION_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
@@ -15,7 +15,7 @@ from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import matching_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice.wire.schedules import schedule_to_proto
-from sluice_services.matcher.service import MATCHES_PARTITIONS, MatcherService
+from sluice_services.matcher.service import MatcherService
 
 T0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
 PROGRAM = ProgramRef("ns", "app", "p")
@@ -40,22 +40,34 @@ def schedule_records(all_schedules: list[Schedule]) -> list[Record]:
 
 
 def match_records(all_schedules: list[Schedule], count: int) -> list[Record]:
-    """What the first stage publishes for `count` notifications (a resent one among them)."""
-    rng, offsets, records = random.Random(7), [0] * MATCHES_PARTITIONS, []
+    """What the first stage publishes for `count` notifications (a resent one among them): one
+    record per notification and matches partition, for that partition's interested schedules."""
+    rng = random.Random(7)
     notifications = [Notification(f"n-{i}", T0, PartitionCommitted(
         "ns", f"d{rng.randrange(DATASETS)}", (PartitionRef({"i": str(i)}, f"/d/{i}"),))) for i in range(count)]
     notifications.append(notifications[3])  # the producer resent one: same id, new offsets
-    for notification in notifications:
+    return republished(all_schedules, list(enumerate(notifications)), [0] * MATCHES_PARTITIONS)
+
+
+def republished(all_schedules: list[Schedule], sourced: list[tuple[int, Notification]],
+                offsets: list[int]) -> list[Record]:
+    """The records of (source offset, notification) pairs, appended at `offsets` of the matches topic."""
+    records = []
+    for source_offset, notification in sourced:
         key = f"partition:ns.{notification.payload.dataset}"
+        targets: dict[int, list[matching_pb2.MatchTarget]] = {}
         for s in sorted(all_schedules, key=lambda s: s.id):
             trigger_keys = {f"partition:ns.{leaf.dataset}" for leaf in getattr(s.trigger, "all_of", (s.trigger,))}
             if key in trigger_keys:
-                partition = kafka_partition(s.id.encode(), MATCHES_PARTITIONS)
-                message = matching_pb2.MatchRequested(schedule_id=s.id, schedule=schedule_to_proto(s),
-                                                      notification=notification_to_proto(notification))
-                records.append(Record(MATCHES, partition, offsets[partition], s.id.encode(),
-                                      message.SerializeToString(), (), 0))
-                offsets[partition] += 1
+                targets.setdefault(kafka_partition(s.id.encode(), MATCHES_PARTITIONS), []).append(
+                    matching_pb2.MatchTarget(schedule_id=s.id, schedule=schedule_to_proto(s)))
+        for partition, group in targets.items():
+            message = matching_pb2.MatchRequested(
+                targets=group, notification=notification_to_proto(notification),
+                source=matching_pb2.NotificationSource(topic=PARTITION_NOTIFICATIONS, partition=0, offset=source_offset))
+            records.append(Record(MATCHES, partition, offsets[partition], group[0].schedule_id.encode(),
+                                  message.SerializeToString(), (), 0))
+            offsets[partition] += 1
     return records
 
 
@@ -112,3 +124,40 @@ async def test_a_poll_is_one_append_with_the_events_of_record_by_record_handling
     assert restarted.states() == matcher.states()
     one_by_one.close()
     batched.close()
+
+
+async def test_what_the_first_stage_publishes_again_changes_nothing(tmp_path):
+    """After a rebalance the first stage publishes a poll's notifications again: new records (new
+    offsets on the matches topic) with source offsets the partition has passed. Nothing changes,
+    also for a restarted member, while a notification not seen before still counts."""
+    clock = SimulatedClock(T0)
+    all_schedules = schedules()
+    records = match_records(all_schedules, 30)
+    log = SqliteEventLog(tmp_path / "events.db", clock=clock)
+    matcher = MatcherService(log, clock)
+    handlers = matcher.handlers()
+    await handlers[SCHEDULES].apply([(r, handlers[SCHEDULES].parse(r)) for r in schedule_records(all_schedules)])
+    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in records])
+    states, head = matcher.states(), log.head_position()
+
+    offsets = [max((r.offset + 1 for r in records if r.partition == p), default=0) for p in range(MATCHES_PARTITIONS)]
+    rng = random.Random(7)
+    again = [(i, Notification(f"n-{i}", T0, PartitionCommitted(
+        "ns", f"d{rng.randrange(DATASETS)}", (PartitionRef({"i": str(i)}, f"/d/{i}"),)))) for i in range(30)]
+    second = republished(all_schedules, again[20:], offsets)
+    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in second])
+    assert log.head_position() == head and matcher.states() == states
+
+    restarted = MatcherService(log, clock)
+    restarted.recover()
+    third = republished(all_schedules, again[10:], offsets)
+    handler = restarted.handlers()[MATCHES]
+    await handler.apply([(r, handler.parse(r)) for r in third])
+    assert log.head_position() == head and restarted.states() == states
+
+    fresh = Notification("n-new", T0, PartitionCommitted("ns", "d0", (PartitionRef({"i": "new"}, "/d/new"),)))
+    await handler.apply([(r, handler.parse(r)) for r in republished(all_schedules, [(31, fresh)], offsets)])
+    matched = [r for r in log.read_all(head, 1000) if r.type == "NotificationMatched"]
+    assert len(matched) == sum(1 for s in all_schedules if "d0" in {leaf.dataset for leaf in
+                                                                    getattr(s.trigger, "all_of", (s.trigger,))})
+    log.close()

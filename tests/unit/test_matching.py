@@ -7,6 +7,7 @@ from sluice.domain.matching import (
     JobDiscarded,
     JobTriggered,
     MatcherState,
+    RECENT_PER_SCHEDULE,
     MatchNotification,
     NotificationMatched,
     ObserveSchedule,
@@ -122,9 +123,10 @@ def test_step_gives_the_state_its_events_fold_to():
         state = after
 
 
-def test_a_notification_matched_within_the_last_512_is_ignored_an_older_one_counts_again():
-    state, _ = run(observed(schedule(count=1)), *[MatchNotification(notification(n)) for n in range(513)])
-    assert run(state, MatchNotification(notification(512)))[1] == []
+def test_a_notification_among_the_last_recent_ones_is_ignored_an_older_one_counts_again():
+    last = RECENT_PER_SCHEDULE
+    state, _ = run(observed(schedule(count=1)), *[MatchNotification(notification(n)) for n in range(last + 1)])
+    assert run(state, MatchNotification(notification(last)))[1] == []
     assert run(state, MatchNotification(notification(1)))[1] == []
     assert [type(e) for e in run(state, MatchNotification(notification(0)))[1]] == [
         JobCreated, NotificationMatched, JobTriggered]

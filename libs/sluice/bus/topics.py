@@ -27,13 +27,15 @@ LINEAGE = "sluice.lineage"
 DEAD_LETTER = "sluice.dead-letter"
 
 DEFAULT_PARTITIONS = 4
+MATCHES_PARTITIONS = DEFAULT_PARTITIONS
+"""The matcher's first stage groups a notification's schedules by the partition they own."""
 
 ALL_TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(PARTITION_NOTIFICATIONS, DEFAULT_PARTITIONS),
     TopicSpec(PROGRAM_NOTIFICATIONS, DEFAULT_PARTITIONS),
     TopicSpec(TIME_NOTIFICATIONS, DEFAULT_PARTITIONS),
     TopicSpec(SCHEDULES, DEFAULT_PARTITIONS, compacted=True),
-    TopicSpec(MATCHES, DEFAULT_PARTITIONS),  # as many partitions as SCHEDULES: one member owns a schedule in both
+    TopicSpec(MATCHES, MATCHES_PARTITIONS),  # as many partitions as SCHEDULES: one member owns a schedule in both
     TopicSpec(JOBS, DEFAULT_PARTITIONS),
     TopicSpec(LAUNCH_REQUESTS, DEFAULT_PARTITIONS),
     TopicSpec(LINEAGE, DEFAULT_PARTITIONS),

@@ -108,9 +108,6 @@ class PendingJob:
     sequence: int
     """The job's number within its schedule (1, 2, ...): jobs reach the checker in this order."""
 
-    def __reduce__(self) -> tuple:  # snapshots pickle every state: faster than the slots' generic __getstate__
-        return PendingJob, (self.job_id, self.created_at, self.trigger, self.sequence)
-
 
 @dataclass(frozen=True, slots=True)
 class MatcherState:
@@ -121,18 +118,16 @@ class MatcherState:
     """The generation of the schedule when it was deleted: a change up to it arrives too late."""
     recent: bytes = b""
     """Digests (`notification_digest`) of the last notifications this schedule matched, newest
-    last: a redelivered one (the first stage publishes at least once, possibly through another
-    member) is ignored even after its job fired. Digests, not ids: 8 bytes instead of ~90 each."""
-
-    def __reduce__(self) -> tuple:  # as PendingJob's
-        return MatcherState, (self.schedule, self.pending, self.jobs_created, self.retired_generation, self.recent)
+    last: one a producer sends again (same id) is ignored even after its job fired. Digests, not
+    ids: 8 bytes instead of ~90 each. (What the bus or the first stage delivers again is ignored
+    before it gets here, by the recorded offsets.)"""
 
 
-RECENT_PER_SCHEDULE = 512
-"""More than one poll of the first stage (500 records): what it publishes again when a rebalance or
-a failed offset commit makes it redeliver a poll is still remembered, whatever schedule it concerns."""
+RECENT_PER_SCHEDULE = 16
+"""A producer's resend is recent: the schedule's last 16 matches. Kept small, it is most of a
+schedule's memory in the matcher."""
 DIGEST_SIZE = 8
-"""64-bit digests: two of a schedule's last 512 ids collide with a probability of ~2**-46."""
+"""64-bit digests: two of a schedule's last 16 ids collide with a probability of ~2**-57."""
 _RECENT_BYTES = RECENT_PER_SCHEDULE * DIGEST_SIZE
 
 

@@ -21,12 +21,17 @@ class ConsumedOffsets:
         for name in names:
             self._next[name] = self._log.read_checkpoint(name) or 0
 
+    def next(self, name: str) -> int:
+        """The recorded position: what comes before it was recorded."""
+        position = self._next.get(name)
+        if position is None:
+            position = self._next[name] = self._log.read_checkpoint(name) or 0
+        return position
+
     def checkpoint(self, record: Record) -> Checkpoint | None:
         """The checkpoint to append with the record's events, or None when the record was consumed before."""
         name = self.name(record)
-        if name not in self._next:
-            self._next[name] = self._log.read_checkpoint(name) or 0
-        if record.offset < self._next[name]:
+        if record.offset < self.next(name):
             return None
         return Checkpoint(name, record.offset + 1)
 
