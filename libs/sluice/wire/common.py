@@ -36,8 +36,18 @@ def program_to_proto(program: ProgramRef) -> pb.ProgramRef:
 
 
 def program_from_proto(message: pb.ProgramRef) -> ProgramRef:
-    # interned: thousands of schedules and jobs name the same few namespaces, apps and programs
-    return ProgramRef(sys.intern(message.namespace), sys.intern(message.app), sys.intern(message.program))
+    # shared: thousands of schedules and jobs name the same few programs
+    key = (message.namespace, message.app, message.program)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        if len(_PROGRAMS) >= _PROGRAMS_KEPT:
+            _PROGRAMS.clear()
+        program = _PROGRAMS[key] = ProgramRef(sys.intern(key[0]), sys.intern(key[1]), sys.intern(key[2]))
+    return program
+
+
+_PROGRAMS: dict[tuple[str, str, str], ProgramRef] = {}
+_PROGRAMS_KEPT = 10_000
 
 
 def partition_to_proto(partition: PartitionRef) -> pb.PartitionRef:
