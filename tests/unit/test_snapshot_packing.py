@@ -1,0 +1,69 @@
+"""Snapshot packing keeps what it packs as small as before, and unpacks to equal values."""
+from __future__ import annotations
+
+import gc
+import hashlib
+import pickle
+import tracemalloc
+import zlib
+from datetime import datetime, timezone
+
+import pytest
+
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
+from sluice.domain.matching import MatcherState, PendingJob
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import AndTrigger, PartitionTrigger
+from sluice.domain.triggers.state import start
+from sluice.runtime import snapshots
+from sluice.runtime.snapshots import SnapshotUnusable, pack, unpack
+
+T0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
+
+
+def states(count: int) -> list[MatcherState]:
+    found = []
+    for index in range(count):
+        trigger = AndTrigger((PartitionTrigger("ns", f"d{index}", 2), PartitionTrigger("ns", "other")))
+        schedule = Schedule(f"s-{index}", f"s{index}", ProgramRef("ns", "app", "p"), trigger,
+                            properties={"k": str(index)}, enabled=True)
+        pending = PendingJob(f"job-{index}", T0, start(trigger, T0), 1)
+        found.append(MatcherState(schedule, pending, 1, 0, b"12345678"))
+    return found
+
+
+def test_packed_states_unpack_equal():
+    packed = states(50)
+    assert unpack(pack(packed)) == packed
+
+
+def test_packing_does_not_grow_the_objects_it_packs():
+    """Pickle's default reduce reads `__dict__`, which makes CPython build and keep a dict on every
+    object pickled: a snapshot then costs memory for as long as its objects live."""
+    held = states(2000)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        data = pack(held)
+        del data
+        gc.collect()
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (after - before) / len(held) < 16
+
+
+def test_notifications_and_datetimes_survive_packing():
+    notification = Notification("n-1", T0, PartitionCommitted("ns", "d", (PartitionRef({"h": "01"}, "/d/1", 10, 2),)))
+    assert unpack(pack([notification, T0])) == [notification, T0]
+
+
+def test_a_snapshot_naming_a_non_dataclass_is_unusable():
+    class BuildsADict:
+        def __reduce__(self):
+            return snapshots._from_fields, (dict, ())
+
+    compressed = zlib.compress(pickle.dumps(BuildsADict()))
+    with pytest.raises(SnapshotUnusable):
+        unpack(hashlib.sha256(compressed).digest() + compressed)
