@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Mapping
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProgramRef:
     namespace: str
     app: str
@@ -17,7 +17,7 @@ class ProgramRef:
         return f"{self.namespace}.{self.app}.{self.program}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PartitionRef:
     key: Mapping[str, str]
     location: str
@@ -26,7 +26,7 @@ class PartitionRef:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PartitionCommitted:
     namespace: str
     dataset: str
@@ -53,7 +53,7 @@ class RunStatus(enum.Enum):
         return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProgramStatusChanged:
     program: ProgramRef
     run_id: str
@@ -62,7 +62,7 @@ class ProgramStatusChanged:
     job_id: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Notification:
     """A message on the bus: something happened that may trigger schedules."""
 

@@ -34,7 +34,7 @@ MISFIRE_THRESHOLD = timedelta(seconds=60)
 DEFAULT_CATCH_UP_SECONDS = 24 * 3600
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Schedule:
     id: str
     name: str
@@ -57,6 +57,26 @@ class Schedule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))
+        object.__setattr__(self, "properties", _shared_properties(self.properties))
+
+
+_PROPERTIES: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+_PROPERTIES_KEPT = 10_000
+
+
+def _shared_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
+    """Equal properties share one mapping (read-only, as the frozen schedule is): many schedules
+    carry the same few, and a dict is most of a small schedule's memory."""
+    key = tuple(properties.items())
+    try:
+        shared = _PROPERTIES.get(key)
+    except TypeError:  # an unhashable value: validation names it
+        return properties
+    if shared is None:
+        if len(_PROPERTIES) >= _PROPERTIES_KEPT:
+            _PROPERTIES.clear()
+        shared = _PROPERTIES[key] = dict(properties)
+    return shared
 
 
 def schedule_id_for(program: ProgramRef, name: str) -> str:

@@ -67,7 +67,7 @@ def partition_matches(filter: Mapping[str, tuple[str, ...]], partition: Partitio
     return all(partition.key.get(key) in allowed for key, allowed in filter.items())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TimeTrigger:
     """Fires at each time of a cron expression (5 fields, or 6 with seconds first) in `zone`.
 
@@ -79,7 +79,7 @@ class TimeTrigger:
     zone: str = "UTC"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PartitionTrigger:
     """Fires when `count` partitions of `namespace.dataset` matching `filter` have committed.
 
@@ -94,7 +94,7 @@ class PartitionTrigger:
         _freeze_filter(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DataSizeTrigger:
     """Fires when the matching partitions of `namespace.dataset` sum to at least `min_bytes`."""
 
@@ -107,7 +107,7 @@ class DataSizeTrigger:
         _freeze_filter(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProgramStatusTrigger:
     """Fires when `count` distinct runs of the program reached one of `statuses`
     (names among COMPLETED, FAILED, KILLED)."""
@@ -128,7 +128,7 @@ class ProgramStatusTrigger:
         return ProgramRef(self.namespace, self.app, self.program)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class QuietPeriodTrigger:
     """Fires once at least one matching partition arrived and none arrived for `quiet_seconds`
     since the last one (the end of a burst of chunks). Measured on the matcher's clock when it
@@ -143,14 +143,14 @@ class QuietPeriodTrigger:
         _freeze_filter(self)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ElapsedTrigger:
     """Fires when `seconds` have passed since the job started waiting."""
 
     seconds: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AndTrigger:
     """Fires when all of its children are satisfied at the same time."""
 
@@ -160,7 +160,7 @@ class AndTrigger:
         object.__setattr__(self, "all_of", tuple(self.all_of))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OrTrigger:
     """Fires when any of its children is satisfied."""
 

@@ -19,7 +19,7 @@ from sluice.domain.triggers.specs import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LeafState:
     """One leaf's progress. Which fields a leaf uses depends on its kind."""
 
@@ -35,7 +35,7 @@ class LeafState:
     """Runs counted by a program-status leaf: a run is counted once however often it is announced."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TriggerState:
     """A pending job's progress towards its trigger; serializable by the codec.
 
