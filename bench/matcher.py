@@ -96,13 +96,13 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
             progress(f"[matcher] registered {schedules} schedules over {datasets} datasets in {registration:.2f} s")
 
             head = log.head_position()
-            matching, requests = 0.0, 0
+            matching, requests = 0.0, workload.requests
             for polls in workload.match_polls(notifications):
                 started = time.perf_counter()
                 for poll in polls:
                     await _deliver(handlers[MATCHES], poll)
                 matching += time.perf_counter() - started
-                requests += sum(len(poll) for poll in polls)
+            requests = workload.requests - requests
             appended = log.head_position() - head
             progress(f"[matcher] {notifications} notifications ({requests} match requests) in {matching:.2f} s: "
                      f"{notifications / matching:.0f} notifications/s, {requests / matching:.0f} requests/s, "
@@ -185,6 +185,8 @@ class Workload:
             for leaf in _leaves(schedule):
                 self._listeners.setdefault(leaf.dataset, []).append((partition, schedule.id, target))
         self._offsets = [0] * MATCHES_PARTITIONS
+        self.requests = 0
+        """(notification, schedule) pairs published so far: the matcher's per-schedule decisions."""
 
     def schedule_polls(self) -> Iterator[list[Record]]:
         records = [Record(SCHEDULES, 0, offset, schedule.id.encode(), schedules_pb2.ScheduleChanged(
@@ -207,6 +209,7 @@ class Workload:
                 targets: dict[int, list[tuple[str, bytes]]] = {}
                 for partition, schedule_id, target in self._listeners.get(dataset, ()):
                     targets.setdefault(partition, []).append((schedule_id, target))
+                    self.requests += 1
                 for partition, group in targets.items():
                     # concatenated protobuf messages merge: repeated targets append, the notification comes last
                     offset = self._offsets[partition]
