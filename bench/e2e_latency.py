@@ -13,6 +13,8 @@ Setup per offered rate (a fresh stack in a fresh temp dir each time): S schedule
 are created through the registry's gRPC API (grpc.aio on the bound loopback port), one per
 dataset with a partition trigger of count 1, and the benchmark waits until the matcher has
 observed them all (ScheduleObserved in the log). So every notification triggers exactly one job.
+The heap is then frozen out of garbage collection (sluice.runtime.heap), as a stack restarted with
+those schedules freezes it after its recovery.
 
 Measurement: a bus producer publishes N PartitionCommitted notifications (default 1000) to
 the partition-notifications topic at the offered rate (open loop, paced against the schedule;
@@ -45,6 +47,7 @@ from sluice.clock import SystemClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
 from sluice.eventlog.port import EventLog
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.runtime.heap import freeze_long_lived
 from sluice.runtime.service import run_services
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2, schedules_pb2_grpc
 from sluice.wire.common import notification_to_proto
@@ -126,6 +129,7 @@ async def _measure(log: EventLog, bus, rate: float, schedules: int, count: int, 
         started = time.perf_counter()
         await _create_schedules(port, schedules)
         await _wait_observed(log, schedules, stack)
+        freeze_long_lived()  # what a stack restarted with these schedules does after its recovery
         progress(f"[e2e-latency] {schedules} schedules created over gRPC and observed by the matcher"
                  f" in {time.perf_counter() - started:.2f} s ({bus_kind} bus)")
 
