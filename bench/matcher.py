@@ -8,7 +8,8 @@ schedules attached and the notification's source offset, in polls of POLL record
 max_records). Each poll goes through the
 matches topic's BatchHandler as the consumer loop calls it (parse every record, apply them
 together): one append_batch per poll, in a WAL-mode SQLite file, with the consumed offsets.
-Schedules are registered the same way, through the schedules topic's handler.
+Schedules are registered the same way, through the schedules topic's handler, and the heap is
+then frozen out of garbage collection, as the service runtime does after its recovery.
 
 Figures:
 - notifications_per_s: M / time in the matches handler (target 20000). Every notification
@@ -52,6 +53,7 @@ from sluice.domain.common import Notification, PartitionCommitted, PartitionRef,
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import AndTrigger, PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.runtime.heap import freeze_long_lived
 from sluice.v1 import matching_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice.wire.schedules import schedule_to_proto
@@ -93,6 +95,7 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
             matcher = MatcherService(log, SystemClock())
             handlers = matcher.handlers()
             registration = await _register(handlers[SCHEDULES], workload)
+            freeze_long_lived()  # as the service runtime does after recovering these schedules
             progress(f"[matcher] registered {schedules} schedules over {datasets} datasets in {registration:.2f} s")
 
             head = log.head_position()
