@@ -178,3 +178,12 @@ def test_replaying_the_events_gives_the_same_state():
     assert not any(isinstance(e, ScheduleUntracked) for e in history)
     assert replace(state, queue={}) == state  # everything was admitted
 
+
+
+def test_a_queued_job_leaves_the_state_before_it_unchanged():
+    """The schedules map is persistent: evolving records the sequence in a new map, sharing the rest."""
+    before = CheckerState(schedules={f"s{i}": checking.TrackedSchedule(P, 1, True) for i in range(1, 1000)})
+    after, _ = run(before, EnqueueJob(job(7)))
+    assert after.schedules["s1"].last_sequence == 7
+    assert before.schedules["s1"].last_sequence == 0
+    assert len(after.schedules) == len(before.schedules) == 999

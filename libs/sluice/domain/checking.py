@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Mapping
 
+import immutables
+
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.constraints import (
     UNLIMITED,
@@ -173,7 +175,8 @@ class TrackedSchedule:
 class CheckerState:
     queue: Mapping[str, QueuedJob] = field(default_factory=dict)
     world: WorldFacts = field(default_factory=WorldFacts)
-    schedules: Mapping[str, TrackedSchedule] = field(default_factory=dict)
+    schedules: Mapping[str, TrackedSchedule] = field(default_factory=immutables.Map)
+    """Persistent: a queued job records its schedule's sequence without copying every schedule's entry."""
     group_refs: Mapping[tuple[str, ProgramRef], int] = field(default_factory=dict)
     """How many schedules put a program into a group: it leaves the group when none does."""
     horizon: timedelta = timedelta(0)
@@ -182,6 +185,10 @@ class CheckerState:
     """Programs whose runs some constraint counts (concurrency, groups, intervals, caps)."""
     watch_all: bool = False
     """A load limit counts every program's runs."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.schedules, immutables.Map):
+            object.__setattr__(self, "schedules", immutables.Map(self.schedules))
 
     def watches(self, program: ProgramRef) -> bool:
         """Runs of other programs change no answer: the checker neither records nor reserves them."""
@@ -293,7 +300,7 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
         case JobQueued(job, at):
             queue = {**state.queue, job.id: QueuedJob(job, job.triggered_at or at)}
             tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
-            schedules = {**state.schedules, job.schedule_id: replace(tracked, last_sequence=job.sequence)}
+            schedules = state.schedules.set(job.schedule_id, replace(tracked, last_sequence=job.sequence))
             return replace(state, queue=queue, schedules=schedules,
                            horizon=max(state.horizon, history_needed(job.constraints)),
                            watched=_watch(state.watched, job.program, job.constraints))
@@ -314,7 +321,7 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
         case ScheduleTracked(schedule_id):
             old = state.schedules.get(schedule_id)
             new = _tracked(event, old)
-            return _regroup(replace(state, schedules={**state.schedules, schedule_id: new},
+            return _regroup(replace(state, schedules=state.schedules.set(schedule_id, new),
                                     horizon=max(state.horizon, history_needed(event.constraints)),
                                     watched=_watch(state.watched, event.program, event.constraints)), old, new)
         case LoadLimited():
@@ -322,7 +329,7 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
         case ScheduleUntracked(schedule_id):
             old = state.schedules[schedule_id]
             new = replace(old, active=False, groups=frozenset(), deleted=True)
-            return _regroup(replace(state, schedules={**state.schedules, schedule_id: new}), old, new)
+            return _regroup(replace(state, schedules=state.schedules.set(schedule_id, new)), old, new)
     raise TypeError(f"unknown event {event!r}")
 
 

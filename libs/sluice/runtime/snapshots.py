@@ -171,7 +171,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module == "builtins" and name not in _SAFE_BUILTINS:
             raise SnapshotUnusable(f"refusing to build builtins.{name}")
-        if module in _SAFE_MODULES or module == "sluice" or module.startswith(("sluice.", "sluice_services.")):
+        if module in _SAFE_MODULES or module == "sluice" or module.startswith(("sluice.", "sluice_services.", "immutables.")):
             return super().find_class(module, name)
         raise SnapshotUnusable(f"refusing to build {module}.{name}")
 
