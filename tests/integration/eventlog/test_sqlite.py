@@ -5,7 +5,7 @@ import threading
 from pathlib import Path
 
 from sluice.clock import Clock
-from sluice.eventlog import EventLog, WrongExpectedVersion
+from sluice.eventlog import NO_STREAM, EventLog, WrongExpectedVersion
 from sluice.eventlog.sqlite import SqliteEventLog
 
 from tests.integration.eventlog.contract import DurableEventLogContract, EventLogContract, new_events
@@ -62,5 +62,33 @@ def test_a_filtered_read_walks_the_position_index(tmp_path: Path) -> None:
         sql, params = log.read_all_query(10, 500, ["schedule-", "matcher-"])
         plan = log._conn.execute("EXPLAIN QUERY PLAN " + sql.format(p="?"), params).fetchall()
         assert [row[3] for row in plan] == ["SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"]
+    finally:
+        log.close()
+
+
+def test_an_append_finds_a_long_streams_version_without_walking_it(tmp_path: Path) -> None:
+    log = SqliteEventLog(_file(tmp_path))
+
+    def steps_to_append(stream: str) -> int:
+        expected = log.stream_version(stream)
+        steps = 0
+
+        def count() -> int:
+            nonlocal steps
+            steps += 1
+            return 0
+
+        log._conn.set_progress_handler(count, 1)
+        try:
+            log.append(stream, new_events(1), expected)
+        finally:
+            log._conn.set_progress_handler(None, 1)
+        return steps
+
+    try:
+        log.append("short", new_events(5), NO_STREAM)
+        for _ in range(20):
+            log.append("long", new_events(250), log.stream_version("long"))
+        assert steps_to_append("long") < 2 * steps_to_append("short")
     finally:
         log.close()
