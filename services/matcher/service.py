@@ -44,7 +44,7 @@ FIRE_BATCH = 1000
 """Schedules whose timers are due at once share one append of at most this many streams."""
 SHARED_NOTIFICATIONS = 1024
 """Notifications decoded once for all the schedules of a poll they concern (the first stage sends
-one copy per schedule): equal protobuf bytes give the same object, which pending jobs then share."""
+one copy per matches partition): equal protobuf bytes give the same object, which pending jobs share."""
 
 
 @dataclass(frozen=True)
