@@ -28,6 +28,9 @@ Where the time goes (CPU per match request, 10,000 schedules, snapshots off; 202
 a fired Job carries its whole context; derived event ids), SQLite ~31 us (two random-key indexes
 per event), the rest ~15 us (parse, commit, timers). The aggregate snapshots add about half again.
 At ~12 schedules per notification that is ~1,000 notifications/s per core: 20,000 is out of reach.
+At the issue's shape a notification fires ~5.8 jobs (counts 1..3); a fired job alone costs ~15 us
+to encode as an event and ~20 us as the checker's bus message (the relay's), so the fires cap one
+core near 4,500 notifications/s before any matching is done.
 
 Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
 size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules);
