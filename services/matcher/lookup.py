@@ -44,13 +44,13 @@ class ScheduleLookup:
         self._position = 0
         self._states: dict[str, ScheduleState] = {}
         self._index: dict[str, set[str]] = defaultdict(set)
-        self._prefixes: dict[str, bytes] = {}
+        self._targets: dict[str, bytes] = {}
 
     def recover(self) -> None:
         self._position = 0
         self._states.clear()
         self._index.clear()
-        self._prefixes.clear()
+        self._targets.clear()
         self.sync()
 
     def sync(self) -> None:
@@ -112,10 +112,10 @@ class ScheduleLookup:
     def _target(self, schedule_id: str) -> bytes:
         """The schedule's entry in MatchRequested.targets, encoded once per definition: concatenated
         protobuf messages merge (repeated fields append), so targets + notification part is the whole message."""
-        target = self._prefixes.get(schedule_id)
+        target = self._targets.get(schedule_id)
         if target is None:
             schedule = self._states[schedule_id].schedule
-            target = self._prefixes[schedule_id] = matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(
+            target = self._targets[schedule_id] = matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(
                 schedule_id=schedule_id, schedule=schedule_to_proto(schedule))]).SerializeToString()
         return target
 
@@ -123,7 +123,7 @@ class ScheduleLookup:
         before = self._states.get(schedule_id, ScheduleState()).schedule
         after = schedules.evolve(self._states.get(schedule_id, ScheduleState()), event)
         self._states[schedule_id] = after
-        self._prefixes.pop(schedule_id, None)
+        self._targets.pop(schedule_id, None)
         if before is not None:
             for key in triggers.event_keys(before.trigger):
                 self._index[key].discard(schedule_id)
