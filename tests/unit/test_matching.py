@@ -48,7 +48,7 @@ def observed(s: Schedule) -> MatcherState:
 
 def test_count_one_triggers_on_the_first_partition_with_its_context():
     _, events = run(observed(schedule()), MatchNotification(notification(1)))
-    assert [type(e) for e in events] == [JobCreated, NotificationMatched, JobTriggered]
+    assert [type(e) for e in events] == [JobTriggered]  # created, matched and fired at once: one event
     job = events[-1].job
     assert job.context.schedule_name == "hourly"
     assert job.context.properties == {"experiment": "exp-42"}
@@ -112,7 +112,9 @@ def test_step_gives_the_state_its_events_fold_to():
                 MatchNotification(notification(2)), ObserveSchedule("sched-1", replace(schedule(), generation=2)),
                 MatchNotification(notification(7)), ObserveSchedule("sched-1", replace(and_or_elapsed, generation=3)),
                 MatchNotification(notification(8, "views")), MatchNotification(notification(9)), CheckTime(),
-                MatchNotification(notification(10)), ObserveSchedule("sched-1", None), MatchNotification(notification(11))]
+                MatchNotification(notification(10)), ObserveSchedule("sched-1", None), MatchNotification(notification(11)),
+                ObserveSchedule("sched-1", replace(schedule(count=1), generation=4)),  # fires at each notification
+                *[MatchNotification(notification(n)) for n in range(20, 23)], MatchNotification(notification(21))]
     state = MatcherState()
     for command in commands:
         events, after = step(state, command, T0 + timedelta(hours=2))
@@ -128,5 +130,4 @@ def test_a_notification_among_the_last_recent_ones_is_ignored_an_older_one_count
     state, _ = run(observed(schedule(count=1)), *[MatchNotification(notification(n)) for n in range(last + 1)])
     assert run(state, MatchNotification(notification(last)))[1] == []
     assert run(state, MatchNotification(notification(1)))[1] == []
-    assert [type(e) for e in run(state, MatchNotification(notification(0)))[1]] == [
-        JobCreated, NotificationMatched, JobTriggered]
+    assert [type(e) for e in run(state, MatchNotification(notification(0)))[1]] == [JobTriggered]

@@ -72,6 +72,9 @@ class NotificationMatched:
 
 @dataclass(frozen=True)
 class JobTriggered:
+    """The pending job's trigger is satisfied. Without a JobCreated before it, the job was created,
+    matched its only notification (`job.context`) and fired at once: one event instead of three."""
+
     job: Job
     at: datetime
 
@@ -224,7 +227,10 @@ def _match(state: MatcherState, notification: Notification,
     events.append(NotificationMatched(pending.job_id, notification, now))
     pending = PendingJob(pending.job_id, pending.created_at, observed, pending.sequence)
     fired = _fire_if_satisfied(schedule, pending, now)
-    events += fired
+    if fired and state.pending is None and fired[0].job.context.notifications == (notification,):
+        events = fired  # created, matched and fired by this one notification: the fire says it all
+    else:
+        events += fired
     recent = state.recent[-(_RECENT_BYTES - DIGEST_SIZE):] + digest
     return events, MatcherState(schedule, None if fired else pending, jobs_created, state.retired_generation, recent)
 
@@ -312,6 +318,17 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
             return replace(state, pending=replace(state.pending, trigger=observed), recent=recent)
         case MissedFiresSkipped(_, until):
             return replace(state, pending=replace(state.pending, trigger=replace(state.pending.trigger, started_at=until)))
+        case JobTriggered(job) if state.pending is None or state.pending.job_id != job.id:
+            return _fired_at_creation(state, job)
         case JobTriggered() | JobDiscarded():
             return replace(state, pending=None)
     raise TypeError(f"unknown event {event!r}")
+
+
+def _fired_at_creation(state: MatcherState, job: Job) -> MatcherState:
+    """A JobTriggered with no JobCreated before it: the job was created, matched its only
+    notification and fired in one decision (`_match` records just the fire)."""
+    recent = state.recent
+    for notification in job.context.notifications:
+        recent = recent[-(_RECENT_BYTES - DIGEST_SIZE):] + notification_digest(notification.id)
+    return replace(state, pending=None, jobs_created=job.sequence, recent=recent)

@@ -108,14 +108,15 @@ class JobsView:
         self._unsnapshotted += 1
         match TYPES.decode(recorded):
             case matching.JobCreated(job_id, schedule_id, _, at):
-                self._jobs[job_id] = JobView(job_id, schedule_id, JobState.PENDING_TRIGGER, at, at,
-                                             history=(Transition(JobState.PENDING_TRIGGER, at, "first matching notification"),))
+                self._created(job_id, schedule_id, at)
             case matching.NotificationMatched(job_id, _, at):
                 self._update(job_id, at, notifications=self._jobs[job_id].notifications + 1)
             case matching.MissedFiresSkipped(job_id, until, policy, at):
                 self._transition(job_id, JobState.PENDING_TRIGGER, at,
                                  f"fire times up to {until.isoformat()} missed: {policy.value}")
             case matching.JobTriggered(job, at):
+                if job.id not in self._jobs:  # created, matched and fired by its only notification
+                    self._created(job.id, job.schedule_id, job.created_at, len(job.context.notifications))
                 self._transition(job.id, JobState.PENDING_CONSTRAINT, at, "trigger satisfied", job=job)
             case matching.JobDiscarded(job_id, _, reason, at):
                 self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
@@ -128,6 +129,10 @@ class JobsView:
                 self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
             case runs.RunRequested(run_id, job, at):
                 self._transition(job.id, JobState.LAUNCHED, at, f"run {run_id}", run_id=run_id)
+
+    def _created(self, job_id: str, schedule_id: str, at: datetime, notifications: int = 0) -> None:
+        self._jobs[job_id] = JobView(job_id, schedule_id, JobState.PENDING_TRIGGER, at, at, notifications=notifications,
+                                     history=(Transition(JobState.PENDING_TRIGGER, at, "first matching notification"),))
 
     def _transition(self, job_id: str, state: JobState, at: datetime, cause: str, **changes: object) -> None:
         view = self._jobs.get(job_id)
