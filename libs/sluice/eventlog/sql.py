@@ -98,6 +98,7 @@ class SqlEventLogBase:
                 return
             self._closed = True
             self._conn.close()
+        self._subscribers.tail.clear()
         self._subscribers.notify()
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

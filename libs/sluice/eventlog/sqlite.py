@@ -3,6 +3,11 @@
 Writers are serialised by BEGIN IMMEDIATE, so positions (the AUTOINCREMENT rowid) are
 assigned in commit order and `read_all` can never skip an event. Subscribers are woken at
 once by appends made through this instance and poll for appends from other processes.
+
+The same lock makes the tail of this instance's commits (subscription.Tail) exact: a transaction's
+inserts take consecutive rowids (nobody else writes until it commits, and AUTOINCREMENT takes the
+largest rowid ever used plus one), and every lower position was committed before it began. An
+append is recorded after its COMMIT and before the instance's lock is released, so in commit order.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from sluice.eventlog.port import (
     Checkpoint,
     DuplicateEventId,
     NewEvent,
+    RecordedEvent,
     StreamAppend,
     check_expected_version,
 )
@@ -72,13 +78,26 @@ class SqliteEventLog(SqlEventLogBase):
     # -- writing -----------------------------------------------------------------------------
 
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
-        with self._transaction() as conn:
-            recorded_at = self._clock.now().astimezone(timezone.utc).isoformat()
-            versions = _append_streams(conn, appends, recorded_at)
-            _upsert_checkpoints(conn, checkpoints)
+        with self._lock:
+            with self._begin_immediate() as conn:
+                recorded_at = self._clock.now().astimezone(timezone.utc).isoformat()
+                versions, rows = _append_streams(conn, appends, recorded_at)
+                # before any other insert moves last_insert_rowid()
+                committed = self._as_recorded(conn, rows) if rows and self._subscribers.following() else []
+                _upsert_checkpoints(conn, checkpoints)
+            if committed:
+                self._subscribers.tail.record(committed)
         if appended := [append.stream for append in appends if append.events]:
             self._subscribers.notify(appended)
         return versions
+
+    def _as_recorded(self, conn: sqlite3.Connection, rows: list[tuple]) -> list[RecordedEvent]:
+        """The inserted rows as `read_all` will return them (see the module docstring for their positions)."""
+        first = conn.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
+        recorded_at = self._timestamp(rows[0][6])
+        return [RecordedEvent(id=id_, stream=stream, version=version, position=position, type=type_, data=data,
+                              metadata=json.loads(metadata) if metadata != "{}" else {}, recorded_at=recorded_at)
+                for position, (id_, stream, version, type_, data, metadata, _) in enumerate(rows, start=first)]
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._transaction() as conn:
@@ -86,15 +105,20 @@ class SqliteEventLog(SqlEventLogBase):
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
+        with self._lock, self._begin_immediate() as conn:
+            yield conn
+
+    @contextmanager
+    def _begin_immediate(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; the caller holds `_lock`."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -115,9 +139,10 @@ _INSERT = ("INSERT INTO events (id, stream, version, type, data, metadata, recor
            " VALUES (?, ?, ?, ?, ?, ?, ?)")
 
 
-def _append_streams(conn: sqlite3.Connection, appends: Sequence[StreamAppend], recorded_at: str) -> list[int]:
+def _append_streams(conn: sqlite3.Connection, appends: Sequence[StreamAppend],
+                    recorded_at: str) -> tuple[list[int], list[tuple]]:
     """Every stream's version checked, then every event inserted by one executemany: a batch of many
-    streams costs a few statements, not two per stream."""
+    streams costs a few statements, not two per stream. Returns the versions and the rows inserted."""
     current = _stream_versions(conn, {append.stream for append in appends})
     rows, versions = [], []
     for append in appends:
@@ -137,7 +162,7 @@ def _append_streams(conn: sqlite3.Connection, appends: Sequence[StreamAppend], r
         raise
     finally:
         conn.execute("RELEASE append_events")
-    return versions
+    return versions, rows
 
 
 def _stream_versions(conn: sqlite3.Connection, streams: set[str]) -> dict[str, int]:

@@ -3,19 +3,29 @@
 A filtered subscription (stream prefixes) reads the head position before each filtered read: a
 read that comes back short has seen every matching event up to that head, so the subscription
 goes on from there and never scans the same non-matching events again. It is woken only by
-appends to streams it follows (`notify(streams)`), and polls for other processes' appends."""
+appends to streams it follows (`notify(streams)`), and polls for other processes' appends.
+
+An adapter whose commits are provably gap-free and in position order (SQLite) also hands each
+commit's events to the `Tail`: a subscriber then takes what it would have read straight from
+memory, without a thread or a query, as long as the tail holds its next position onwards."""
 from __future__ import annotations
 
 import asyncio
 import threading
+from bisect import bisect_right
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import AsyncIterator, Callable, Iterable, Sequence
 
 from sluice.eventlog.port import RecordedEvent, in_streams, stream_prefixes
 
 BATCH = 500
+TAIL_CAPACITY = 4096
+"""Events of this process's last commits kept for its subscribers (held: up to a quarter more)."""
 
 ReadAll = Callable[[int, int, Sequence[str]], list[RecordedEvent]]
+Read = tuple[list[RecordedEvent], int, bool]
+"""A subscriber's read: the events, the position to go on from, and whether it was caught up then."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,6 +36,68 @@ class _Waiter:
 
     def follows_any(self, streams: Iterable[str]) -> bool:
         return any(in_streams(stream, self.prefixes) for stream in streams)
+
+
+class Tail:
+    """The events this process committed last, as a read returns them, with their position runs.
+
+    `record` must be called in commit order with each committed transaction's events, and only by an
+    adapter where such events hold contiguous positions and every lower position is committed by
+    then (or never will be). A position missing between two records (another process's commit)
+    breaks a run; the tail serves only within the run that holds a reader's next position."""
+
+    def __init__(self, capacity: int = TAIL_CAPACITY) -> None:
+        self._capacity = capacity
+        self._events: list[RecordedEvent] = []
+        self._runs: list[int] = []  # position - serial: equal exactly within a run of contiguous positions
+        self._serial = 0
+        self._lock = threading.Lock()
+
+    def record(self, committed: Sequence[RecordedEvent]) -> None:
+        with self._lock:
+            if self._events and committed and committed[0].position <= self._events[-1].position:
+                self._clear()  # not this tail's order: start again rather than serve anything wrong
+            for event in committed:
+                self._events.append(event)
+                self._runs.append(event.position - self._serial)
+                self._serial += 1
+            excess = len(self._events) - self._capacity
+            if excess > self._capacity // 4:  # trimmed in chunks: one list move per thousand events
+                del self._events[:excess], self._runs[:excess]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clear()
+
+    def _clear(self) -> None:
+        self._events, self._runs = [], []
+
+    def read(self, after: int, limit: int, prefixes: tuple[str, ...]) -> Read | None:
+        """What `Subscribers._read` would return from `after` as of the end of the run that holds
+        position after+1; None when the tail does not hold it (a reader behind the tail, or another
+        process's events next). Not caught up when it stops short of the tail's end (at a limit, or
+        at another process's events)."""
+        with self._lock:
+            events = self._events
+            if not events or events[-1].position <= after:
+                return None
+            start = bisect_right(events, after, key=_position)
+            if events[start].position != after + 1:
+                return None
+            end = bisect_right(self._runs, self._runs[start], lo=start)  # every position up to end-1 is committed
+            tail_end = events[-1].position
+            if not prefixes:
+                batch = events[start:min(end, start + limit)]
+                return batch, batch[-1].position, batch[-1].position == tail_end
+            run = events[start:end]
+        batch = [event for event in run if event.stream.startswith(prefixes)]
+        if len(batch) >= limit:
+            del batch[limit:]
+            return batch, batch[-1].position, batch[-1].position == tail_end
+        return batch, run[-1].position, run[-1].position == tail_end
+
+
+_position = attrgetter("position")
 
 
 class Subscribers:
@@ -40,6 +112,11 @@ class Subscribers:
         self._closed_error = closed_error
         self._waiters: set[_Waiter] = set()
         self._lock = threading.Lock()
+        self.tail = Tail()
+
+    def following(self) -> bool:
+        """Whether anyone subscribes: an adapter records into the tail only then."""
+        return bool(self._waiters)
 
     async def follow(self, after: int, prefixes: Sequence[str] = ()) -> AsyncIterator[RecordedEvent]:
         async for batch in self.follow_batches(after, prefixes):
@@ -54,10 +131,10 @@ class Subscribers:
             position = after
             while not self._closed():
                 waiter.wake.clear()  # before reading: an append after the read sets it again
-                batch, position = await self._read_batch(position, waiter.prefixes)
+                batch, position, caught_up = await self._read_batch(position, waiter.prefixes)
                 if batch:
                     yield batch
-                if len(batch) < BATCH:  # caught up when it read: only a wake or a poll can bring more
+                if caught_up:  # only a wake or a poll can bring more
                     await self._wait(waiter.wake)
         finally:
             with self._lock:
@@ -74,27 +151,29 @@ class Subscribers:
             except RuntimeError:  # that loop is closed; its subscriber is gone
                 pass
 
-    async def _read_batch(self, after: int, prefixes: tuple[str, ...]) -> tuple[list[RecordedEvent], int]:
-        """Read off the event loop, so a writer holding the adapter's lock never blocks the loop."""
+    async def _read_batch(self, after: int, prefixes: tuple[str, ...]) -> Read:
+        """From the tail, or else off the event loop, so a writer holding the adapter's lock never blocks the loop."""
+        if (served := self.tail.read(after, BATCH, prefixes)) is not None:
+            return served
         try:
             return await asyncio.to_thread(self._read, after, prefixes)
         except self._closed_error:
             if self._closed():  # closed while reading: the subscription simply ends
-                return [], after
+                return [], after, True
             raise
 
-    def _read(self, after: int, prefixes: tuple[str, ...]) -> tuple[list[RecordedEvent], int]:
-        """The next read and the position to go on from."""
+    def _read(self, after: int, prefixes: tuple[str, ...]) -> Read:
+        """The next read from the log; a short read was caught up."""
         if not prefixes:
             batch = self._read_all(after, BATCH, ())
-            return batch, batch[-1].position if batch else after
+            return batch, batch[-1].position if batch else after, len(batch) < BATCH
         head = self._head_position()
         if head <= after:
-            return [], after
+            return [], after, True
         batch = self._read_all(after, BATCH, prefixes)
         if len(batch) == BATCH:
-            return batch, batch[-1].position
-        return batch, max(head, batch[-1].position if batch else after)
+            return batch, batch[-1].position, False
+        return batch, max(head, batch[-1].position if batch else after), True
 
     async def _wait(self, wake: asyncio.Event) -> None:
         """Until an append in this process, or one poll interval (appends by other processes)."""
