@@ -59,7 +59,7 @@ def kinds(events) -> list[str]:
 
 def test_a_job_without_constraints_is_queued_and_admitted_in_one_decision():
     state, events = run(CheckerState(), EnqueueJob(job(1)))
-    assert kinds(events) == ["JobQueued", "JobAdmitted"]
+    assert kinds(events) == ["JobAdmitted"]  # admitted on arrival: one event queues and admits it
     assert state.queue == {} and state.world.runs == {}  # no constraint counts P's runs: none kept
     assert run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))[1] == []
 
@@ -77,7 +77,7 @@ def test_a_redelivered_job_changes_nothing_even_after_its_run_ended():
     state, _ = run(CheckerState(), EnqueueJob(job(1, ConcurrencyConstraint(1))))
     state, _ = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))
     assert run(state, EnqueueJob(job(1)))[1] == []
-    assert kinds(run(state, EnqueueJob(job(2)))[1]) == ["JobQueued", "JobAdmitted"]
+    assert kinds(run(state, EnqueueJob(job(2)))[1]) == ["JobAdmitted"]
 
 
 def test_a_waiting_job_is_deferred_once_and_admitted_when_its_delay_ends():
@@ -157,11 +157,11 @@ def test_ended_runs_are_forgotten_beyond_what_the_constraints_need():
 def test_high_priority_passes_the_soft_load_limit():
     capacity = Capacity(limit=1, high_priority=5)
     state, events = run(CheckerState(), EnqueueJob(job(1)), capacity=capacity)
-    assert kinds(events) == ["LoadLimited", "JobQueued", "JobAdmitted"]
+    assert kinds(events) == ["LoadLimited", "JobAdmitted"]
     state, events = run(state, EnqueueJob(job(1, schedule="low")), capacity=capacity)
     assert kinds(events) == ["JobQueued", "JobDeferred"]
     state, events = run(state, EnqueueJob(job(1, schedule="high", priority=5)), capacity=capacity)
-    assert kinds(events) == ["JobQueued", "JobAdmitted"]
+    assert kinds(events) == ["JobAdmitted"]
 
 
 def test_replaying_the_events_gives_the_same_state():
@@ -187,3 +187,13 @@ def test_a_queued_job_leaves_the_state_before_it_unchanged():
     assert after.schedules["s1"].last_sequence == 7
     assert before.schedules["s1"].last_sequence == 0
     assert len(after.schedules) == len(before.schedules) == 999
+
+
+def test_admitted_on_arrival_folds_to_what_queued_then_admitted_folds_to():
+    """A JobAdmitted with no JobQueued before it stands for both (the log of earlier versions has both)."""
+    state, _ = run(CheckerState(), ObserveSchedule("s1", schedule("s1", ConcurrencyConstraint(2, group="g"))))
+    state, events = run(state, EnqueueJob(job(1, ConcurrencyConstraint(2, group="g"))))
+    [admitted] = events
+    assert isinstance(admitted, JobAdmitted)
+    assert checking.fold(state, events) == checking.fold(state, [JobQueued(admitted.job, admitted.at), admitted])
+    assert run(checking.fold(state, events), EnqueueJob(job(1, ConcurrencyConstraint(2, group="g"))))[1] == []

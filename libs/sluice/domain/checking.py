@@ -90,7 +90,8 @@ class JobDeferred:
 
 @dataclass(frozen=True)
 class JobAdmitted:
-    """PENDING_LAUNCH: the launcher is asked to start the job's run, which counts as running from `at`."""
+    """PENDING_LAUNCH: the launcher is asked to start the job's run, which counts as running from `at`.
+    Without a JobQueued before it, the job was admitted on arrival: this event also queued it."""
 
     job: Job
     at: datetime
@@ -216,7 +217,9 @@ def decide_many(state: CheckerState, commands: list[object], now: datetime,
         events += own
     if not events and not any(isinstance(command, CheckTime) for command in commands):
         return []
-    return [*events, *_admission(state, admit(state.facts(), state.world, now, capacity), now)]
+    admission = _admission(state, admit(state.facts(), state.world, now, capacity), now)
+    admitted = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
+    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in admitted)), *admission]
 
 
 def _own_events(state: CheckerState, command: object, now: datetime) -> list[CheckerEvent]:
@@ -306,6 +309,8 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
                            watched=_watch(state.watched, job.program, job.constraints))
         case JobDeferred(job_id):
             return replace(state, queue={**state.queue, job_id: replace(state.queue[job_id], checked=True)})
+        case JobAdmitted(job, at) if job.id not in state.queue:  # admitted on arrival: queued by the same event
+            return evolve(evolve(state, JobQueued(job, at)), event)
         case JobAdmitted(job, at):
             queue = {k: v for k, v in state.queue.items() if k != job.id}
             if not state.watches(job.program):
