@@ -10,6 +10,7 @@ import typing
 from datetime import datetime
 from functools import cache
 from types import NoneType, UnionType
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Iterable
 
@@ -27,6 +28,9 @@ class EventTypes:
 
     def decode(self, recorded: RecordedEvent) -> Any:
         cls = self._by_name[recorded.type]
+        encoded = _recently_encoded.get(recorded.id)
+        if encoded is not None and encoded[0] == recorded.data and type(encoded[1]) is cls:
+            return encoded[1]
         return from_jsonable(cls, json.loads(recorded.data))
 
 
@@ -34,8 +38,18 @@ _JSON = json.JSONEncoder(separators=(",", ":"))
 """One encoder for every event: json.dumps with arguments builds a new one per call."""
 
 
+_recently_encoded: OrderedDict[str, tuple[bytes, Any]] = OrderedDict()
+"""event id -> (data, event) of the last events this process encoded: its relays and read models decode
+them right after they commit. The data is compared, not just the id: a writer that lost a conflict
+encoded another event under the id the winner committed."""
+_RECENTLY_ENCODED_MAX = 2048
+
+
 def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None) -> NewEvent:
     data = _JSON.encode(to_jsonable(event)).encode()
+    _recently_encoded[event_id] = (data, event)
+    if len(_recently_encoded) > _RECENTLY_ENCODED_MAX:
+        _recently_encoded.popitem(last=False)
     return NewEvent(id=event_id, type=type(event).__name__, data=data, metadata=dict(metadata) if metadata else {})
 
 
