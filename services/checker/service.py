@@ -37,13 +37,18 @@ TYPES = EventTypes(checking.EVENTS)
 SNAPSHOTS = ("checker",)
 
 
+def snapshot_size(state: CheckerState) -> int:
+    """The entries a snapshot of the queue stream packs: a snapshot waits for as many events."""
+    return len(state.schedules) + len(state.queue)
+
+
 class CheckerService:
     def __init__(self, log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) -> None:
         self._log = log
         self._clock = clock
         self._capacity = capacity
         self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState(),
-                                                                     snapshot=SNAPSHOTS[0])
+                                                                     snapshot=SNAPSHOTS[0], size=snapshot_size)
         self._offsets = ConsumedOffsets(log, "checker")
         self._wake_at: datetime | None = None
         self._timers_changed = asyncio.Event()

@@ -1,6 +1,7 @@
 """Jobs read model: every job's state and history, projected from the matcher's, checker's and
 launcher's events. Disposable: rebuilt at start from its last snapshot (the projection at a position,
-saved every SNAPSHOT_EVERY events it folds) and the log after it; `sluice rebuild jobs` drops the
+saved every SNAPSHOT_EVERY events it folds, as a delta of the jobs changed since the last whole
+snapshot: sluice.runtime.map_snapshots) and the log after it; `sluice rebuild jobs` drops the
 snapshot and folds the whole log again."""
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from sluice.domain.codec import EventTypes
 from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime import snapshots
-from sluice.runtime.snapshots import Snapshots, schema_of
+from sluice.runtime.map_snapshots import MapSnapshots
+from sluice.runtime.snapshots import schema_of
 
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
@@ -53,6 +55,8 @@ class JobsView:
         """Every event up to this position is in the view."""
         self._snapshot_every = snapshot_every or snapshots.SNAPSHOT_EVERY
         self._unsnapshotted = 0
+        self._changed: set[str] = set()
+        """Jobs set since the last snapshot."""
 
     def list(self, schedule_id: str = "") -> list[JobView]:
         jobs = (j for j in self._jobs.values() if not schedule_id or j.schedule_id == schedule_id)
@@ -87,17 +91,19 @@ class JobsView:
             self.snapshot(store)  # also when few were jobs' events: the next start reads less
         return folded
 
-    def restore(self, store: Snapshots) -> None:
-        self._jobs, self.position, self._unsnapshotted = {}, 0, 0
+    def restore(self, store: MapSnapshots) -> None:
+        self._jobs, self.position, self._unsnapshotted, self._changed = {}, 0, 0, set()
         loaded = store.load()
         if loaded is not None and isinstance(loaded[1], dict):
             self.position, self._jobs = loaded
+        else:
+            store.rebase()
 
-    def snapshot(self, store: Snapshots) -> None:
-        store.save(self.position, dict(self._jobs))
-        self._unsnapshotted = 0
+    def snapshot(self, store: MapSnapshots) -> None:
+        store.save(self.position, self._jobs, self._changed)
+        self._unsnapshotted, self._changed = 0, set()
 
-    def _snapshot_if_due(self, store: Snapshots) -> None:
+    def _snapshot_if_due(self, store: MapSnapshots) -> None:
         if self._unsnapshotted >= max(self._snapshot_every, len(self._jobs)) and store.enabled:
             self.snapshot(store)
 
@@ -131,6 +137,7 @@ class JobsView:
                 self._transition(job.id, JobState.LAUNCHED, at, f"run {run_id}", run_id=run_id)
 
     def _created(self, job_id: str, schedule_id: str, at: datetime, notifications: int = 0) -> None:
+        self._changed.add(job_id)
         self._jobs[job_id] = JobView(job_id, schedule_id, JobState.PENDING_TRIGGER, at, at, notifications=notifications,
                                      history=(Transition(JobState.PENDING_TRIGGER, at, "first matching notification"),))
 
@@ -141,9 +148,10 @@ class JobsView:
         self._update(job_id, at, state=state, history=(*view.history, Transition(state, at, cause)), **changes)
 
     def _update(self, job_id: str, at: datetime, **changes: object) -> None:
+        self._changed.add(job_id)
         self._jobs[job_id] = replace(self._jobs[job_id], updated_at=at, **changes)
 
 
-def snapshots_of(log: EventLog) -> Snapshots:
-    return Snapshots(log, SNAPSHOT, schema_of(JobsView, JobView, matching.JobCreated, checking.JobAdmitted,
-                                              runs.RunRequested))
+def snapshots_of(log: EventLog) -> MapSnapshots:
+    return MapSnapshots(log, SNAPSHOT, schema_of(JobsView, JobView, matching.JobCreated, checking.JobAdmitted,
+                                                 runs.RunRequested))

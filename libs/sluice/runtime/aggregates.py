@@ -10,14 +10,16 @@ from sluice.domain.codec import EventTypes, encode
 from sluice.eventlog.port import NO_STREAM, Checkpoint, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
-from sluice.runtime.snapshots import Snapshots, schema_of
+from sluice.runtime.map_snapshots import MapSnapshots, PendingSave
+from sluice.runtime.snapshots import schema_of
 
 S = TypeVar("S")
 
 MAX_CONFLICT_RETRIES = 5
 READ_BATCH = 10_000
-BACKGROUND_SNAPSHOT_STREAMS = 5_000
-"""From this many streams a snapshot is written off the event loop (fewer pack in milliseconds)."""
+BACKGROUND_SNAPSHOT_STREAMS = 1_000
+"""From this many entries to pack (streams, or what `size` counts in them) a snapshot is written off
+the event loop: 1,000 matcher states take ~40 ms to pack."""
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +37,19 @@ class AggregateStore(Generic[S]):
     ids, and the outbox publishes each event under that id for consumers to deduplicate.
 
     With a `snapshot` name the store saves its streams' states (each with its version) after every
-    `snapshot_every` (default snapshots.SNAPSHOT_EVERY) events it appended or caught up with, and
-    `restore` (at the start of `catch_up`) starts from the last snapshot: recovery folds only the
-    log after it. A store that followed a prefix (`catch_up`) first reads the log up to its head,
+    `snapshot_every` (default snapshots.SNAPSHOT_EVERY) events it appended or caught up with, or as
+    many as the store is big if more: by default its number of streams, with `size` the sum of
+    size(state) over them (a store of one big state, like the checker's, says how many entries it
+    holds). `restore` (at the start of `catch_up`) starts from the last snapshot: recovery folds
+    only the log after it. Snapshots are incremental (sluice.runtime.map_snapshots): a base of
+    every stream and a delta of the streams changed since it. A store that followed a prefix (`catch_up`) first reads the log up to its head,
     so its snapshot holds every event of the prefix up to that position; one that did not (a single
     stream, like the checker's queue) saves position 0, and each stream's tail is read from its
     version on first load."""
 
     def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S, *,
-                 snapshot: str | None = None, snapshot_every: int | None = None) -> None:
+                 snapshot: str | None = None, snapshot_every: int | None = None,
+                 size: Callable[[S], int] | None = None) -> None:
         self._log = log
         self._types = types
         self._evolve = evolve
@@ -51,8 +57,11 @@ class AggregateStore(Generic[S]):
         self._cache: dict[str, Loaded[S]] = {}
         self._restored: dict[str, Loaded[S]] = {}
         """States from the snapshot whose streams were not read since: their tails may be missing."""
-        self._snapshots = Snapshots(log, snapshot, schema_of(evolve, type(initial), Loaded)) if snapshot else None
+        self._snapshots = MapSnapshots(log, snapshot, schema_of(evolve, type(initial), Loaded)) if snapshot else None
         self._snapshot_every = snapshot_every or snapshots.SNAPSHOT_EVERY
+        self._size = size
+        self._changed: set[str] = set()
+        """Streams whose state was set or dropped since the last snapshot: what its delta adds."""
         self._unsnapshotted = 0
         self._saving: asyncio.Future | None = None
         self._prefix: str | None = None
@@ -62,8 +71,11 @@ class AggregateStore(Generic[S]):
     def load(self, stream: str) -> Loaded[S]:
         cached = self._cache.get(stream)
         if cached is None:
-            cached = self._fold(stream, self._restored.pop(stream, Loaded(self._initial, NO_STREAM)))
+            start = self._restored.pop(stream, None)
+            cached = self._fold(stream, start or Loaded(self._initial, NO_STREAM))
             self._cache[stream] = cached
+            if start is None or cached.version != start.version:
+                self._changed.add(stream)
         return cached
 
     def states(self) -> dict[str, S]:
@@ -80,6 +92,7 @@ class AggregateStore(Generic[S]):
                 self._cache[stream] = current
         if version == current.version + 1:
             self._cache[stream] = Loaded(self._evolve(current.state, event), version)
+            self._changed.add(stream)
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -89,12 +102,14 @@ class AggregateStore(Generic[S]):
         self._cache.clear()
         self._restored = {}
         self._unsnapshotted = 0
+        self._changed = set()
         loaded = self._snapshots.load() if self._snapshots else None
         if loaded is None:
             return 0
         position, streams = loaded
         if not isinstance(streams, dict) or not all(isinstance(v, Loaded) for v in streams.values()):
             log.warning("snapshot %s holds no stream states: folding the whole log", self._snapshots.name)
+            self._snapshots.rebase()
             return 0
         self._restored = streams
         return position
@@ -122,14 +137,19 @@ class AggregateStore(Generic[S]):
             return
         if self._prefix is not None:
             self._read_to_head()
-        streams = {**self._restored, **self._cache}
+        pending = self._snapshots.prepare(self._position or 0, {**self._restored, **self._cache}, self._changed)
+        self._changed = set()
         self._unsnapshotted = 0
-        position = self._position or 0
-        if len(streams) >= BACKGROUND_SNAPSHOT_STREAMS and _running_loop() is not None:
-            self._saving = asyncio.ensure_future(asyncio.to_thread(self._snapshots.save, position, streams))
+        if self._weight(pending) >= BACKGROUND_SNAPSHOT_STREAMS and _running_loop() is not None:
+            self._saving = asyncio.ensure_future(asyncio.to_thread(self._snapshots.write, pending))
             self._saving.add_done_callback(self._saved)
         else:
-            self._snapshots.save(position, streams)
+            self._snapshots.write(pending)
+
+    def _weight(self, pending: PendingSave) -> int:
+        if self._size is None:
+            return len(pending.entries)
+        return sum(self._size(loaded.state) for loaded in pending.entries.values())
 
     def _saved(self, saving: asyncio.Future) -> None:
         self._saving = None
@@ -140,8 +160,14 @@ class AggregateStore(Generic[S]):
         """Snapshot when `snapshot_every` events (or as many as there are streams, if more) were
         appended or caught up with since the last one (called between decisions: never while an
         append's events are half committed to the cache)."""
-        if self._snapshots is not None and self._unsnapshotted >= max(self._snapshot_every, len(self._cache)):
+        if self._snapshots is not None and self._unsnapshotted >= self._snapshot_every \
+                and self._unsnapshotted >= self._store_size():
             self.snapshot()
+
+    def _store_size(self) -> int:
+        if self._size is None:
+            return len(self._cache)
+        return sum(self._size(loaded.state) for loaded in self._cache.values())
 
     def _read_to_head(self) -> None:
         """Bring every stream of the prefix up to the log's head: one another writer moved (or a
@@ -154,6 +180,7 @@ class AggregateStore(Generic[S]):
                     if cached is None or cached.version < recorded.version:
                         start = cached or self._restored.pop(recorded.stream, Loaded(self._initial, NO_STREAM))
                         self._cache[recorded.stream] = self._fold(recorded.stream, start)
+                        self._changed.add(recorded.stream)
             self._position = records[-1].position
 
     def prepare(self, stream: str, events: Sequence[Any]) -> StreamAppend:
@@ -167,6 +194,7 @@ class AggregateStore(Generic[S]):
         for event in events:
             state = self._evolve(state, event)
         self._cache[stream] = Loaded(state, new_version)
+        self._changed.add(stream)
         self._unsnapshotted += len(events)
         return state
 
@@ -175,12 +203,14 @@ class AggregateStore(Generic[S]):
         before = self._cache.get(stream)
         self._unsnapshotted += version - (before.version if before is not None else NO_STREAM)
         self._cache[stream] = Loaded(state, version)
+        self._changed.add(stream)
         # Safe here, unlike in commit: a stream of the same append that is read again from the log
         # before its own put gets the very state put() then sets.
         self.snapshot_if_due()
 
     def forget(self, stream: str) -> None:
-        self._cache.pop(stream, None)
+        if self._cache.pop(stream, None) is not None:
+            self._changed.add(stream)
 
     def _fold(self, stream: str, start: Loaded[S]) -> Loaded[S]:
         state, version = start.state, start.version

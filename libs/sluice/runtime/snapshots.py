@@ -84,6 +84,8 @@ class Snapshots:
         self._store = snapshot_store(log)
         self.name = name
         self.schema = schema
+        self.digest: bytes | None = None
+        """The checksum of the snapshot this object last loaded or saved: what identifies its bytes."""
 
     @property
     def enabled(self) -> bool:
@@ -101,11 +103,13 @@ class Snapshots:
                         "folding the whole log", self.name, snapshot.position, snapshot.schema, self.schema)
             return None
         try:
-            return snapshot.position, unpack(snapshot.data)
+            state = unpack(snapshot.data)
         except SnapshotUnusable as error:
             log.warning("snapshot %s at position %s is unusable (%s): folding the whole log",
                         self.name, snapshot.position, error)
             return None
+        self.digest = snapshot.data[:32]
+        return snapshot.position, state
 
     def save(self, position: int, state: Any) -> bool:
         """Whether it was saved: a snapshot that cannot be written (the store is unreachable) costs a
@@ -113,10 +117,12 @@ class Snapshots:
         if self._store is None:
             return False
         try:
-            self._store.save_snapshot(Snapshot(self.name, position, self.schema, pack(state)))
+            data = pack(state)
+            self._store.save_snapshot(Snapshot(self.name, position, self.schema, data))
         except Exception as error:
             log.warning("snapshot %s at position %s not saved: %r", self.name, position, error)
             return False
+        self.digest = data[:32]
         return True
 
     def delete(self) -> bool:

@@ -1,0 +1,148 @@
+"""Snapshots of a map of independent entries (an aggregate store's streams, the jobs view's jobs) whose
+cost follows what changed: a base holds every entry, and a delta next to it (the snapshot named
+`<name>+delta`) the entries set or removed since that base.
+
+    snapshots = MapSnapshots(log, "jobs", schema)
+    position, entries = snapshots.load() or (0, {})   # the base with its delta applied
+    ...
+    snapshots.save(position, entries, changed)         # `changed`: keys set or removed since the last save
+
+Each save writes one delta of every key changed since the base (so loading reads at most the base
+and one delta), or a new base once those keys reach `rebase_fraction` of the base's entries. The
+delta names its base by position and checksum: a delta whose base was replaced (a newer base, a
+rebuild, a save that failed half-way) is ignored, and the log after the base covers what it held.
+Both are plain snapshots (sluice.runtime.snapshots): same schema check, checksum and restricted
+unpickling; a base is the entries dict itself, the format a whole-state snapshot always had.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Collection, Hashable, Mapping
+
+from sluice.runtime.snapshots import Snapshots
+
+log = logging.getLogger(__name__)
+
+DELTA_SUFFIX = "+delta"
+REBASE_FRACTION = 0.5
+"""A new base once the entries changed since the last one are this share of it: a delta then costs
+at most about half a base, and the base is rewritten after at least that much changed."""
+
+
+@dataclass(frozen=True)
+class Delta:
+    base: bytes
+    """The checksum of the base snapshot it applies to."""
+    base_position: int
+    changed: dict
+    """Every entry set since the base (its current value)."""
+    deleted: tuple
+    """Every key the base or an earlier delta held that is gone."""
+
+
+@dataclass(frozen=True)
+class PendingSave:
+    """What a save will write, taken on the caller's thread; `write` may run on another."""
+    position: int
+    base: dict | None
+    delta: Delta | None
+    generation: int
+
+    @property
+    def entries(self) -> dict:
+        return self.base if self.base is not None else self.delta.changed
+
+
+class MapSnapshots:
+    """One named map snapshot (base and delta) in the log's snapshot store. One save at a time."""
+
+    def __init__(self, log: object, name: str, schema: str, rebase_fraction: float = REBASE_FRACTION) -> None:
+        self._base = Snapshots(log, name, schema)
+        self._delta = Snapshots(log, name + DELTA_SUFFIX, schema)
+        self._rebase_fraction = rebase_fraction
+        self._generation = 0
+        """Counts loads and deletes: a base written for an earlier generation is not this one's."""
+        self._forget_base()
+
+    @property
+    def name(self) -> str:
+        return self._base.name
+
+    @property
+    def schema(self) -> str:
+        return self._base.schema
+
+    @property
+    def enabled(self) -> bool:
+        return self._base.enabled
+
+    def rebase(self) -> None:
+        """Write a base at the next save (what was loaded is not used)."""
+        self._forget_base()
+
+    def _forget_base(self) -> None:
+        self._generation += 1
+        self._base_digest: bytes | None = None
+        self._base_position = 0
+        self._base_size = 0
+        self._since_base: set[Hashable] = set()
+
+    def load(self) -> tuple[int, Any] | None:
+        """(position, entries) of the base with its delta applied (the base alone when the delta is
+        missing, unusable or for another base); None when there is no usable base."""
+        self._forget_base()
+        loaded = self._base.load()
+        if loaded is None or not isinstance(loaded[1], dict):
+            return loaded
+        position, entries = loaded
+        self._base_digest, self._base_position, self._base_size = self._base.digest, position, len(entries)
+        delta = self._delta.load()
+        if delta is None:
+            return loaded
+        delta_position, changes = delta
+        if (not isinstance(changes, Delta) or changes.base != self._base_digest or changes.base_position != position
+                or delta_position < position or not isinstance(changes.changed, dict)):
+            log.info("snapshot %s: its delta (at position %s) is not for the base at position %s: ignored",
+                     self.name, delta_position, position)
+            return loaded
+        merged = {**entries, **changes.changed}
+        for key in changes.deleted:
+            merged.pop(key, None)
+        self._since_base = {*changes.changed, *changes.deleted}
+        return delta_position, merged
+
+    def save(self, position: int, entries: Mapping, changed: Collection[Hashable]) -> bool:
+        """Save `entries` (every entry up to `position`), of which `changed` were set or removed since
+        the last save (or load); whether it was saved."""
+        return self.write(self.prepare(position, entries, changed))
+
+    def prepare(self, position: int, entries: Mapping, changed: Collection[Hashable]) -> PendingSave:
+        """Take what to write now (the entries are read here, not later): a base when there is none
+        or enough changed since it, else a delta."""
+        self._since_base.update(changed)
+        if self._base_digest is None or len(self._since_base) >= max(1.0, self._rebase_fraction * self._base_size):
+            self._since_base = set()
+            return PendingSave(position, dict(entries), None, self._generation)
+        present = {key: entries[key] for key in self._since_base if key in entries}
+        deleted = tuple(key for key in self._since_base if key not in present)
+        return PendingSave(position, None, Delta(self._base_digest, self._base_position, present, deleted),
+                           self._generation)
+
+    def write(self, pending: PendingSave) -> bool:
+        if pending.base is None:
+            return self._delta.save(pending.position, pending.delta)
+        saved = self._base.save(pending.position, pending.base)
+        if not saved or pending.generation != self._generation:
+            # The stored base and delta stay valid (a delta names its base); the next save is a base.
+            self._base_digest = None
+            return saved
+        self._base_digest, self._base_position, self._base_size = self._base.digest, pending.position, len(pending.base)
+        return True
+
+    def delete(self) -> bool:
+        """Forget base and delta; whether there was a base."""
+        self._forget_base()
+        deleted = self._base.delete()
+        self._delta.delete()
+        return deleted
