@@ -4,13 +4,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Collection, Generic, Sequence, TypeVar
 
 from sluice.domain.codec import EventTypes, encode
 from sluice.eventlog.port import NO_STREAM, Checkpoint, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
-from sluice.runtime.map_snapshots import MapSnapshots, PendingSave
+from sluice.runtime.map_snapshots import MapSnapshots
 from sluice.runtime.snapshots import schema_of
 
 S = TypeVar("S")
@@ -38,14 +38,14 @@ class AggregateStore(Generic[S]):
 
     With a `snapshot` name the store saves its streams' states (each with its version) after every
     `snapshot_every` (default snapshots.SNAPSHOT_EVERY) events it appended or caught up with, or as
-    many as the store is big if more: by default its number of streams, with `size` the sum of
-    size(state) over them (a store of one big state, like the checker's, says how many entries it
-    holds). `restore` (at the start of `catch_up`) starts from the last snapshot: recovery folds
-    only the log after it. Snapshots are incremental (sluice.runtime.map_snapshots): a base of
-    every stream and a delta of the streams changed since it. A store that followed a prefix (`catch_up`) first reads the log up to its head,
-    so its snapshot holds every event of the prefix up to that position; one that did not (a single
-    stream, like the checker's queue) saves position 0, and each stream's tail is read from its
-    version on first load."""
+    many as the store holds entries if more: its streams, or with `size` the sum of size(state)
+    over them (a store of one big state, like the checker's, counts what is in it). Snapshots are
+    incremental (sluice.runtime.map_snapshots): a base of every stream and a delta of the streams
+    changed since it. `restore` (at the start of `catch_up`) starts from the last snapshot:
+    recovery folds only the log after it. A store that followed a prefix (`catch_up`) first reads
+    the log up to its head, so its snapshot holds every event of the prefix up to that position;
+    one that did not (a single stream, like the checker's queue) saves position 0, and each
+    stream's tail is read from its version on first load."""
 
     def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S, *,
                  snapshot: str | None = None, snapshot_every: int | None = None,
@@ -140,16 +140,17 @@ class AggregateStore(Generic[S]):
         pending = self._snapshots.prepare(self._position or 0, {**self._restored, **self._cache}, self._changed)
         self._changed = set()
         self._unsnapshotted = 0
-        if self._weight(pending) >= BACKGROUND_SNAPSHOT_STREAMS and _running_loop() is not None:
+        if self._entries(pending.entries.values()) >= BACKGROUND_SNAPSHOT_STREAMS and _running_loop() is not None:
             self._saving = asyncio.ensure_future(asyncio.to_thread(self._snapshots.write, pending))
             self._saving.add_done_callback(self._saved)
         else:
             self._snapshots.write(pending)
 
-    def _weight(self, pending: PendingSave) -> int:
+    def _entries(self, states: Collection[Loaded[S]]) -> int:
+        """What packing these states costs, in entries: one per stream, or what `size` counts."""
         if self._size is None:
-            return len(pending.entries)
-        return sum(self._size(loaded.state) for loaded in pending.entries.values())
+            return len(states)
+        return sum(self._size(loaded.state) for loaded in states)
 
     def _saved(self, saving: asyncio.Future) -> None:
         self._saving = None
@@ -157,17 +158,12 @@ class AggregateStore(Generic[S]):
             log.warning("snapshot %s not saved: %r", self._snapshots.name, saving.exception())
 
     def snapshot_if_due(self) -> None:
-        """Snapshot when `snapshot_every` events (or as many as there are streams, if more) were
-        appended or caught up with since the last one (called between decisions: never while an
-        append's events are half committed to the cache)."""
-        if self._snapshots is not None and self._unsnapshotted >= self._snapshot_every \
-                and self._unsnapshotted >= self._store_size():
+        """Snapshot when `snapshot_every` events (or as many as the store holds entries, if more)
+        were appended or caught up with since the last one (called between decisions: never while
+        an append's events are half committed to the cache)."""
+        if (self._snapshots is not None and self._unsnapshotted >= self._snapshot_every
+                and self._unsnapshotted >= self._entries(self._cache.values())):
             self.snapshot()
-
-    def _store_size(self) -> int:
-        if self._size is None:
-            return len(self._cache)
-        return sum(self._size(loaded.state) for loaded in self._cache.values())
 
     def _read_to_head(self) -> None:
         """Bring every stream of the prefix up to the log's head: one another writer moved (or a
