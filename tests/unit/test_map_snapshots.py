@@ -98,6 +98,7 @@ def test_the_base_is_rewritten_once_half_of_it_changed(tmp_path):
     store.snapshot()  # 5 of 10 changed since the base: a new base
     rebased = log.read_snapshot("toy")
     assert rebased.position > first_base.position and len(unpack(rebased.data)) == 10
+    assert log.read_snapshot("toy" + DELTA_SUFFIX) is None  # the old base's delta is dropped with it
     assert recovered(log) == folded(log)  # the old delta, for the old base, is not applied
     add(store, log, 7, 2)
     store.snapshot()

@@ -8,9 +8,10 @@ cost follows what changed: a base holds every entry, and a delta next to it (the
     snapshots.save(position, entries, changed)         # `changed`: keys set or removed since the last save
 
 Each save writes one delta of every key changed since the base (so loading reads at most the base
-and one delta), or a new base once those keys reach `rebase_fraction` of the base's entries. The
-delta names its base by position and checksum: a delta whose base was replaced (a newer base, a
-rebuild, a save that failed half-way) is ignored, and the log after the base covers what it held.
+and one delta), or a new base once those keys reach `rebase_fraction` of the base's entries (the
+old delta is then deleted). The delta names its base by position and checksum: a delta whose base
+was replaced (a newer base, another writer, a rebuild, a crash between writing a base and deleting
+the old delta) is ignored, and the log after the base covers what it held.
 Both are plain snapshots (sluice.runtime.snapshots): same schema check, checksum and restricted
 unpickling; a base is the entries dict itself, the format a whole-state snapshot always had.
 """
@@ -138,6 +139,10 @@ class MapSnapshots:
             self._base_digest = None
             return saved
         self._base_digest, self._base_position, self._base_size = self._base.digest, pending.position, len(pending.base)
+        try:
+            self._delta.delete()  # the old base's: it would be read (and unpickled) at the next load for nothing
+        except Exception as error:
+            log.warning("snapshot %s: the previous delta not deleted (it is ignored when loaded): %r", self.name, error)
         return True
 
     def delete(self) -> bool:
