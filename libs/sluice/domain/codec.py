@@ -41,8 +41,9 @@ _JSON = json.JSONEncoder(separators=(",", ":"))
 _recently_encoded: OrderedDict[str, tuple[bytes, Any]] = OrderedDict()
 """event id -> (data, event) of the last events this process encoded: its relays and read models decode
 them right after they commit. The data is compared, not just the id: a writer that lost a conflict
-encoded another event under the id the winner committed."""
-_RECENTLY_ENCODED_MAX = 2048
+encoded another event under the id the winner committed. Few: the readers follow the appends closely,
+and a fired job's event holds the whole job (~3 KB in memory)."""
+_RECENTLY_ENCODED_MAX = 256
 
 
 def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None) -> NewEvent:
