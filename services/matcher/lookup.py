@@ -28,7 +28,7 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.v1 import matching_pb2
-from sluice.wire.common import notification_from_bytes, notification_to_proto
+from sluice.wire.common import notification_from_bytes
 from sluice.wire.schedules import schedule_to_proto
 
 REGISTRY_PREFIX = "schedule-"
@@ -97,10 +97,9 @@ class ScheduleLookup:
         self.sync()
         messages = []
         for record, notification in items:
-            encoded = matching_pb2.MatchRequested(
-                notification=notification_to_proto(notification),
-                source=matching_pb2.NotificationSource(topic=record.topic, partition=record.partition,
-                                                       offset=record.offset)).SerializeToString()
+            source = matching_pb2.MatchRequested(source=matching_pb2.NotificationSource(
+                topic=record.topic, partition=record.partition, offset=record.offset)).SerializeToString()
+            encoded = source + _NOTIFICATION_TAG + _varint(len(record.value)) + record.value  # as it came, valid
             by_partition: dict[int, list[str]] = {}
             for schedule_id in sorted(self._index.get(notification.event_key(), ())):
                 by_partition.setdefault(kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS), []).append(schedule_id)
@@ -130,3 +129,17 @@ class ScheduleLookup:
         if after.schedule is not None and after.schedule.enabled:
             for key in triggers.event_keys(after.schedule.trigger):
                 self._index[key].add(schedule_id)
+
+
+_NOTIFICATION_TAG = bytes([matching_pb2.MatchRequested.NOTIFICATION_FIELD_NUMBER << 3 | 2])
+"""MatchRequested.notification's key (length-delimited): the notification's bytes are embedded as
+they arrived, not decoded and encoded again."""
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
