@@ -44,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     p.add_argument("--runs", type=_positive, default=None, help="repeat each benchmark N times, report medians (default 3)")
     p.add_argument("--schedules", type=_positive, default=None,
-                   help="schedules to register (matcher default 10000, e2e-latency default 100)")
+                   help="schedules to register (matcher default 10000, e2e-latency default 10000)")
     p.add_argument("--notifications", type=_positive, default=None,
                    help="notifications to push (matcher default 5000, e2e-latency default 1000 per rate)")
     p.add_argument("--datasets", type=_positive, default=None, help="matcher: datasets the schedules spread over (default 1000)")

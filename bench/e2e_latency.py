@@ -1,26 +1,31 @@
 """e2e-latency: notification in -> LaunchRequested out, embedded and over Kafka.
 
-The registry, matcher and checker (not the launcher, which would start Spark) run under
-run_services in this process's event loop, with the gRPC server on 127.0.0.1 and an ephemeral
-port, on one of:
-- `file` (embedded mode): a SqliteEventLog file and the InProcessBus on a WAL file;
-- `memory`: the same with an in-memory bus;
-- `kafka` (distributed mode's transport): a real Kafka broker (deploy/kafka jars) and a real
-  PostgreSQL server as the event log, both started for each rate and stopped after it.
+The registry, matcher and checker (not the launcher, which would start Spark) run on one of:
+- `file` (embedded mode): in this process's event loop (run_services, gRPC on 127.0.0.1, a free
+  port), a SqliteEventLog file and the InProcessBus on a WAL file; `memory`: an in-memory bus;
+- `kafka` (distributed mode, as users run it): each service its own OS process (`sluice serve
+  NAME` via LocalServer, stopped by pid) on a real Kafka broker and a real PostgreSQL server as
+  the event log; this process only publishes notifications and consumes launch requests.
 `--bus all` (the default) measures `file` and `kafka`; Kafka figures are prefixed `kafka_`.
 
-Setup per offered rate (a fresh stack in a fresh temp dir each time): S schedules (default 100)
-are created through the registry's gRPC API (grpc.aio on the bound loopback port), one per
-dataset with a partition trigger of count 1, and the benchmark waits until the matcher has
-observed them all (ScheduleObserved in the log). So every notification triggers exactly one job.
-The heap is then frozen out of garbage collection (sluice.runtime.heap), as a stack restarted with
-those schedules freezes it after its recovery.
+Setup per offered rate, a fresh stack in a fresh temp dir: S schedules (default 10,000, the
+issue's figure) are created through the registry's gRPC API, CREATE_IN_FLIGHT calls at a time
+on one channel, one per dataset with a partition trigger of count 1 (so every notification
+triggers one job), and the benchmark waits until the matcher and the checker have recorded them
+all (ScheduleObserved, ScheduleTracked in the log, read through its own connection). The stack is then made what a
+restart with those schedules leaves: embedded, the heap is frozen out of garbage collection
+(sluice.runtime.heap); distributed, the matcher and checker processes are restarted (recovery
+freezes theirs). A probe notification's LaunchRequested is awaited, so no consumer is still
+joining its group when the clock starts. Setup time (stderr) here, 2 cores at load ~5: ~50 s
+per rate for 10,000 schedules in either mode (one at a time it took ~100 s over Kafka), so
+`make bench BENCH=e2e-latency` (3 runs, 2 modes, 2 rates) takes ~12 minutes.
 
-Measurement: a bus producer publishes N PartitionCommitted notifications (default 1000) to
-the partition-notifications topic at the offered rate (open loop, paced against the schedule;
-when behind it sends at once), stamping each send time just before the send. A separate
-consumer group on `sluice.launch-requests` decodes each LaunchRequested and maps it back to
-its triggering notification via job.context.notifications[].id; latency = receive - send.
+Measurement: a bus producer publishes N PartitionCommitted notifications (default 1000) at the
+offered rate (open loop, paced against the schedule; when behind it sends at once), stamping
+each send time just before the send. A separate consumer group on `sluice.launch-requests` maps
+each LaunchRequested back to its notification (job.context.notifications[].id); latency =
+receive - send. CPU per notification goes to stderr: this process's (embedded), or the service
+processes' sum and each one's share, from /proc/<pid>/stat (Linux only).
 
 Figures per rate R: latency_p50@R/s and latency_p99@R/s in ms (target p99 5 ms embedded,
 50 ms over Kafka at 1000/s), and throughput@R/s: launch requests received per second from the
@@ -32,40 +37,61 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import random
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 import grpc
 
 from bench import Figure, option, progress
 from sluice.bus.inprocess import InProcessBus
+from sluice.bus.kafka import KafkaBus
 from sluice.bus.topics import LAUNCH_REQUESTS, PARTITION_NOTIFICATIONS, partition_event_key
 from sluice.clock import SystemClock
+from sluice.domain.checking import QUEUE_STREAM
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
 from sluice.eventlog.port import EventLog
+from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.localserver import LocalServer
 from sluice.runtime.heap import freeze_long_lived
 from sluice.runtime.service import run_services
+from sluice.testing.kafka import KafkaBroker
+from sluice.testing.postgres import PostgresServer
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2, schedules_pb2_grpc
 from sluice.wire.common import notification_to_proto
 from sluice_services.composition import checker_spec, matcher_spec, registry_spec
 
-DESCRIPTION = "embedded registry+matcher+checker: notification -> LaunchRequested latency p50/p99 and throughput"
-DEFAULT_SCHEDULES = 100
-DEFAULT_NOTIFICATIONS = 1_000
-"""Per rate. 2,000 made a run take ~20 s here (the stack does not keep up with 1000/s, so that
-phase lasts N / ~250 s), a minute for the default three runs."""
+DESCRIPTION = "registry+matcher+checker (embedded, or processes over Kafka): notification -> LaunchRequested p50/p99, throughput"
+DEFAULT_SCHEDULES = 10_000
+DEFAULT_NOTIFICATIONS = 1_000  # per rate: 5 s of sending at 200/s, 1 s at 1000/s
 DEFAULT_RATES = (200.0, 1000.0)
 TARGET_P99_MS = {"file": 5.0, "memory": 5.0, "kafka": 50.0}
 MODES = {"all": ("file", "kafka"), "file": ("file",), "memory": ("memory",), "kafka": ("kafka",)}
+SERVICES = ("registry", "matcher", "checker")
+RESTARTED = ("matcher", "checker")  # the services on the notification's path that hold every schedule
 NAMESPACE = "bench"
 CONSUMER_GROUP = "bench-e2e-latency"
-STARTUP_TIMEOUT = 30.0
-DRAIN_TIMEOUT = 15.0
-"""After the last send, how long to wait for the outstanding launch requests."""
+DATABASE = "bench_e2e_latency"
+PROBE_ID = "bench-probe"
+CREATE_IN_FLIGHT = 64
+STARTUP_TIMEOUT = 60.0
+DRAIN_TIMEOUT = 15.0  # after the last send, how long to wait for the outstanding launch requests
+
+
+@dataclass
+class Services:
+    """The registry's gRPC address; check() raises if a service stopped; settle() leaves the stack as a
+    restart with the schedules would (recovered, heap frozen); cpu(): CPU seconds so far per process."""
+    address: str
+    check: Callable[[], None]
+    settle: Callable[[], None]
+    cpu: Callable[[], dict[str, float]]
 
 
 def run(options: object) -> list[Figure]:
@@ -78,10 +104,9 @@ def run(options: object) -> list[Figure]:
         prefix = "kafka_" if bus_kind == "kafka" else ""
         for rate in rates:
             label = f"{rate:g}/s"
-            with tempfile.TemporaryDirectory(prefix="sluice-bench-e2e-") as tmp, \
-                    _infrastructure(bus_kind, Path(tmp)) as (log, bus):
+            with tempfile.TemporaryDirectory(prefix="sluice-bench-e2e-") as tmp:
                 latencies, throughput = asyncio.run(
-                    _measure(log, bus, rate, schedules, notifications, bus_kind, random.Random(seed)))
+                    _measure(bus_kind, Path(tmp), rate, schedules, notifications, random.Random(seed)))
             figures += [
                 Figure(f"{prefix}latency_p50@{label}", _percentile(latencies, 50), "ms", None),
                 Figure(f"{prefix}latency_p99@{label}", _percentile(latencies, 99), "ms", TARGET_P99_MS[bus_kind]),
@@ -90,82 +115,129 @@ def run(options: object) -> list[Figure]:
     return figures
 
 
-@contextlib.contextmanager
-def _infrastructure(bus_kind: str, tmp: Path):
-    """(event log, bus) for one measurement; Kafka mode starts a broker and a PostgreSQL server."""
-    if bus_kind != "kafka":
-        yield SqliteEventLog(tmp / "events.db"), InProcessBus(tmp / "bus.db" if bus_kind == "file" else None)
-        return
-    from sluice.bus.kafka import KafkaBus
-    from sluice.eventlog.postgres import PostgresEventLog
-    from sluice.testing.kafka import KafkaBroker
-    from sluice.testing.postgres import PostgresServer
+@contextlib.asynccontextmanager
+async def _stack(bus_kind: str, tmp: Path):
+    """(event log, bus, Services) for one measurement; Kafka mode starts a broker, a PostgreSQL
+    server and the services' processes, and stops them all, by pid, however the block ends."""
+    async with contextlib.AsyncExitStack() as stack:
+        if bus_kind == "kafka":
+            kafka, postgres = stack.enter_context(KafkaBroker()), stack.enter_context(PostgresServer())
+            progress(f"[e2e-latency] Kafka broker on {kafka.bootstrap}, PostgreSQL on port {postgres.port}")
+            log, bus = PostgresEventLog(postgres.create_database(DATABASE)), KafkaBus(kafka.bootstrap)
+        else:
+            log, bus = SqliteEventLog(tmp / "events.db"), InProcessBus(tmp / "bus.db" if bus_kind == "file" else None)
+        stack.callback(log.close)
+        stack.push_async_callback(bus.close)
+        if bus_kind != "kafka":
+            yield log, bus, await stack.enter_async_context(_embedded(log, bus))
+            return
+        url = f"postgresql://postgres@127.0.0.1:{postgres.port}/{DATABASE}"
+        yield log, bus, stack.enter_context(_processes(tmp, ["--event-log", url, "--bus", f"kafka://{kafka.bootstrap}"]))
 
-    with KafkaBroker() as kafka, PostgresServer() as postgres:
-        progress(f"[e2e-latency] Kafka broker on {kafka.bootstrap}, PostgreSQL on port {postgres.port}")
-        yield PostgresEventLog(postgres.create_database()), KafkaBus(kafka.bootstrap)
 
-
-async def _measure(log: EventLog, bus, rate: float, schedules: int, count: int, bus_kind: str,
-                   rng: random.Random) -> tuple[list[float], float]:
-    clock = SystemClock()
-    producer = bus.producer()
-    stop = asyncio.Event()
+@contextlib.asynccontextmanager
+async def _embedded(log: EventLog, bus):
+    clock, producer, stop = SystemClock(), bus.producer(), asyncio.Event()
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     specs = [registry_spec(log, clock, producer), matcher_spec(log, clock, producer), checker_spec(log, clock)]
     stack = asyncio.create_task(run_services(
         specs, bus, log, host="127.0.0.1", port=0, stop=stop,
         on_ready=lambda port: ready.done() or ready.set_result(port)))
-    receiver: asyncio.Task | None = None
-    try:
-        await asyncio.wait([ready, stack], timeout=STARTUP_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+
+    def check() -> None:
         if stack.done():
             stack.result()  # raises what stopped it
-            raise RuntimeError("the services stopped during start-up")
+            raise RuntimeError("the services stopped")
+    try:
+        await asyncio.wait([ready, stack], timeout=STARTUP_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        check()
         if not ready.done():
             raise TimeoutError(f"the services did not start within {STARTUP_TIMEOUT:.0f} s")
-        port = ready.result()
-
-        started = time.perf_counter()
-        await _create_schedules(port, schedules)
-        await _wait_observed(log, schedules, stack)
-        freeze_long_lived()  # what a stack restarted with these schedules does after its recovery
-        progress(f"[e2e-latency] {schedules} schedules created over gRPC and observed by the matcher"
-                 f" in {time.perf_counter() - started:.2f} s ({bus_kind} bus)")
-
-        received: dict[str, float] = {}
-        received_wall: dict[str, float] = {}
-        consumer = bus.consumer(CONSUMER_GROUP, [LAUNCH_REQUESTS])
-        receiver = asyncio.create_task(_receive(consumer, received, received_wall))
-        batch = _notifications(count, schedules, rng)
-        sent: dict[str, float] = {}
-        sent_wall: dict[str, float] = {}
-        due: dict[str, float] = {}
-        cpu = time.process_time()
-        head = log.head_position()
-        behind = await _send(bus.producer(), batch, rate, sent, sent_wall, due)
-        last_send = time.perf_counter()
-        deadline = last_send + DRAIN_TIMEOUT
-        while len(received) < count and time.perf_counter() < deadline and not stack.done():
-            await asyncio.sleep(0.01)
-        cpu = time.process_time() - cpu
-        if stack.done():
-            stack.result()
-            raise RuntimeError("the services stopped during the measurement")
-        _report_stages(log, head, sent_wall, received_wall)
+        yield Services(f"127.0.0.1:{ready.result()}", check, freeze_long_lived,
+                       lambda: {"this process (services and load)": time.process_time()})
     finally:
-        if receiver is not None:
-            receiver.cancel()
-            await asyncio.gather(receiver, return_exceptions=True)
         stop.set()
         try:
             await asyncio.wait_for(stack, 10.0)
         except (asyncio.CancelledError, TimeoutError):
             pass
-        except Exception as error:  # already reported above when it ended the measurement
+        except Exception as error:  # already reported when it ended the measurement
             progress(f"[e2e-latency] the services ended with {error!r}")
-        await bus.close()
-        log.close()
+
+
+@contextlib.contextmanager
+def _processes(tmp: Path, args: list[str]):
+    """`sluice serve NAME` for each of SERVICES, each its own process."""
+    servers = {name: LocalServer(tmp / "services", command=("serve", name), args=args) for name in SERVICES}
+
+    def check() -> None:
+        for name, server in servers.items():
+            if server.process.poll() is not None:
+                raise RuntimeError(f"the {name} process (pid {server.pid}) exited: {server.process.returncode}")
+
+    def restart() -> None:
+        for name in RESTARTED:
+            servers[name].stop()
+            servers[name].start()
+
+    try:
+        for server in servers.values():
+            server.start()
+        progress("[e2e-latency] " + ", ".join(f"{name} pid {s.pid} on {s.address}" for name, s in servers.items()))
+        yield Services(servers["registry"].address, check, restart,
+                       lambda: {f"{name} process": process_cpu_seconds(s.pid) for name, s in servers.items()})
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process, from /proc (Linux only)."""
+    return cpu_seconds_of_stat(Path(f"/proc/{pid}/stat").read_text())
+
+
+def cpu_seconds_of_stat(stat: str) -> float:
+    """utime + stime (fields 14 and 15) of a /proc/<pid>/stat line, in seconds. Field 2, the
+    command name in parentheses, may itself hold spaces and parentheses: count after the last ')'."""
+    fields = stat[stat.rindex(")") + 1:].split()  # fields[0] is field 3, the state
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count: int,
+                   rng: random.Random) -> tuple[list[float], float]:
+    receiver: asyncio.Task | None = None
+    async with _stack(bus_kind, tmp) as (log, bus, services):
+        try:
+            started = time.perf_counter()
+            await _create_schedules(services.address, schedules)
+            created = time.perf_counter() - started
+            await _wait_observed(log, schedules, services.check)
+            observed = time.perf_counter() - started
+            services.settle()
+            received: dict[str, float] = {}
+            receiver = asyncio.create_task(_receive(bus.consumer(CONSUMER_GROUP, [LAUNCH_REQUESTS]), received))
+            await _probe(bus.producer(), received, services.check)
+            progress(f"[e2e-latency] setup ({bus_kind}): {schedules} schedules created over gRPC in {created:.1f} s,"
+                     f" observed by the matcher and checker after {observed:.1f} s, stack settled and probed after"
+                     f" {time.perf_counter() - started:.1f} s")
+
+            batch = _notifications(count, schedules, rng)
+            sent: dict[str, float] = {}
+            due: dict[str, float] = {}
+            cpu = services.cpu()
+            head = log.head_position()
+            behind = await _send(bus.producer(), batch, rate, sent, due)
+            last_send = time.perf_counter()
+            deadline = last_send + DRAIN_TIMEOUT
+            while len(received) < count and time.perf_counter() < deadline:
+                services.check()
+                await asyncio.sleep(0.01)
+            cpu = {name: seconds - cpu[name] for name, seconds in services.cpu().items()}
+            _report_stages(log, head, sent, received)
+        finally:
+            if receiver is not None:
+                receiver.cancel()
+                await asyncio.gather(receiver, return_exceptions=True)
 
     latencies = [(received[nid] - sent[nid]) * 1000 for nid in sent if nid in received]
     missing = count - len(latencies)
@@ -177,9 +249,11 @@ async def _measure(log: EventLog, bus, rate: float, schedules: int, count: int, 
     sending = last_send - first_send
     progress(f"[e2e-latency] offered {rate:g}/s: sent {count} in {sending:.2f} s ({count / sending:.0f}/s,"
              f" producer at most {behind * 1000:.1f} ms behind schedule), received {len(latencies)},"
-             f" max latency {max(latencies):.1f} ms; process CPU {cpu:.2f} s"
-             f" over {last_receipt - first_send:.2f} s from first send to last receipt")
-    if behind > 0.05:  # the stack did not keep up, so the producer (on the same loop) was held back
+             f" max latency {max(latencies):.1f} ms over {last_receipt - first_send:.2f} s from first send to last receipt")
+    total = sum(cpu.values())
+    shares = ", ".join(f"{name} {seconds:.2f} s ({seconds / max(total, 1e-9):.0%})" for name, seconds in cpu.items())
+    progress(f"[e2e-latency] CPU {total:.2f} s, {total / count * 1000:.2f} ms per notification: {shares}")
+    if behind > 0.05:  # the producer was held back: embedded, by the services on its loop; else by the machine
         intended = [(received[nid] - due[nid]) * 1000 for nid in due if nid in received]
         progress(f"[e2e-latency] from the intended send times instead (what a producer that is not held back"
                  f" would see): p50 {_percentile(intended, 50):.1f} ms, p99 {_percentile(intended, 99):.1f} ms")
@@ -189,49 +263,69 @@ async def _measure(log: EventLog, bus, rate: float, schedules: int, count: int, 
     return latencies, throughput
 
 
-async def _create_schedules(port: int, schedules: int) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+async def _create_schedules(address: str, schedules: int) -> None:
+    in_flight = asyncio.Semaphore(CREATE_IN_FLIGHT)
+    async with grpc.aio.insecure_channel(address) as channel:
         stub = schedules_pb2_grpc.ScheduleRegistryStub(channel)
-        for index in range(schedules):
-            await stub.CreateSchedule(schedules_pb2.CreateScheduleRequest(schedule=schedules_pb2.Schedule(
-                name=f"on-ds-{index:05d}", enabled=True, properties={"experiment": f"exp-{index}"},
-                program=notifications_pb2.ProgramRef(namespace=NAMESPACE, app="bench", program="noop"),
-                trigger=schedules_pb2.Trigger(partition=schedules_pb2.PartitionTrigger(
-                    namespace=NAMESPACE, dataset=_dataset(index), count=1)))), timeout=10.0)
+
+        async def create(index: int) -> None:
+            async with in_flight:
+                await stub.CreateSchedule(schedules_pb2.CreateScheduleRequest(schedule=schedules_pb2.Schedule(
+                    name=f"on-ds-{index:05d}", enabled=True, properties={"experiment": f"exp-{index}"},
+                    program=notifications_pb2.ProgramRef(namespace=NAMESPACE, app="bench", program="noop"),
+                    trigger=schedules_pb2.Trigger(partition=schedules_pb2.PartitionTrigger(
+                        namespace=NAMESPACE, dataset=_dataset(index), count=1)))), timeout=60.0)
+        await asyncio.gather(*(create(index) for index in range(schedules)))
 
 
-async def _wait_observed(log: EventLog, schedules: int, stack: asyncio.Task) -> None:
-    """Until the matcher has recorded every schedule (it consumes them from the schedules topic)."""
-    observed, after = 0, 0
-    deadline = time.perf_counter() + STARTUP_TIMEOUT
-    while observed < schedules:
-        if stack.done():
-            stack.result()
-            raise RuntimeError("the services stopped while the matcher caught up with the schedules")
-        if time.perf_counter() > deadline:
-            raise TimeoutError(f"the matcher observed {observed} of {schedules} schedules in {STARTUP_TIMEOUT:.0f} s")
+async def _wait_observed(log: EventLog, schedules: int, check: Callable[[], None]) -> None:
+    """Until the matcher and the checker have recorded every schedule (both consume them from the
+    schedules topic): one still catching up would hold back the notifications behind it."""
+    matcher, checker, after = 0, 0, 0
+
+    def all_observed() -> bool:
+        nonlocal matcher, checker, after
         for event in log.read_all(after, 1000):
             after = event.position
-            observed += event.type == "ScheduleObserved" and event.stream.startswith("matcher-")
+            matcher += event.type == "ScheduleObserved" and event.stream.startswith("matcher-")
+            checker += event.type == "ScheduleTracked" and event.stream == QUEUE_STREAM
+        return matcher == checker == schedules
+    await _until(all_observed, check, lambda: f"of {schedules} schedules, {matcher} observed, {checker} tracked")
+
+
+async def _probe(producer, received: dict[str, float], check: Callable[[], None]) -> None:
+    """One notification through the whole path (then forgotten): no consumer is still joining its group."""
+    _, key, value = _encoded(PROBE_ID, datetime.now(timezone.utc), _dataset(0), "probe")
+    await producer.send(PARTITION_NOTIFICATIONS, value, key=key)
+    await producer.close()
+    await _until(lambda: PROBE_ID in received, check, lambda: "the probe notification produced no LaunchRequested")
+    del received[PROBE_ID]
+
+
+async def _until(done: Callable[[], bool], check: Callable[[], None], failure: Callable[[], str]) -> None:
+    deadline = time.perf_counter() + STARTUP_TIMEOUT
+    while not done():
+        check()
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{failure()} within {STARTUP_TIMEOUT:.0f} s")
         await asyncio.sleep(0.01)
 
 
 def _notifications(count: int, schedules: int, rng: random.Random) -> list[tuple[str, bytes, bytes]]:
     """(id, key, value) of each notification, serialised before the clock starts."""
     t0 = datetime.now(timezone.utc)
-    batch = []
-    for index in range(count):
-        dataset = _dataset(rng.randrange(schedules))
-        notification = Notification(
-            f"bench-n-{index:08d}", t0 + timedelta(milliseconds=index),
-            PartitionCommitted(NAMESPACE, dataset, (PartitionRef({"seq": str(index)}, f"/data/{dataset}/{index}", 1024, 10),)))
-        batch.append((notification.id, partition_event_key(NAMESPACE, dataset).encode(),
-                      notification_to_proto(notification).SerializeToString()))
-    return batch
+    return [_encoded(f"bench-n-{index:08d}", t0 + timedelta(milliseconds=index), _dataset(rng.randrange(schedules)),
+                     str(index)) for index in range(count)]
+
+
+def _encoded(nid: str, at: datetime, dataset: str, seq: str) -> tuple[str, bytes, bytes]:
+    notification = Notification(nid, at, PartitionCommitted(
+        NAMESPACE, dataset, (PartitionRef({"seq": seq}, f"/data/{dataset}/{seq}", 1024, 10),)))
+    return nid, partition_event_key(NAMESPACE, dataset).encode(), notification_to_proto(notification).SerializeToString()
 
 
 async def _send(producer, batch: list[tuple[str, bytes, bytes]], rate: float, sent: dict[str, float],
-                sent_wall: dict[str, float], due: dict[str, float]) -> float:
+                due: dict[str, float]) -> float:
     """Open loop at `rate`: each send starts on schedule without waiting for the previous one's
     acknowledgement (as many producers publishing at once would); how far behind schedule the
     producer fell at worst (s)."""
@@ -246,24 +340,22 @@ async def _send(producer, batch: list[tuple[str, bytes, bytes]], rate: float, se
         now = time.perf_counter()
         behind = max(behind, now - due[nid])
         sent[nid] = now
-        sent_wall[nid] = time.time()
         sending.append(asyncio.ensure_future(producer.send(PARTITION_NOTIFICATIONS, value, key=key)))
     await asyncio.gather(*sending)
     await producer.close()
     return behind
 
 
-async def _receive(consumer, received: dict[str, float], received_wall: dict[str, float]) -> None:
+async def _receive(consumer, received: dict[str, float]) -> None:
     try:
         while True:
             records = await consumer.poll(timeout=0.2)
-            now, wall = time.perf_counter(), time.time()
+            now = time.perf_counter()
             for record in records:
                 message = jobs_pb2.LaunchRequested()
                 message.ParseFromString(record.value)
                 for notification in message.job.context.notifications:
                     received.setdefault(notification.id, now)
-                    received_wall.setdefault(notification.id, wall)
             if records:
                 await consumer.commit()
     finally:
@@ -272,7 +364,11 @@ async def _receive(consumer, received: dict[str, float], received_wall: dict[str
 
 def _report_stages(log: EventLog, after: int, sent: dict[str, float], received: dict[str, float]) -> None:
     """Diagnostics: where the latency goes, from the recorded_at (wall clock) of the matcher's
-    JobTriggered and the checker's JobAdmitted of each notification's job."""
+    JobTriggered and the checker's JobAdmitted of each notification's job; `sent` and `received`
+    are perf_counter() times, put on the wall clock here."""
+    to_wall = time.time() - time.perf_counter()
+    sent = {nid: at + to_wall for nid, at in sent.items()}
+    received = {nid: at + to_wall for nid, at in received.items()}
     triggered: dict[str, float] = {}
     admitted: dict[str, float] = {}
     while events := log.read_all(after, 5000):
@@ -282,11 +378,9 @@ def _report_stages(log: EventLog, after: int, sent: dict[str, float], received: 
             if target is not None:
                 for notification in json.loads(event.data)["job"]["context"]["notifications"]:
                     target.setdefault(notification["id"], event.recorded_at.timestamp())
-    stages = [
-        ("sent -> matcher's JobTriggered committed", sent, triggered),
-        ("JobTriggered -> checker's JobAdmitted committed", triggered, admitted),
-        ("JobAdmitted -> LaunchRequested received", admitted, received),
-    ]
+    stages = [("sent -> matcher's JobTriggered committed", sent, triggered),
+              ("JobTriggered -> checker's JobAdmitted committed", triggered, admitted),
+              ("JobAdmitted -> LaunchRequested received", admitted, received)]
     parts = []
     for name, start, end in stages:
         spans = [(end[nid] - start[nid]) * 1000 for nid in start if nid in end]
