@@ -79,36 +79,11 @@ def to_jsonable(value: Any) -> Any:
 
 
 _AS_IS = frozenset({NoneType, str, int, float, bool})
-_SHARED_CLASSES: set[type] = set()
-_shared: dict[int, tuple[Any, Any]] = {}
-"""id(value) -> (value, its JSON-able form) for values of the shared classes and datetimes, which
-many events of one append carry (one notification matched by many schedules, one `now`). The
-value is held, so its id is not reused while cached; the forms are never mutated."""
-_SHARED_MAX = 256
-
-
-def share_encoding(cls: type) -> None:
-    """Encode each (immutable) instance of `cls` once while it is recent, however many events hold it."""
-    _SHARED_CLASSES.add(cls)
-    _converter.cache_clear()
-
-
-def _memoized(convert: typing.Callable[[Any], Any]) -> typing.Callable[[Any], Any]:
-    def memoized(value: Any) -> Any:
-        found = _shared.get(id(value))
-        if found is not None and found[0] is value:
-            return found[1]
-        if len(_shared) >= _SHARED_MAX:
-            _shared.clear()
-        converted = convert(value)
-        _shared[id(value)] = (value, converted)
-        return converted
-    return memoized
 
 
 @cache
 def _converter(cls: type) -> typing.Callable[[Any], Any]:
-    """How to make a value of `cls` JSON-able, worked out once per class (encoding is on every append's path)."""
+    """How to make a value of `cls` JSON-able (what `dumps` writes), worked out once per class."""
     if cls in (NoneType, str, int, float, bool):
         return _same
     if dataclasses.is_dataclass(cls):
@@ -118,11 +93,11 @@ def _converter(cls: type) -> typing.Callable[[Any], Any]:
         def dataclass_value(value: Any) -> dict[str, Any]:
             return {name: field if type(field) in _AS_IS else _converter(type(field))(field)
                     for name, field in zip(names, values(value))}
-        return _memoized(dataclass_value) if cls in _SHARED_CLASSES else dataclass_value
+        return dataclass_value
     if issubclass(cls, enum.Enum):
         return lambda value: value.value
     if issubclass(cls, datetime):
-        return _memoized(datetime.isoformat)
+        return datetime.isoformat
     if issubclass(cls, (bytes, bytearray)):
         return lambda value: base64.b64encode(value).decode()
     if issubclass(cls, Mapping):

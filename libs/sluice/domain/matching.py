@@ -9,14 +9,12 @@ import hashlib
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from sluice.domain import codec, triggers
+from sluice.domain import triggers
 from sluice.domain.common import Notification
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.schedules import MISFIRE_THRESHOLD, MisfirePolicy, Schedule
 from sluice.domain.triggers import DataSizeTrigger, PartitionTrigger, ProgramStatusTrigger, TriggerState
 from sluice.ids import derived_id
-
-codec.share_encoding(Notification)  # one notification is matched by many schedules in one append
 
 
 def stream_name(schedule_id: str) -> str:
