@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, str] = {
     "replay": "bench.replay",
     "append": "bench.append",
     "lineage": "bench.lineage",
+    "followers": "bench.followers",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 
