@@ -202,3 +202,24 @@ async def test_appends_while_nobody_follows_are_read_from_the_log(log: SqliteEve
     assert await take(catching_up, 5) == everything(log)[1:]
     for subscription in (subscription, catching_up):
         await subscription.aclose()
+
+
+async def test_concurrent_writers_in_two_instances_leave_nothing_out(log: SqliteEventLog, other: SqliteEventLog) -> None:
+    writers, per_writer = 4, 50
+    unfiltered = await following(log)
+    filtered = await following(log, log.head_position(), ("w-",))
+    assert (await take(unfiltered, 1))[0].stream.startswith("w-start")
+    start = log.head_position()
+
+    def write(instance: SqliteEventLog, stream: str) -> None:
+        for n in range(per_writer):
+            instance.append(stream, new_events(1), n - 1)
+
+    await asyncio.gather(*(asyncio.to_thread(write, (log, other)[n % 2], f"w-{n}") for n in range(writers)),
+                         asyncio.to_thread(write, other, "x-0"))
+    everything_since = log.read_all(start, limit=10_000)
+    log.append("last", new_events(1), NO_STREAM)  # a wake after other's last append, as a poll would bring
+    assert await take(unfiltered, len(everything_since) + 1) == log.read_all(start, limit=10_000)
+    assert await take(filtered, writers * per_writer) == matching(everything_since, "w-")
+    for subscription in (unfiltered, filtered):
+        await subscription.aclose()
