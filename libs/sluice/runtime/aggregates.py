@@ -61,8 +61,8 @@ class AggregateStore(Generic[S]):
         self._snapshots = MapSnapshots(log, snapshot, schema_of(evolve, type(initial), Loaded)) if snapshot else None
         self._snapshot_every = snapshot_every or snapshots.SNAPSHOT_EVERY
         self._size = size
-        self._changed: set[str] = set()
-        """Streams whose state was set or dropped since the last snapshot: what its delta adds."""
+        self._changed: set[str] | _Untracked = self._snapshots.changed if self._snapshots else _Untracked()
+        """Streams whose state was set or dropped since the snapshot's base: what its delta holds."""
         self._unsnapshotted = 0
         self._saving: asyncio.Future | None = None
         self._prefix: str | None = None
@@ -92,8 +92,7 @@ class AggregateStore(Generic[S]):
             else:
                 self._cache[stream] = current
         if version == current.version + 1:
-            self._cache[stream] = Loaded(self._evolve(current.state, event), version)
-            self._changed.add(stream)
+            self._keep(stream, Loaded(self._evolve(current.state, event), version))
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -103,7 +102,6 @@ class AggregateStore(Generic[S]):
         self._cache.clear()
         self._restored = {}
         self._unsnapshotted = 0
-        self._changed = set()
         loaded = self._snapshots.load() if self._snapshots else None
         if loaded is None:
             return 0
@@ -138,8 +136,7 @@ class AggregateStore(Generic[S]):
             return
         if self._prefix is not None:
             self._read_to_head()
-        pending = self._snapshots.prepare(self._position or 0, {**self._restored, **self._cache}, self._changed)
-        self._changed = set()
+        pending = self._snapshots.prepare(self._position or 0, {**self._restored, **self._cache})
         self._unsnapshotted = 0
         if self._entries(pending.entries.values()) >= BACKGROUND_SNAPSHOT_STREAMS and _running_loop() is not None:
             self._saving = asyncio.ensure_future(asyncio.to_thread(self._snapshots.write, pending))
@@ -176,8 +173,7 @@ class AggregateStore(Generic[S]):
                     cached = self._cache.get(recorded.stream)
                     if cached is None or cached.version < recorded.version:
                         start = cached or self._restored.pop(recorded.stream, Loaded(self._initial, NO_STREAM))
-                        self._cache[recorded.stream] = self._fold(recorded.stream, start)
-                        self._changed.add(recorded.stream)
+                        self._keep(recorded.stream, self._fold(recorded.stream, start))
             self._position = records[-1].position
 
     def prepare(self, stream: str, events: Sequence[Any]) -> StreamAppend:
@@ -190,8 +186,7 @@ class AggregateStore(Generic[S]):
         state = loaded.state
         for event in events:
             state = self._evolve(state, event)
-        self._cache[stream] = Loaded(state, new_version)
-        self._changed.add(stream)
+        self._keep(stream, Loaded(state, new_version))
         self._unsnapshotted += len(events)
         return state
 
@@ -199,11 +194,19 @@ class AggregateStore(Generic[S]):
         """The state after an append whose events the caller folded already (no second evolve)."""
         before = self._cache.get(stream)
         self._unsnapshotted += version - (before.version if before is not None else NO_STREAM)
-        self._cache[stream] = Loaded(state, version)
-        self._changed.add(stream)
+        self._keep(stream, Loaded(state, version))
         # Safe here, unlike in commit: a stream of the same append that is read again from the log
         # before its own put gets the very state put() then sets.
         self.snapshot_if_due()
+
+    def _keep(self, stream: str, loaded: Loaded[S]) -> None:
+        """Cache a stream's new state and note that it changed since the snapshot's base. The first
+        change re-inserts the key, so that the cache and the changed set hold one string object:
+        callers pass a new one each time (two cost ~90 B per stream changed since the base)."""
+        if stream not in self._changed:
+            self._cache.pop(stream, None)
+            self._changed.add(stream)
+        self._cache[stream] = loaded
 
     def forget(self, stream: str) -> None:
         if self._cache.pop(stream, None) is not None:
@@ -273,6 +276,16 @@ def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, type
                 folded += 1
         after = records[-1].position
     store.followed(stream_prefix, after, folded, read)
+
+
+class _Untracked:
+    """The changed streams of a store that keeps no snapshots: not worth remembering."""
+
+    def __contains__(self, stream: str) -> bool:
+        return True
+
+    def add(self, stream: str) -> None:
+        pass
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
