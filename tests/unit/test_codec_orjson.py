@@ -7,6 +7,7 @@ import importlib
 import inspect
 import json
 import pkgutil
+import tracemalloc
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -103,3 +104,15 @@ def test_what_orjson_refuses_is_written_by_json():
     assert json.loads(codec.dumps(event)) == {"items": {"1": "a", "20": "b"}, "at": T0.isoformat()}
     huge = ByNumber({2**70: "beyond 64 bits"}, T0)
     assert json.loads(codec.dumps(huge))["items"] == {str(2**70): "beyond 64 bits"}
+
+
+def test_an_encoded_event_holds_no_more_memory_than_its_length():
+    data = codec.dumps(ByNumber({}, T0))
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        kept = [codec.dumps(ByNumber({}, T0)) for _ in range(100)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (held - before) / len(kept) < len(data) + 200

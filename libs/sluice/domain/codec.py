@@ -61,7 +61,9 @@ def dumps(event: Any) -> bytes:
     `to_jsonable` + json do, several times faster; what it refuses (a mapping with keys that are not
     strings, an integer beyond 64 bits) takes that slower path."""
     try:
-        return orjson.dumps(event, default=_orjson_default)
+        # copied: orjson's bytes keep a 4 KB buffer whatever their length, and the log's tail and the
+        # decoders' cache hold thousands of them
+        return bytes(memoryview(orjson.dumps(event, default=_orjson_default)))
     except TypeError:
         return _JSON.encode(to_jsonable(event)).encode()
 
