@@ -45,7 +45,7 @@ _recently_encoded: OrderedDict[str, tuple[bytes, Any]] = OrderedDict()
 them right after they commit. The data is compared, not just the id: a writer that lost a conflict
 encoded another event under the id the winner committed. Few: the readers follow the appends closely,
 and a fired job's event holds the whole job (~3 KB in memory)."""
-_RECENTLY_ENCODED_MAX = 256
+_RECENTLY_ENCODED_MAX = 64
 
 
 def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None) -> NewEvent:
