@@ -167,7 +167,8 @@ class AggregateStore(Generic[S]):
         """Bring every stream of the prefix up to the log's head: one another writer moved (or a
         conflict made this store forget) is read again from the last version it knows."""
         assert self._prefix is not None and self._position is not None
-        while records := self._log.read_all(self._position, READ_BATCH):
+        head = self._log.head_position()  # every event up to it is committed: read short, the prefix's are all here
+        while records := self._log.read_all(self._position, READ_BATCH, (self._prefix,)):
             for recorded in records:
                 if recorded.stream.startswith(self._prefix) and recorded.type in self._types:
                     cached = self._cache.get(recorded.stream)
@@ -175,6 +176,7 @@ class AggregateStore(Generic[S]):
                         start = cached or self._restored.pop(recorded.stream, Loaded(self._initial, NO_STREAM))
                         self._keep(recorded.stream, self._fold(recorded.stream, start))
             self._position = records[-1].position
+        self._position = max(self._position, head)
 
     def prepare(self, stream: str, events: Sequence[Any]) -> StreamAppend:
         loaded = self.load(stream)
