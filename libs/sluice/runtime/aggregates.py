@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Generic, Sequence, TypeVar
 
@@ -23,6 +24,9 @@ the event loop: 2,000 matcher states take ~80 ms to pack. (Lower, the matcher be
 pass of 1,000 schedules measured a snapshot still being packed: +450 B per schedule.)"""
 
 log = logging.getLogger(__name__)
+
+_SNAPSHOT_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-snapshot")
+"""Packs and writes big snapshots, one at a time for every store of the process."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class AggregateStore(Generic[S]):
         self._changed: set[str] | _Untracked = self._snapshots.changed if self._snapshots else _Untracked()
         """Streams whose state was set or dropped since the snapshot's base: what its delta holds."""
         self._unsnapshotted = 0
+        self._writing: Future | None = None
+        """A snapshot being written in the worker thread: done as soon as it is, loop or no loop."""
         self._saving: asyncio.Future | None = None
         self._prefix: str | None = None
         self._position: int | None = None
@@ -132,14 +138,21 @@ class AggregateStore(Generic[S]):
         immutable, so the copy taken here stays the snapshot at this position (packing 10,000
         schedules' states blocked the matcher's loop for ~200 ms). A snapshot still being written
         holds off the next."""
-        if self._snapshots is None or not self._snapshots.enabled or self._saving is not None:
+        if self._snapshots is None or not self._snapshots.enabled:
+            return
+        if self._writing is not None and not self._writing.done():
             return
         if self._prefix is not None:
             self._read_to_head()
         pending = self._snapshots.prepare(self._position or 0, {**self._restored, **self._cache})
         self._unsnapshotted = 0
-        if self._entries(pending.entries.values()) >= BACKGROUND_SNAPSHOT_STREAMS and _running_loop() is not None:
-            self._saving = asyncio.ensure_future(asyncio.to_thread(self._snapshots.write, pending))
+        loop = _running_loop()
+        if loop is not None and self._entries(pending.entries.values()) >= BACKGROUND_SNAPSHOT_STREAMS:
+            # Submitted at once and checked with the thread's own future: a to_thread task starts,
+            # and an asyncio future completes, only when the loop next runs, so a handler that does
+            # not yield (the matcher benchmark) held that snapshot and every later one off.
+            self._writing = _SNAPSHOT_WRITER.submit(self._snapshots.write, pending)
+            self._saving = asyncio.wrap_future(self._writing, loop=loop)
             self._saving.add_done_callback(self._saved)
         else:
             self._snapshots.write(pending)
@@ -151,7 +164,8 @@ class AggregateStore(Generic[S]):
         return sum(self._size(loaded.state) for loaded in states)
 
     def _saved(self, saving: asyncio.Future) -> None:
-        self._saving = None
+        if self._saving is saving:
+            self._saving = None
         if not saving.cancelled() and saving.exception() is not None:  # save() logs its own failures
             log.warning("snapshot %s not saved: %r", self._snapshots.name, saving.exception())
 
