@@ -23,14 +23,12 @@ Figures:
   memory_per_schedule_registered: the same right after registration.
 - schedules_registered_per_s: S / time in the schedules handler.
 
-Where the time goes (CPU per match request, 10,000 schedules, snapshots off; 2026-11-23): deciding
-~25 us (trigger observe and evaluate, the Job of a fire), encoding ~34 us (JSON of ~2 events,
-a fired Job carries its whole context; derived event ids), SQLite ~31 us (two random-key indexes
-per event), the rest ~15 us (parse, commit, timers). The aggregate snapshots add about half again.
-At ~12 schedules per notification that is ~1,000 notifications/s per core: 20,000 is out of reach.
-At the issue's shape a notification fires ~5.8 jobs (counts 1..3); a fired job alone costs ~15 us
-to encode as an event and ~20 us as the checker's bus message (the relay's), so the fires cap one
-core near 4,500 notifications/s before any matching is done.
+Where the time goes (cProfile of the matches handler, 10,000 schedules, 2026-11-24, before
+snapshots were counted): deciding ~40% (trigger observe and evaluate, the Job of a fire), SQLite
+~20% (a row per event, two indexes), encoding ~10% (orjson) and derived event ids ~5%; the
+incremental snapshots now add their packing. About 8,600 decisions/s: at ~12 schedules per
+notification, ~700 notifications/s per core. With a row and an event per decision, 20,000/s is out
+of reach; it needs one record per poll (see the closing notes of issue 3).
 
 Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
 size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules);
