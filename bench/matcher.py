@@ -28,7 +28,7 @@ snapshots were counted): deciding ~40% (trigger observe and evaluate, the Job of
 ~20% (a row per event, two indexes), encoding ~10% (orjson) and derived event ids ~5%; the
 incremental snapshots now add their packing. About 8,600 decisions/s: at ~12 schedules per
 notification, ~700 notifications/s per core. With a row and an event per decision, 20,000/s is out
-of reach; it needs one record per poll (see the closing notes of issue 3).
+of reach; it needs one record per poll (docs/decisions.md, "Measured, not reached").
 
 Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
 size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules);
