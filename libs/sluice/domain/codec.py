@@ -61,8 +61,8 @@ def dumps(event: Any) -> bytes:
     `to_jsonable` + json do, several times faster; what it refuses (a mapping with keys that are not
     strings, an integer beyond 64 bits) takes that slower path."""
     try:
-        # copied: orjson's bytes keep a 4 KB buffer whatever their length, and the log's tail and the
-        # decoders' cache hold thousands of them
+        # copied: orjson's bytes keep a 4 KB buffer whatever their length, and the SQLite log's tail
+        # holds thousands of them
         return bytes(memoryview(orjson.dumps(event, default=_orjson_default)))
     except TypeError:
         return _JSON.encode(to_jsonable(event)).encode()
