@@ -63,7 +63,7 @@ def rebuild(projection: str, log: EventLog) -> Rebuilt:
     """Drop the projection's snapshots, fold the whole log, save new snapshots."""
     from sluice.readmodels import jobs as jobs_model
     from sluice.runtime.aggregates import AggregateStore
-    from sluice.runtime.map_snapshots import DELTA_SUFFIX
+    from sluice.runtime.map_snapshots import delete_map_snapshot
 
     started = time.perf_counter()
     position = log.head_position()
@@ -82,8 +82,7 @@ def rebuild(projection: str, log: EventLog) -> Rebuilt:
         return Rebuilt("lineage", (LINEAGE_SNAPSHOT,), position, len(lineage.state.runs), time.perf_counter() - started)
     service, names, entities = _service(projection, log)
     for name in names:
-        log.delete_snapshot(name)
-        log.delete_snapshot(name + DELTA_SUFFIX)
+        delete_map_snapshot(log, name)
     service.recover()
     count = entities(service)  # loads what recovery leaves to the first use (the checker's queue)
     for value in vars(service).values():

@@ -157,3 +157,9 @@ class MapSnapshots:
         deleted = self._base.delete()
         self._delta.delete()
         return deleted
+
+
+def delete_map_snapshot(log: Any, name: str) -> None:
+    """Drop a map snapshot's base and delta from the log's snapshot store (`sluice rebuild`)."""
+    log.delete_snapshot(name)
+    log.delete_snapshot(name + DELTA_SUFFIX)
