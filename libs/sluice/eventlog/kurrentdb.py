@@ -253,6 +253,11 @@ class KurrentEventLog:
         last = self._last(checkpoint_stream(self._prefix, name))
         return None if last is None else checkpoint_value(last)
 
+    def read_checkpoints(self, names: Iterable[str]) -> dict[str, int]:
+        """A read per name: each checkpoint is its own stream."""
+        found = {name: self.read_checkpoint(name) for name in dict.fromkeys(names)}
+        return {name: value for name, value in found.items() if value is not None}
+
     def subscribe(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[RecordedEvent]:
         return self._subscribers.follow(after, prefixes)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import AsyncIterator, Mapping, Protocol, Sequence
+from typing import AsyncIterator, Iterable, Mapping, Protocol, Sequence
 
 NO_STREAM = -1
 """Expected version meaning: the stream must not exist yet."""
@@ -115,6 +115,10 @@ class EventLog(Protocol):
         ...
 
     def read_checkpoint(self, name: str) -> int | None: ...
+
+    def read_checkpoints(self, names: Iterable[str]) -> dict[str, int]:
+        """The saved checkpoints among `names` (one read, where the store allows): a name never saved is absent."""
+        ...
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None: ...
 

@@ -23,12 +23,17 @@ integer position cursor cannot express. The price of the lock is that appends, a
 streams, are serialised (one round trip chain per append, ~1 ms locally); reads never wait.
 
 Subscribers are woken at once by appends through this instance and poll (poll_interval) for
-appends made by other instances and processes.
+appends made by other instances and processes. The same lock makes this instance's commits fit
+for the subscribers' in-memory tail (subscription.Tail): an append's inserts take consecutive
+positions (no other writer takes one until it commits, and the identity caches none), every lower
+position is committed or rolled back when it commits, and it is recorded after its COMMIT while
+this instance's lock is held, so in commit order.
 """
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, Iterator, Sequence
 
@@ -42,6 +47,7 @@ from sluice.eventlog.port import (
     NO_STREAM,
     Checkpoint,
     DuplicateEventId,
+    RecordedEvent,
     StreamAppend,
     check_expected_version,
 )
@@ -96,49 +102,77 @@ class PostgresEventLog(SqlEventLogBase):
     # -- writing -----------------------------------------------------------------------------
 
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
-        with self._transaction() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
-            versions = self._write(cur, appends, checkpoints)
+        with self._lock:
+            with self._conn.pipeline(), self._conn.transaction(), self._conn.cursor() as cur:
+                written = self._write(cur, appends, checkpoints)
+            if written.recorded:  # committed, and still in this instance's commit order
+                self._subscribers.tail.record(written.recorded)
         if appended := [append.stream for append in appends if append.events]:
             self._subscribers.notify(appended)
-        return versions
+        return written.versions
 
     def _write(self, cur: psycopg.Cursor[Any], appends: Sequence[StreamAppend],
-               checkpoints: Sequence[Checkpoint]) -> list[int]:
-        """The body of an append's transaction, under _APPEND_LOCK (tests hold the transaction open here).
+               checkpoints: Sequence[Checkpoint]) -> _Written:
+        """The body of an append's transaction, in pipeline mode: BEGIN, the lock and both checks
+        in one round trip, every insert and checkpoint in a second, COMMIT in a third, however many
+        streams (tests hold the transaction open after this, positions taken, nothing committed).
 
         Versions are checked before ids: a writer that lost a race derived its event ids from the
         same (stream, version) as the winner's, and must learn that it lost (WrongExpectedVersion)."""
-        actuals = []
-        for append in appends:
-            cur.execute("SELECT COALESCE(MAX(version), %s) FROM events WHERE stream = %s", (NO_STREAM, append.stream))
-            actual = cur.fetchone()[0]
-            check_expected_version(append.stream, append.expected_version, actual)
-            actuals.append(actual)
-        _check_unique_ids(cur, [event.id for append in appends for event in append.events])
-        recorded_at = self._clock.now().astimezone(timezone.utc)
-        versions: list[int] = []
+        ids = [event.id for append in appends for event in append.events]
+        if len(set(ids)) < len(ids):
+            raise DuplicateEventId(next(event_id for event_id in ids if ids.count(event_id) > 1))
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
+        with cur.connection.cursor() as existing:
+            cur.execute("SELECT stream, MAX(version) FROM events WHERE stream = ANY(%s) GROUP BY stream",
+                        (list({append.stream for append in appends}),))
+            existing.execute("SELECT id FROM events WHERE id = ANY(%s)", (ids,))
+            current = dict(cur.fetchall())  # under _APPEND_LOCK: no other append moves these before we commit
+            taken = {row[0] for row in existing.fetchall()}
+        actuals = [current.get(append.stream, NO_STREAM) for append in appends]
         for append, actual in zip(appends, actuals):
-            if append.events:
-                cur.executemany(
-                    "INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [(event.id, append.stream, actual + offset, event.type, bytes(event.data),
-                      json.dumps(dict(event.metadata)), recorded_at)
-                     for offset, event in enumerate(append.events, start=1)],
-                )
-            versions.append(actual + len(append.events))
-        _upsert_checkpoints(cur, checkpoints)
-        return versions
+            check_expected_version(append.stream, append.expected_version, actual)
+        if taken:
+            raise DuplicateEventId(next(event_id for event_id in ids if event_id in taken))
+        recorded_at = self._clock.now().astimezone(timezone.utc)
+        rows = [(event.id, append.stream, actual + offset, event.type, bytes(event.data),
+                 json.dumps(dict(event.metadata)), recorded_at)
+                for append, actual in zip(appends, actuals) for offset, event in enumerate(append.events, start=1)]
+        following = bool(rows) and self._subscribers.following()
+        with cur.connection.cursor() as last:
+            with cur.connection.pipeline():  # nested in the append's: leaving it sends these and waits for them
+                if rows:
+                    cur.executemany("INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
+                                    " VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
+                if following:  # under _APPEND_LOCK the inserts took consecutive positions, ending here
+                    last.execute("SELECT currval(pg_get_serial_sequence('events', 'position'))")
+                _upsert_checkpoints(cur, checkpoints)
+            end = last.fetchone()[0] if following else 0
+        versions = [actual + len(append.events) for append, actual in zip(appends, actuals)]
+        if not following:
+            return _Written(versions, [])
+        recorded = [RecordedEvent(id=id_, stream=stream, version=version, position=position, type=type_, data=data,
+                                  metadata=json.loads(metadata), recorded_at=recorded_at)
+                    for position, (id_, stream, version, type_, data, metadata, _)
+                    in enumerate(rows, start=end - len(rows) + 1)]
+        return _Written(versions, recorded)
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        with self._transaction() as cur:
+        """One statement, atomic as it is: no transaction block around it."""
+        with self._lock, self._conn.cursor() as cur:
             _upsert_checkpoints(cur, [checkpoint])
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
         with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
             yield cur
+
+
+@dataclass(frozen=True)
+class _Written:
+    versions: list[int]
+    recorded: list[RecordedEvent]
+    """The appended events as `read_all` returns them, when the instance has followers (for their tail)."""
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
@@ -156,19 +190,6 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
         conn.close()
         raise
     return conn
-
-
-def _check_unique_ids(cur: psycopg.Cursor[Any], ids: list[str]) -> None:
-    seen: set[str] = set()
-    for event_id in ids:
-        if event_id in seen:
-            raise DuplicateEventId(event_id)
-        seen.add(event_id)
-    if ids:  # under _APPEND_LOCK no other append can insert one of these ids before we commit
-        cur.execute("SELECT id FROM events WHERE id = ANY(%s)", (ids,))
-        existing = {row[0] for row in cur.fetchall()}
-        if existing:
-            raise DuplicateEventId(next(event_id for event_id in ids if event_id in existing))
 
 
 def _upsert_checkpoints(cur: psycopg.Cursor[Any], checkpoints: Sequence[Checkpoint]) -> None:

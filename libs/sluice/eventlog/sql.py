@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Iterable, Sequence
 
 from sluice.eventlog.port import NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend, stream_prefixes
 from sluice.eventlog.snapshots import Snapshot
@@ -63,6 +63,13 @@ class SqlEventLogBase:
     def read_checkpoint(self, name: str) -> int | None:
         rows = self._query("SELECT value FROM checkpoints WHERE name = {p}", (name,))
         return rows[0][0] if rows else None
+
+    def read_checkpoints(self, names: Iterable[str]) -> dict[str, int]:
+        names = list(dict.fromkeys(names))
+        if not names:
+            return {}
+        placeholders = ", ".join(["{p}"] * len(names))
+        return dict(self._query(f"SELECT name, value FROM checkpoints WHERE name IN ({placeholders})", names))
 
     # -- snapshots (sluice.eventlog.snapshots): one row per name, in the same database as the log --
 

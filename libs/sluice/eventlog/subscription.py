@@ -5,8 +5,8 @@ read that comes back short has seen every matching event up to that head, so the
 goes on from there and never scans the same non-matching events again. It is woken only by
 appends to streams it follows (`notify(streams)`), and polls for other processes' appends.
 
-An adapter whose commits are provably gap-free and in position order (SQLite) also hands each
-commit's events to the `Tail`: a subscriber then takes what it would have read straight from
+An adapter whose commits are provably gap-free and in position order (SQLite's BEGIN IMMEDIATE,
+PostgreSQL's append lock) also hands each commit's events to the `Tail`: a subscriber then takes what it would have read straight from
 memory, without a thread or a query, as long as the tail holds its next position onwards."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Every read stops at `until`; writes are refused, so a service rebuilt on the vie
 the real log. Checkpoints are not positions of the log and read as absent."""
 from __future__ import annotations
 
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Iterable, Sequence
 
 from sluice.eventlog.port import Checkpoint, EventLog, NewEvent, RecordedEvent, StreamAppend
 
@@ -33,6 +33,9 @@ class LogUntil:
 
     def read_checkpoint(self, name: str) -> int | None:
         return None
+
+    def read_checkpoints(self, names: Iterable[str]) -> dict[str, int]:
+        return {}
 
     def append(self, stream: str, events: Sequence[NewEvent], expected_version: int, *,
                checkpoints: Sequence[Checkpoint] = ()) -> int:

@@ -18,8 +18,9 @@ class ConsumedOffsets:
     def refresh(self, names: set[str]) -> None:
         """Read these positions from the log again: another member of the group may have recorded
         records of these partitions since (a rebalance moved them while it finished a poll)."""
+        saved = self._log.read_checkpoints(names)
         for name in names:
-            self._next[name] = self._log.read_checkpoint(name) or 0
+            self._next[name] = saved.get(name, 0)
 
     def next(self, name: str) -> int:
         """The recorded position: what comes before it was recorded."""

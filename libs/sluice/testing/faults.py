@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from sluice.bus.port import Consumer, Message, Producer, Record, TopicPartition
 from sluice.eventlog.port import Checkpoint, EventLog, NewEvent, RecordedEvent, StreamAppend
@@ -120,6 +120,9 @@ class FaultyEventLog:
 
     def read_checkpoint(self, name: str) -> int | None:
         return self._log.read_checkpoint(name)
+
+    def read_checkpoints(self, names: Iterable[str]) -> dict[str, int]:
+        return self._log.read_checkpoints(names)
 
     def subscribe(self, after: int = 0, prefixes: Sequence[str] = ()):
         return self._log.subscribe(after, prefixes)

@@ -288,6 +288,13 @@ class EventLogContract(StreamFilterContract):
         assert log.read_checkpoint("big") == 2**62
         assert log.head_position() == 0  # checkpoints are not events
 
+    def test_read_checkpoints_returns_the_saved_ones_among_the_names(self, log: EventLog) -> None:
+        assert log.read_checkpoints([]) == {}
+        log.append("s", new_events(1), NO_STREAM, checkpoints=[Checkpoint("bus:0", 7), Checkpoint("bus:1", 0)])
+        log.save_checkpoint(Checkpoint("other", 3))
+        assert log.read_checkpoints(["bus:0", "bus:1", "never", "bus:0"]) == {"bus:0": 7, "bus:1": 0}
+        assert log.read_checkpoints(iter(["other"])) == {"other": 3}
+
     # -- event content -----------------------------------------------------------------------
 
     def test_recorded_at_comes_from_the_clock(self, log: EventLog, clock: SimulatedClock) -> None:

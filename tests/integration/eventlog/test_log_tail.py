@@ -1,6 +1,7 @@
-"""Subscribers of a SqliteEventLog take this instance's own appends from its in-memory tail, with no
-SQL read, and fall back to reading the file whenever the tail cannot prove it holds what a read
-would return: another instance's (process's) appends in between, a follower behind the tail."""
+"""Subscribers of a SqliteEventLog or a PostgresEventLog take this instance's own appends from its
+in-memory tail, with no SQL read, and fall back to reading the log whenever the tail cannot prove it
+holds what a read would return: another instance's (process's) appends in between, a follower
+behind the tail."""
 from __future__ import annotations
 
 import asyncio
@@ -8,12 +9,14 @@ import itertools
 import math
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import pytest
 
 from sluice.clock import SimulatedClock
 from sluice.eventlog import NO_STREAM, Checkpoint, RecordedEvent, StreamAppend
+from sluice.eventlog.postgres import PostgresEventLog
+from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.eventlog.subscription import BATCH, TAIL_CAPACITY
 
@@ -26,8 +29,9 @@ NEVER = 3600.0
 
 
 class CountingConnection:
-    """The adapter's connection, counting the statements that read the log (appends' own version
-    checks start with WITH; last_insert_rowid() is part of an append)."""
+    """The adapter's connection, counting the statements that read the log (SQLite appends' own
+    version checks start with WITH, last_insert_rowid() is part of an append; PostgreSQL appends
+    run on cursors of their own)."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
@@ -42,15 +46,19 @@ class CountingConnection:
         return getattr(self._conn, name)
 
 
-def count_reads(log: SqliteEventLog) -> CountingConnection:
+def count_reads(log: SqlEventLogBase) -> CountingConnection:
     counting = CountingConnection(log._conn)
     log._conn = counting
     return counting
 
 
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "events.db"
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_log(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[SimulatedClock], SqlEventLogBase]:
+    """Opens an instance on one log (file or database) each call, as a process would."""
+    if request.param == "sqlite":
+        return lambda clock: SqliteEventLog(tmp_path / "events.db", clock=clock, poll_interval=NEVER)
+    dsn = request.getfixturevalue("postgres").create_database()
+    return lambda clock: PostgresEventLog(dsn, clock=clock, poll_interval=NEVER)
 
 
 @pytest.fixture
@@ -59,16 +67,16 @@ def clock() -> SimulatedClock:
 
 
 @pytest.fixture
-def log(path: Path, clock: SimulatedClock) -> Iterator[SqliteEventLog]:
-    log = SqliteEventLog(path, clock=clock, poll_interval=NEVER)
+def log(open_log: Callable[[SimulatedClock], SqlEventLogBase], clock: SimulatedClock) -> Iterator[SqlEventLogBase]:
+    log = open_log(clock)
     yield log
     log.close()
 
 
 @pytest.fixture
-def other(path: Path) -> Iterator[SqliteEventLog]:
-    """Another instance on the same file, as another process: its appends wake nobody in `log`."""
-    other = SqliteEventLog(path, clock=SimulatedClock(), poll_interval=NEVER)
+def other(open_log: Callable[[SimulatedClock], SqlEventLogBase], log: SqlEventLogBase) -> Iterator[SqlEventLogBase]:
+    """Another instance on the same log, as another process: its appends wake nobody in `log`."""
+    other = open_log(SimulatedClock())
     yield other
     other.close()
 
@@ -83,7 +91,7 @@ async def take(subscription: AsyncIterator[RecordedEvent], count: int) -> list[R
 _starts = itertools.count()
 
 
-async def following(log: SqliteEventLog, after: int = 0, prefixes: tuple[str, ...] = ()) -> AsyncIterator[RecordedEvent]:
+async def following(log: SqlEventLogBase, after: int = 0, prefixes: tuple[str, ...] = ()) -> AsyncIterator[RecordedEvent]:
     """A subscription from `after` that has taken its first event, appended here (so it is past its
     first read and follows: the log's appends from now on reach it through the tail)."""
     subscription = log.subscribe(after, prefixes)
@@ -97,7 +105,7 @@ def matching(events: list[RecordedEvent], *prefixes: str) -> list[RecordedEvent]
     return [event for event in events if event.stream.startswith(prefixes)]
 
 
-async def test_a_follower_gets_this_instances_appends_without_reading_the_log(log: SqliteEventLog,
+async def test_a_follower_gets_this_instances_appends_without_reading_the_log(log: SqlEventLogBase,
                                                                              clock: SimulatedClock) -> None:
     subscription = await following(log)
     start = log.head_position()
@@ -115,8 +123,8 @@ async def test_a_follower_gets_this_instances_appends_without_reading_the_log(lo
     await subscription.aclose()
 
 
-async def test_another_instances_append_in_between_is_read_in_order(log: SqliteEventLog,
-                                                                    other: SqliteEventLog) -> None:
+async def test_another_instances_append_in_between_is_read_in_order(log: SqlEventLogBase,
+                                                                    other: SqlEventLogBase) -> None:
     subscription = await following(log)
     start = log.head_position()
     counting = count_reads(log)
@@ -138,7 +146,7 @@ async def test_another_instances_append_in_between_is_read_in_order(log: SqliteE
     await subscription.aclose()
 
 
-async def test_filtered_followers_skip_nothing(log: SqliteEventLog, other: SqliteEventLog) -> None:
+async def test_filtered_followers_skip_nothing(log: SqlEventLogBase, other: SqlEventLogBase) -> None:
     followers = {prefix: await following(log, log.head_position(), (prefix,)) for prefix in ("x-", "y-")}
     start = log.head_position()
     counting = count_reads(log)
@@ -166,7 +174,7 @@ async def test_filtered_followers_skip_nothing(log: SqliteEventLog, other: Sqlit
         await subscription.aclose()
 
 
-async def test_a_follower_behind_the_tail_catches_up_from_the_log(log: SqliteEventLog) -> None:
+async def test_a_follower_behind_the_tail_catches_up_from_the_log(log: SqlEventLogBase) -> None:
     keeps_the_tail = await following(log)
     for n in range(3):  # more than the tail holds, in several commits
         log.append("old", new_events(TAIL_CAPACITY), n * TAIL_CAPACITY - 1)
@@ -190,7 +198,7 @@ async def test_a_follower_behind_the_tail_catches_up_from_the_log(log: SqliteEve
         await subscription.aclose()
 
 
-async def test_appends_while_nobody_follows_are_read_from_the_log(log: SqliteEventLog) -> None:
+async def test_appends_while_nobody_follows_are_read_from_the_log(log: SqlEventLogBase) -> None:
     first = await following(log)
     await first.aclose()  # nobody follows: appends are not kept
     log.append("unfollowed", new_events(3), NO_STREAM)
@@ -204,14 +212,14 @@ async def test_appends_while_nobody_follows_are_read_from_the_log(log: SqliteEve
         await subscription.aclose()
 
 
-async def test_concurrent_writers_in_two_instances_leave_nothing_out(log: SqliteEventLog, other: SqliteEventLog) -> None:
+async def test_concurrent_writers_in_two_instances_leave_nothing_out(log: SqlEventLogBase, other: SqlEventLogBase) -> None:
     writers, per_writer = 4, 50
     unfiltered = await following(log)
     filtered = await following(log, log.head_position(), ("w-",))
     assert (await take(unfiltered, 1))[0].stream.startswith("w-start")
     start = log.head_position()
 
-    def write(instance: SqliteEventLog, stream: str) -> None:
+    def write(instance: SqlEventLogBase, stream: str) -> None:
         for n in range(per_writer):
             instance.append(stream, new_events(1), n - 1)
 
