@@ -56,8 +56,9 @@ async def test_a_commit_failed_by_a_rebalance_does_not_stop_the_loop(caplog):
 class SlowCommitConsumer:
     """Hands out one poll of records per call; each commit waits until the test lets it finish."""
 
-    def __init__(self, polls: list[list[Record]]) -> None:
+    def __init__(self, polls: list[list[Record]], assigned: set[TopicPartition]) -> None:
         self._polls = polls
+        self.assigned = assigned
         self.committed: list[dict] = []
         self.finish_commit = asyncio.Event()
 
@@ -69,44 +70,68 @@ class SlowCommitConsumer:
         self.committed.append(dict(offsets))
 
     def assignment(self) -> set:
-        return set()
+        return self.assigned
 
     async def close(self) -> None:
         pass
 
 
-async def test_overlapped_commits_let_the_next_poll_be_handled_and_commit_what_was_handled_in_order():
+def record(partition: int, offset: int) -> Record:
+    return Record("t", partition, offset, b"k", b"v", (), 0)
+
+
+P0, P1, P2 = (TopicPartition("t", partition) for partition in range(3))
+
+
+async def ignore(record: Record) -> None:
+    pass
+
+
+async def test_commits_run_while_the_next_polls_are_handled_at_most_once_per_interval_and_in_order():
     handled = []
 
     async def handle(record: Record) -> None:
-        handled.append((record.topic, record.partition, record.offset))
+        handled.append((record.partition, record.offset))
 
-    first = [Record("t", 0, 5, b"k", b"a", (), 0), Record("t", 1, 2, b"k", b"b", (), 0),
-             Record("t", 0, 6, b"k", b"c", (), 0)]
-    second = [Record("t", 1, 3, b"k", b"d", (), 0)]
-    consumer = SlowCommitConsumer([first, second])
-    loop = ConsumerLoop(consumer, Subscription("g", {"t": handle}), NoDeadLetters(), overlap_commits=True)
+    polls = [[record(0, 5), record(1, 2), record(0, 6)], [record(1, 3)], [record(0, 7)], []]
+    consumer = SlowCommitConsumer(polls, {P0, P1})
+    now = [100.0]
+    loop = ConsumerLoop(consumer, Subscription("g", {"t": handle}), NoDeadLetters(), commit_every=1.0,
+                        monotonic=lambda: now[0])
 
-    assert await loop.step(0) == 3
+    assert await loop.step(0) == 3  # the first commit starts at once...
     await asyncio.sleep(0)
-    assert consumer.committed == []  # the first poll's commit is under way...
-    second_step = asyncio.ensure_future(loop.step(0))
+    assert consumer.committed == []
+    assert await loop.step(0) == 1  # ...and the next poll is handled while it is under way
+    now[0] += 0.5
+    assert await loop.step(0) == 1  # within the interval: no second commit yet
+    assert handled == [(0, 5), (1, 2), (0, 6), (1, 3), (0, 7)]
+    now[0] += 0.5
+    second = asyncio.ensure_future(loop.step(0))  # nothing polled, the interval passed: commit what was handled
     await asyncio.sleep(0)
-    assert handled[-1] == ("t", 1, 3)  # ...while the next poll is handled
-    assert not second_step.done()  # its own commit waits for the first one
+    assert not second.done()  # after the commit under way
     consumer.finish_commit.set()
-    assert await second_step == 1
+    assert await second == 0
     await loop.settle()
-    assert consumer.committed == [{TopicPartition("t", 0): 7, TopicPartition("t", 1): 3},
-                                  {TopicPartition("t", 1): 4}]
+    assert consumer.committed == [{P0: 7, P1: 3}, {P0: 8, P1: 4}]
 
 
-async def test_an_overlapped_commit_failed_by_a_rebalance_is_logged_and_the_loop_goes_on(caplog):
-    async def handle(record: Record) -> None:
-        pass
+async def test_settle_commits_what_was_handled_but_not_for_partitions_the_group_moved_away():
+    consumer = SlowCommitConsumer([[record(0, 1)], [record(1, 4), record(2, 9)]], {P0, P1, P2})
+    consumer.finish_commit.set()
+    loop = ConsumerLoop(consumer, Subscription("g", {"t": ignore}), NoDeadLetters(), commit_every=60.0,
+                        monotonic=lambda: 0.0)
+    await loop.step(0)
+    await loop.step(0)
+    consumer.assigned = {P0, P1}  # a rebalance took partition 2 away
+    await loop.settle()
+    assert consumer.committed == [{P0: 2}, {P1: 5}]
 
-    consumer = RebalancedConsumer([Record("t", 0, 0, b"k", b"v", (), 0)])
-    loop = ConsumerLoop(consumer, Subscription("g", {"t": handle}), NoDeadLetters(), overlap_commits=True)
+
+async def test_a_background_commit_failed_by_a_rebalance_is_logged_and_the_loop_goes_on(caplog):
+    consumer = RebalancedConsumer([record(0, 0)])
+    consumer.assignment = lambda: {P0}
+    loop = ConsumerLoop(consumer, Subscription("g", {"t": ignore}), NoDeadLetters(), commit_every=0.0)
     assert await loop.step(0) == 1
     await loop.settle()
     assert await loop.step(0) == 0

@@ -44,16 +44,19 @@ from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
+    ANY_VERSION,
     NO_STREAM,
     Checkpoint,
     DuplicateEventId,
     RecordedEvent,
     StreamAppend,
-    check_expected_version,
+    WrongExpectedVersion,
 )
 
 _APPEND_LOCK = int.from_bytes(b"sluiceEL", "big")
 """The advisory lock key every append (and the schema set-up) holds until its transaction ends."""
+_WRONG_EXPECTED_VERSION, _DUPLICATE_EVENT_ID = "SL001", "SL002"
+"""SQLSTATEs sluice_append raises (message: the stream, or the id; detail: "expected actual")."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -72,6 +75,41 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     name  TEXT   PRIMARY KEY,
     value BIGINT NOT NULL
 );
+CREATE OR REPLACE FUNCTION sluice_append(
+    p_streams TEXT[], p_expected BIGINT[],              -- one per stream append
+    p_event_append INT[], p_event_offset INT[],         -- one per event: its append (1-based), its place in it
+    p_ids TEXT[], p_types TEXT[], p_data BYTEA[], p_metadata TEXT[], p_recorded_at TIMESTAMPTZ,
+    p_checkpoint_names TEXT[], p_checkpoint_values BIGINT[]
+) RETURNS TABLE (actuals BIGINT[], last_position BIGINT) LANGUAGE plpgsql AS $$
+DECLARE
+    current BIGINT[];
+    taken TEXT;
+BEGIN
+    PERFORM pg_advisory_xact_lock({lock});
+    SELECT array_agg(COALESCE((SELECT e.version FROM events e WHERE e.stream = a.stream  -- the index's last entry,
+                                ORDER BY e.version DESC LIMIT 1), -1) ORDER BY a.ord)   -- however long the stream
+      INTO current FROM unnest(p_streams) WITH ORDINALITY AS a(stream, ord);
+    FOR i IN 1 .. COALESCE(array_length(p_streams, 1), 0) LOOP
+        IF p_expected[i] <> -2 AND p_expected[i] <> current[i] THEN  -- -2: ANY_VERSION
+            RAISE EXCEPTION USING ERRCODE = 'SL001', MESSAGE = p_streams[i], DETAIL = p_expected[i] || ' ' || current[i];
+        END IF;
+    END LOOP;
+    SELECT e.id INTO taken FROM events e WHERE e.id = ANY(p_ids) LIMIT 1;
+    IF taken IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL002', MESSAGE = taken;
+    END IF;
+    INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)
+    SELECT n.id, p_streams[n.app], current[n.app] + n.off, n.type, n.data, n.meta, p_recorded_at
+      FROM unnest(p_event_append, p_event_offset, p_ids, p_types, p_data, p_metadata)
+           WITH ORDINALITY AS n(app, off, id, type, data, meta, ord)
+     ORDER BY n.ord;
+    INSERT INTO checkpoints (name, value)
+    SELECT c.name, c.value FROM unnest(p_checkpoint_names, p_checkpoint_values) AS c(name, value)
+        ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+    RETURN QUERY SELECT current, CASE WHEN COALESCE(array_length(p_ids, 1), 0) > 0
+                                      THEN currval(pg_get_serial_sequence('events', 'position')) END;
+END
+$$;
 CREATE TABLE IF NOT EXISTS snapshots (                  -- see sluice.eventlog.snapshots
     name     TEXT   PRIMARY KEY,
     position BIGINT NOT NULL,
@@ -102,8 +140,14 @@ class PostgresEventLog(SqlEventLogBase):
     # -- writing -----------------------------------------------------------------------------
 
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
+        for append in appends:
+            if append.expected_version < NO_STREAM and append.expected_version != ANY_VERSION:
+                raise ValueError(f"invalid expected version {append.expected_version} for stream {append.stream!r}")
+        ids = [event.id for append in appends for event in append.events]
+        if len(set(ids)) < len(ids):
+            raise DuplicateEventId(next(event_id for event_id in ids if ids.count(event_id) > 1))
         with self._lock:
-            with self._conn.pipeline(), self._conn.transaction(), self._conn.cursor() as cur:
+            with self._append_cursor() as cur:
                 written = self._write(cur, appends, checkpoints)
             if written.recorded:  # committed, and still in this instance's commit order
                 self._subscribers.tail.record(written.recorded)
@@ -111,56 +155,55 @@ class PostgresEventLog(SqlEventLogBase):
             self._subscribers.notify(appended)
         return written.versions
 
+    @contextmanager
+    def _append_cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        """The cursor for an append's one statement, which commits by itself (the connection is in
+        autocommit mode). Tests hold it in a transaction of their own instead."""
+        with self._conn.cursor() as cur:
+            yield cur
+
     def _write(self, cur: psycopg.Cursor[Any], appends: Sequence[StreamAppend],
                checkpoints: Sequence[Checkpoint]) -> _Written:
-        """The body of an append's transaction, in pipeline mode: BEGIN, the lock and both checks
-        in one round trip, every insert and checkpoint in a second, COMMIT in a third, however many
-        streams (tests hold the transaction open after this, positions taken, nothing committed).
-
-        Versions are checked before ids: a writer that lost a race derived its event ids from the
-        same (stream, version) as the winner's, and must learn that it lost (WrongExpectedVersion)."""
-        ids = [event.id for append in appends for event in append.events]
-        if len(set(ids)) < len(ids):
-            raise DuplicateEventId(next(event_id for event_id in ids if ids.count(event_id) > 1))
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
-        with cur.connection.cursor() as existing:
-            cur.execute("SELECT stream, MAX(version) FROM events WHERE stream = ANY(%s) GROUP BY stream",
-                        (list({append.stream for append in appends}),))
-            existing.execute("SELECT id FROM events WHERE id = ANY(%s)", (ids,))
-            current = dict(cur.fetchall())  # under _APPEND_LOCK: no other append moves these before we commit
-            taken = {row[0] for row in existing.fetchall()}
-        actuals = [current.get(append.stream, NO_STREAM) for append in appends]
-        for append, actual in zip(appends, actuals):
-            check_expected_version(append.stream, append.expected_version, actual)
-        if taken:
-            raise DuplicateEventId(next(event_id for event_id in ids if event_id in taken))
+        """One round trip: `sluice_append` (see _SCHEMA) takes the append lock, checks the versions,
+        then the ids (a writer that lost a race derived its event ids from the same (stream,
+        version) as the winner's, and must learn that it lost: WrongExpectedVersion), inserts the
+        events and saves the checkpoints."""
+        events = [(index, offset, event) for index, append in enumerate(appends, start=1)
+                  for offset, event in enumerate(append.events, start=1)]
         recorded_at = self._clock.now().astimezone(timezone.utc)
-        rows = [(event.id, append.stream, actual + offset, event.type, bytes(event.data),
-                 json.dumps(dict(event.metadata)), recorded_at)
-                for append, actual in zip(appends, actuals) for offset, event in enumerate(append.events, start=1)]
-        following = bool(rows) and self._subscribers.following()
-        with cur.connection.cursor() as last:
-            with cur.connection.pipeline():  # nested in the append's: leaving it sends these and waits for them
-                if rows:
-                    cur.executemany("INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
-                                    " VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
-                if following:  # under _APPEND_LOCK the inserts took consecutive positions, ending here
-                    last.execute("SELECT currval(pg_get_serial_sequence('events', 'position'))")
-                _upsert_checkpoints(cur, checkpoints)
-            end = last.fetchone()[0] if following else 0
+        metadata = [json.dumps(dict(event.metadata)) for _, _, event in events]
+        try:
+            cur.execute("SELECT actuals, last_position FROM sluice_append("
+                        "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        ([append.stream for append in appends], [append.expected_version for append in appends],
+                         [index for index, _, _ in events], [offset for _, offset, _ in events],
+                         [event.id for _, _, event in events], [event.type for _, _, event in events],
+                         [bytes(event.data) for _, _, event in events], metadata, recorded_at,
+                         [checkpoint.name for checkpoint in checkpoints],
+                         [checkpoint.value for checkpoint in checkpoints]))
+            actuals, last_position = cur.fetchone()
+        except psycopg.Error as error:
+            if error.sqlstate == _WRONG_EXPECTED_VERSION:
+                expected, actual = map(int, error.diag.message_detail.split())
+                raise WrongExpectedVersion(error.diag.message_primary, expected, actual) from None
+            if error.sqlstate == _DUPLICATE_EVENT_ID:
+                raise DuplicateEventId(error.diag.message_primary) from None
+            raise
+        actuals = actuals or []
         versions = [actual + len(append.events) for append, actual in zip(appends, actuals)]
-        if not following:
+        if not events or not self._subscribers.following():
             return _Written(versions, [])
-        recorded = [RecordedEvent(id=id_, stream=stream, version=version, position=position, type=type_, data=data,
-                                  metadata=json.loads(metadata), recorded_at=recorded_at)
-                    for position, (id_, stream, version, type_, data, metadata, _)
-                    in enumerate(rows, start=end - len(rows) + 1)]
+        first = last_position - len(events) + 1  # under the append lock the inserts took consecutive positions
+        recorded = [RecordedEvent(id=event.id, stream=appends[index - 1].stream, version=actuals[index - 1] + offset,
+                                  position=position, type=event.type, data=bytes(event.data),
+                                  metadata=json.loads(meta), recorded_at=recorded_at)
+                    for position, (index, offset, event), meta in zip(range(first, last_position + 1), events, metadata)]
         return _Written(versions, recorded)
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """One statement, atomic as it is: no transaction block around it."""
-        with self._lock, self._conn.cursor() as cur:
-            _upsert_checkpoints(cur, [checkpoint])
+        with self._lock:
+            self._conn.execute(_UPSERT_CHECKPOINT, (checkpoint.name, checkpoint.value))
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
@@ -185,17 +228,12 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
         conn.execute("SET TIME ZONE 'UTC'")  # recorded_at comes back as UTC
         with conn.transaction():  # concurrent CREATE TABLE IF NOT EXISTS can race: serialise it
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
-            conn.execute(_SCHEMA)
+            conn.execute(_SCHEMA.replace("{lock}", str(_APPEND_LOCK)))
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-def _upsert_checkpoints(cur: psycopg.Cursor[Any], checkpoints: Sequence[Checkpoint]) -> None:
-    if checkpoints:
-        cur.executemany(
-            "INSERT INTO checkpoints (name, value) VALUES (%s, %s)"
-            " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-            [(checkpoint.name, checkpoint.value) for checkpoint in checkpoints],
-        )
+_UPSERT_CHECKPOINT = ("INSERT INTO checkpoints (name, value) VALUES (%s, %s)"
+                      " ON CONFLICT (name) DO UPDATE SET value = excluded.value")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
@@ -17,6 +18,8 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Record], Awaitable[None]]
 
 MAX_ATTEMPTS = 5
+COMMIT_EVERY = 1.0
+"""Seconds between a running service's offset commits (ConsumerLoop's `commit_every`)."""
 MAX_MESSAGE_BYTES = 256 * 1024
 """Larger messages are dead-lettered unread: no notification or command of Sluice's is near it."""
 
@@ -73,7 +76,7 @@ class ConsumerMetrics:
 async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, poll_timeout: float = 0.2,
                   metrics: Registry | None = None) -> None:
     consumer = bus.consumer(subscription.group, list(subscription.handlers))
-    loop = ConsumerLoop(consumer, subscription, dead_letter, metrics, overlap_commits=True)
+    loop = ConsumerLoop(consumer, subscription, dead_letter, metrics, commit_every=COMMIT_EVERY)
     try:
         while True:
             await loop.step(poll_timeout)
@@ -88,25 +91,32 @@ class ConsumerLoop:
     """One group member's loop, a poll at a time: `consume` steps it forever; the crash harness
     (tests/crash) steps it in a chosen order.
 
-    With `overlap_commits`, a poll's offset commit runs while the next poll is fetched and handled
-    (one commit at a time, in order): a commit is a round trip to the group coordinator (~8 ms on
-    a local broker) that would otherwise hold back every record behind it. Nothing is lost by it:
-    the offsets committed are those of the records handled, and handlers skip a redelivered record
-    by the positions they record in the event log."""
+    Offsets are committed after each poll (awaited) unless `commit_every` is set: then the offsets
+    of handled records are committed in the background while the next polls are handled, at most
+    once per `commit_every` seconds (one commit at a time, in order). A commit is a round trip to
+    the group coordinator (~8 ms on a local broker) and a write for the broker; awaited after every
+    poll, it held back each record behind it. Nothing is lost by committing later: only handled
+    records are committed, and handlers skip a redelivered record by the positions they record in
+    the event log (what a crash redelivers is at most `commit_every` seconds of records)."""
 
     def __init__(self, consumer: Consumer, subscription: Subscription, dead_letter: Producer,
-                 metrics: Registry | None = None, *, overlap_commits: bool = False) -> None:
+                 metrics: Registry | None = None, *, commit_every: float | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.consumer = consumer
         self._subscription = subscription
         self._dead_letter = dead_letter
         self._instruments = ConsumerMetrics(metrics or Registry())
         self._instruments.start(subscription)
         self._assigned: set[TopicPartition] | None = None
-        self._overlap_commits = overlap_commits
+        self._commit_every = commit_every
+        self._monotonic = monotonic
+        self._handled: dict[TopicPartition, int] = {}
+        """Next offsets of handled records not committed yet (with `commit_every`)."""
+        self._committed_at = -math.inf
         self._committing: asyncio.Task[None] | None = None
 
     async def step(self, poll_timeout: float) -> int:
-        """Poll once, handle what came in order, commit it (or start committing it); how many records were handled."""
+        """Poll once, handle what came in order, commit it (or have it committed); how many records were handled."""
         subscription, consumer = self._subscription, self.consumer
         records = await consumer.poll(timeout=poll_timeout)
         if subscription.on_assignment is not None and consumer.assignment() != self._assigned:
@@ -121,20 +131,34 @@ class ConsumerLoop:
                 started = time.perf_counter()
                 reason = await _handle(record, subscription, self._dead_letter)
                 self._instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
-        if not records:
-            return 0
-        if not self._overlap_commits:
-            await self._commit(None)
+        if self._commit_every is None:
+            if records:
+                await self._commit(None)
             return len(records)
-        await self.settle()
-        self._committing = asyncio.ensure_future(self._commit(_next_offsets(records)))
+        for partition, offset in _next_offsets(records).items():
+            self._handled[partition] = max(self._handled.get(partition, 0), offset)
+        if self._handled and self._monotonic() - self._committed_at >= self._commit_every:
+            await self._commit_handled()
         return len(records)
 
     async def settle(self) -> None:
-        """Until the commit under way (if any) is done."""
+        """Commit what was handled and not committed yet, and wait until it is."""
+        if self._handled:
+            await self._commit_handled()
         committing, self._committing = self._committing, None
         if committing is not None:
             await committing
+
+    async def _commit_handled(self) -> None:
+        """Start committing the handled records' offsets, after the commit under way. Partitions the
+        group moved to another member since are left out: their new owner reads those records again."""
+        if self._committing is not None:
+            await self._committing
+        assigned = self.consumer.assignment()
+        offsets = {partition: offset for partition, offset in self._handled.items() if partition in assigned}
+        self._handled = {}
+        self._committed_at = self._monotonic()
+        self._committing = asyncio.ensure_future(self._commit(offsets)) if offsets else None
 
     async def _commit(self, offsets: dict[TopicPartition, int] | None) -> None:
         try:

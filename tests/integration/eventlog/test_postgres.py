@@ -10,8 +10,9 @@ import asyncio
 import random
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import psycopg
 import pytest
@@ -57,7 +58,16 @@ class TestPostgresEventLog(DurableEventLogContract):
 # -- the late commit ---------------------------------------------------------------------------
 
 
-class _HoldingLog(PostgresEventLog):
+class _InTransaction(PostgresEventLog):
+    """Runs each append's statement in a transaction of its own, so `_write` can hold it open."""
+
+    @contextmanager
+    def _append_cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            yield cur
+
+
+class _HoldingLog(_InTransaction):
     """Keeps each append's transaction open after its inserts (positions taken, nothing committed)
     until `release` is set, or raises `fail_with` there (the append then rolls back)."""
 
@@ -79,7 +89,7 @@ class _HoldingLog(PostgresEventLog):
         return versions
 
 
-class _JitteryLog(PostgresEventLog):
+class _JitteryLog(_InTransaction):
     """Waits 0-3 ms between its inserts and its commit: concurrent writers overlap in flight."""
 
     def __init__(self, dsn: str, seed: int) -> None:
