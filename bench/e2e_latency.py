@@ -20,7 +20,8 @@ joining its group when the clock starts. Setup time (stderr) here, 2 cores at lo
 per rate for 10,000 schedules in either mode (one at a time it took ~100 s over Kafka), so
 `make bench BENCH=e2e-latency` (3 runs, 2 modes, 2 rates) takes ~12 minutes.
 
-Measurement: a bus producer publishes N PartitionCommitted notifications (default 1000) at the
+Measurement: after a warm-up pass of N notifications at the same rate (their launch requests
+awaited and not counted), a bus producer publishes N PartitionCommitted notifications (default 1000) at the
 offered rate (open loop, paced against the schedule; when behind it sends at once), stamping
 each send time just before the send. A separate consumer group on `sluice.launch-requests` maps
 each LaunchRequested back to its notification (job.context.notifications[].id); latency =
@@ -217,9 +218,11 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
             received: dict[str, float] = {}
             receiver = asyncio.create_task(_receive(bus.consumer(CONSUMER_GROUP, [LAUNCH_REQUESTS]), received))
             await _probe(bus.producer(), received, services.check)
+            await _warm_up(bus.producer(), _notifications(count, schedules, rng, "bench-warm-"), rate, received,
+                           services.check)
             progress(f"[e2e-latency] setup ({bus_kind}): {schedules} schedules created over gRPC in {created:.1f} s,"
-                     f" observed by the matcher and checker after {observed:.1f} s, stack settled and probed after"
-                     f" {time.perf_counter() - started:.1f} s")
+                     f" observed by the matcher and checker after {observed:.1f} s, stack settled, probed and warmed"
+                     f" up after {time.perf_counter() - started:.1f} s")
 
             batch = _notifications(count, schedules, rng)
             sent: dict[str, float] = {}
@@ -311,10 +314,23 @@ async def _until(done: Callable[[], bool], check: Callable[[], None], failure: C
         await asyncio.sleep(0.01)
 
 
-def _notifications(count: int, schedules: int, rng: random.Random) -> list[tuple[str, bytes, bytes]]:
+async def _warm_up(producer, batch: list[tuple[str, bytes, bytes]], rate: float, received: dict[str, float],
+                   check: Callable[[], None]) -> None:
+    """The same load once before the measured one, its launch requests awaited and then forgotten:
+    a freshly started broker's JVM compiles its hot paths during its first thousands of requests
+    (over Kafka the broker's CPU at 200/s halved once warm), which a running deployment has long done."""
+    await _send(producer, batch, rate, {}, {})
+    await _until(lambda: all(nid in received for nid, _, _ in batch), check,
+                 lambda: f"{sum(nid not in received for nid, _, _ in batch)} warm-up notifications produced no LaunchRequested")
+    for nid, _, _ in batch:
+        del received[nid]
+
+
+def _notifications(count: int, schedules: int, rng: random.Random,
+                   prefix: str = "bench-n-") -> list[tuple[str, bytes, bytes]]:
     """(id, key, value) of each notification, serialised before the clock starts."""
     t0 = datetime.now(timezone.utc)
-    return [_encoded(f"bench-n-{index:08d}", t0 + timedelta(milliseconds=index), _dataset(rng.randrange(schedules)),
+    return [_encoded(f"{prefix}{index:08d}", t0 + timedelta(milliseconds=index), _dataset(rng.randrange(schedules)),
                      str(index)) for index in range(count)]
 
 
