@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from sluice.bus.port import Record, TopicPartition, TopicSpec
+from sluice.sqlite_wal import WalCheckpointer
 
 __all__ = ["BusStore", "EndOffsets", "dump_headers"]
 
@@ -38,9 +39,11 @@ class BusStore:
         self._lock = threading.Lock()
         target = ":memory:" if path is None else os.fspath(path)
         self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._checkpointer: WalCheckpointer | None = None
         if path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._checkpointer = WalCheckpointer(target, self._db)
         self._db.executescript(_SCHEMA)
 
     @contextmanager
@@ -53,6 +56,8 @@ class BusStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            if self._checkpointer is not None:
+                self._checkpointer.committed()
 
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
@@ -134,6 +139,9 @@ class BusStore:
 
     def close(self) -> None:
         with self._lock:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
             self._db.close()
 
 

@@ -21,6 +21,7 @@ from typing import Iterator, Sequence
 
 from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
+from sluice.sqlite_wal import WalCheckpointer
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
     NO_STREAM,
@@ -74,6 +75,8 @@ class SqliteEventLog(SqlEventLogBase):
         self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, sqlite3.ProgrammingError,
                                        self.head_position)
         self._conn = _connect(os.fspath(path))
+        in_memory = os.fspath(path) in ("", ":memory:")
+        self._checkpointer = None if in_memory else WalCheckpointer(os.fspath(path), self._conn)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -99,6 +102,13 @@ class SqliteEventLog(SqlEventLogBase):
                               metadata=json.loads(metadata) if metadata != "{}" else {}, recorded_at=recorded_at)
                 for position, (id_, stream, version, type_, data, metadata, _) in enumerate(rows, start=first)]
 
+    def close(self) -> None:
+        with self._lock:
+            checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.close()
+        super().close()
+
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._transaction() as conn:
             _upsert_checkpoints(conn, [checkpoint])
@@ -115,6 +125,8 @@ class SqliteEventLog(SqlEventLogBase):
         try:
             yield self._conn
             self._conn.execute("COMMIT")
+            if self._checkpointer is not None:
+                self._checkpointer.committed()
         except BaseException:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")

@@ -1,0 +1,96 @@
+"""The event log's and the bus's SQLite files are checkpointed by a background thread, never inside a
+commit: the writer's automatic checkpoints are off, and the WAL's pages still reach the database file."""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sluice.bus.inprocess_store import BusStore
+from sluice.bus.port import TopicPartition, TopicSpec
+from sluice.eventlog import NO_STREAM
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.sqlite_wal import CHECKPOINT_COMMITS, WalCheckpointer
+
+from tests.integration.eventlog.contract import new_events
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 10.0
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {TIMEOUT} s: {what}")
+        time.sleep(0.01)
+
+
+def checkpointer_threads() -> int:
+    return sum(thread.name == "sluice-wal-checkpoints" for thread in threading.enumerate())
+
+
+def test_the_event_logs_commits_never_checkpoint_and_the_thread_moves_the_wal_into_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    log = SqliteEventLog(path)
+    try:
+        assert log._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        empty = path.stat().st_size
+        for version in range(CHECKPOINT_COMMITS * 3):
+            log.append("s", new_events(1), version - 1)
+        wait_until(lambda: log._checkpointer.checkpoints >= 1 and path.stat().st_size > empty,
+                   "a background checkpoint copied the WAL's pages into the database file")
+    finally:
+        log.close()
+    assert log._checkpointer is None
+    reopened = SqliteEventLog(path)
+    try:
+        assert reopened.stream_version("s") == CHECKPOINT_COMMITS * 3 - 1
+    finally:
+        reopened.close()
+
+
+def test_the_bus_files_commits_never_checkpoint_and_the_thread_moves_the_wal_into_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bus.db"
+    store = BusStore(path)
+    try:
+        assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        store.create_topics([TopicSpec("t", 1)])
+        empty = path.stat().st_size
+        for n in range(CHECKPOINT_COMMITS * 3):
+            store.append([(TopicPartition("t", 0), b"k", b"v" * 200, "[]")], n)
+        wait_until(lambda: store._checkpointer.checkpoints >= 1 and path.stat().st_size > empty,
+                   "a background checkpoint copied the WAL's pages into the bus file")
+    finally:
+        store.close()
+
+
+def test_a_quiet_file_is_checkpointed_after_the_interval_and_closing_stops_the_thread(tmp_path: Path) -> None:
+    path = str(tmp_path / "quiet.db")
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=WAL")
+    before = checkpointer_threads()
+    checkpointer = WalCheckpointer(path, writer, commits=1_000_000, seconds=0.05)
+    try:
+        writer.execute("CREATE TABLE t (x)")
+        writer.execute("INSERT INTO t VALUES (1)")
+        checkpointer.committed()  # far from the commit count: only the interval brings the checkpoint
+        wait_until(lambda: checkpointer.checkpoints >= 1, "a checkpoint after the interval")
+        assert checkpointer_threads() == before + 1
+    finally:
+        checkpointer.close()
+        writer.close()
+    assert checkpointer_threads() == before
+
+
+def test_memory_logs_and_buses_have_no_checkpointer() -> None:
+    log, store = SqliteEventLog(), BusStore(None)
+    try:
+        assert log._checkpointer is None and store._checkpointer is None
+    finally:
+        log.close()
+        store.close()
