@@ -29,6 +29,7 @@ from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
+from sluice.runtime.timers import run_timer_loop
 from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2, schedules_pb2
 from sluice.wire.common import notification_from_bytes, notification_from_proto, parse_bus_message
 from sluice.wire.jobs import job_to_proto
@@ -38,8 +39,6 @@ from sluice_services.matcher.decisions import Decisions
 STREAM_PREFIX = "matcher-"
 SNAPSHOTS = ("matcher",)
 TYPES = EventTypes(matching.EVENTS)
-MAX_TIMER_SLEEP = 1.0
-"""Seconds the timer loop sleeps at most, so a clock that jumps (or a simulated one) is noticed."""
 FIRE_BATCH = 1000
 """Schedules whose timers are due at once share one append of at most this many streams."""
 SHARED_NOTIFICATIONS = 1024
@@ -354,15 +353,7 @@ class MatcherService:
         return min(self._wake_at.values(), default=None)
 
     async def run_timers(self) -> None:
-        while True:
-            self.fire_due()
-            self._timers_changed.clear()
-            next_at = self.next_wake_at()
-            delay = MAX_TIMER_SLEEP if next_at is None else (next_at - self._clock.now()).total_seconds()
-            try:
-                await asyncio.wait_for(self._timers_changed.wait(), max(0.0, min(delay, MAX_TIMER_SLEEP)))
-            except TimeoutError:
-                pass
+        await run_timer_loop(self._clock, self.fire_due, self.next_wake_at, self._timers_changed)
 
     def _set_timer(self, schedule_id: str, state: MatcherState) -> None:
         when = matching.wake_at(state, self._clock.now())

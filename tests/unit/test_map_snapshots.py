@@ -3,7 +3,9 @@ writes those k, loading base + delta gives what folding the log gives, a delta f
 ignored (the log after the base covers it), removed entries stay removed."""
 from __future__ import annotations
 
+import asyncio
 import random
+import threading
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -248,3 +250,33 @@ def test_the_jobs_view_snapshots_only_the_jobs_that_changed(tmp_path):
     assert again.list() == view.list() and again.get("j5").reason == "gone"
     log.close()
 
+
+
+async def test_a_following_jobs_view_packs_and_writes_its_snapshots_on_the_snapshot_thread(tmp_path, monkeypatch):
+    log = SqliteEventLog(tmp_path / "events.db")
+    writers: list[str] = []
+    write = MapSnapshots.write
+
+    def recording_write(self, pending):
+        writers.append(threading.current_thread().name)
+        return write(self, pending)
+    monkeypatch.setattr(MapSnapshots, "write", recording_write)
+    view = JobsView(snapshot_every=10)
+    following = asyncio.ensure_future(view.follow(log))
+    try:
+        for index in range(40):
+            log.append(matching.stream_name(f"s{index}"),
+                       [encode(matching.JobCreated(f"j{index}", f"s{index}", 1, T0), f"c{index}")], NO_STREAM)
+            await asyncio.sleep(0)
+        for _ in range(500):
+            if view.position == log.head_position() and log.read_snapshot("jobs") is not None:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+    assert writers and all(name.startswith("sluice-snapshot") for name in writers)
+    again = JobsView()
+    again.recover(log)
+    assert len(again.list()) == 40 and again.list() == view.list()
+    log.close()

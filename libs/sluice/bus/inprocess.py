@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from sluice.bus.inprocess_store import BusStore, EndOffsets, dump_headers
 from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 from sluice.clock import Clock
+from sluice.waiting import wait_set
 
 __all__ = ["InProcessBus", "InProcessConsumer", "InProcessProducer", "range_assignment"]
 
@@ -222,11 +223,8 @@ class InProcessConsumer:
             remaining = deadline - time.monotonic()
             if records or self._closed or remaining <= 0:
                 return records
-            try:  # a send in this bus sets the event; other processes are seen at the next refresh
-                await asyncio.wait_for(self._wake.wait(), min(remaining, self._bus.poll_interval))
-                waited_out = False
-            except TimeoutError:
-                waited_out = True
+            # a send in this bus sets the event; other processes are seen at the next refresh
+            waited_out = not await wait_set(self._wake, min(remaining, self._bus.poll_interval))
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         if self._closed:

@@ -18,6 +18,7 @@ from operator import attrgetter
 from typing import AsyncIterator, Callable, Iterable, Sequence
 
 from sluice.eventlog.port import RecordedEvent, in_streams, stream_prefixes
+from sluice.waiting import wait_set
 
 BATCH = 500
 TAIL_CAPACITY = 4096
@@ -177,7 +178,4 @@ class Subscribers:
 
     async def _wait(self, wake: asyncio.Event) -> None:
         """Until an append in this process, or one poll interval (appends by other processes)."""
-        try:
-            await asyncio.wait_for(wake.wait(), self._poll_interval)
-        except TimeoutError:
-            pass
+        await wait_set(wake, self._poll_interval)

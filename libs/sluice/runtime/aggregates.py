@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Generic, Sequence, TypeVar
 
@@ -11,7 +11,7 @@ from sluice.domain.codec import EventTypes, encode
 from sluice.eventlog.port import NO_STREAM, Checkpoint, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
-from sluice.runtime.map_snapshots import MapSnapshots
+from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
 from sluice.runtime.snapshots import schema_of
 
 S = TypeVar("S")
@@ -25,8 +25,6 @@ pass of 1,000 schedules measured a snapshot still being packed: +450 B per sched
 
 log = logging.getLogger(__name__)
 
-_SNAPSHOT_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-snapshot")
-"""Packs and writes big snapshots, one at a time for every store of the process."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +149,7 @@ class AggregateStore(Generic[S]):
             # Submitted at once and checked with the thread's own future: a to_thread task starts,
             # and an asyncio future completes, only when the loop next runs, so a handler that does
             # not yield (the matcher benchmark) held that snapshot and every later one off.
-            self._writing = _SNAPSHOT_WRITER.submit(self._snapshots.write, pending)
+            self._writing = SNAPSHOT_WRITER.submit(self._snapshots.write, pending)
             self._saving = asyncio.wrap_future(self._writing, loop=loop)
             self._saving.add_done_callback(self._saved)
         else:

@@ -19,12 +19,17 @@ unpickling; a base is the entries dict itself, the format a whole-state snapshot
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Collection, Hashable, Mapping
 
 from sluice.runtime.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
+
+SNAPSHOT_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-snapshot")
+"""Packs and writes big snapshots off the event loop (`MapSnapshots.write` of a `prepare`d save),
+one at a time for every store of the process."""
 
 DELTA_SUFFIX = "+delta"
 REBASE_FRACTION = 0.5

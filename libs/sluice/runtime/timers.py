@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Callable
 
 from sluice.clock import Clock
+from sluice.waiting import wait_set
 
 MAX_TIMER_SLEEP = 1.0
 """Seconds the loop sleeps at most, so a clock that jumps (or a simulated one) is noticed."""
@@ -19,7 +20,4 @@ async def run_timer_loop(clock: Clock, fire_due: Callable[[], object], next_wake
         changed.clear()
         next_at = next_wake_at()
         delay = MAX_TIMER_SLEEP if next_at is None else (next_at - clock.now()).total_seconds()
-        try:
-            await asyncio.wait_for(changed.wait(), max(0.0, min(delay, MAX_TIMER_SLEEP)))
-        except TimeoutError:
-            pass
+        await wait_set(changed, max(0.0, min(delay, MAX_TIMER_SLEEP)))
