@@ -4,9 +4,10 @@ In WAL mode with synchronous=NORMAL a commit does not fsync; the checkpoint that
 back into the database file does, and by default SQLite runs it inside whichever commit takes the
 WAL past 1,000 pages. Embedded, that was one commit in every ~70 notifications, each ~11 ms
 longer: the bulk of e2e-latency's p99 at 200/s. Here the writer's connection turns automatic
-checkpoints off and a thread, on a connection of its own, runs PASSIVE checkpoints (they wait for
-no writer and no reader) every CHECKPOINT_COMMITS commits or CHECKPOINT_SECONDS, whichever comes
-first. sqlite3 releases the GIL while SQLite works, so the fsync no longer holds the event loop."""
+checkpoints off and a thread, on a connection of its own, runs a PASSIVE checkpoint (it waits for
+no writer and no reader) after commits, at most one every CHECKPOINT_INTERVAL seconds (one every
+64 commits cost more CPU than the stalls: at 1000/s that was ~150 checkpoints a second per file).
+sqlite3 releases the GIL while SQLite works, so the fsync no longer holds the event loop."""
 from __future__ import annotations
 
 import logging
@@ -15,49 +16,44 @@ import threading
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_COMMITS = 64
-CHECKPOINT_SECONDS = 1.0
+CHECKPOINT_INTERVAL = 0.1
 
 
 class WalCheckpointer:
     """Checkpoints `path`'s WAL for `writer`, whose commits the caller reports with `committed()`."""
 
-    def __init__(self, path: str, writer: sqlite3.Connection, *, commits: int = CHECKPOINT_COMMITS,
-                 seconds: float = CHECKPOINT_SECONDS) -> None:
+    def __init__(self, path: str, writer: sqlite3.Connection, *, interval: float = CHECKPOINT_INTERVAL) -> None:
         writer.execute("PRAGMA wal_autocheckpoint=0")
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        self._every = commits
-        self._seconds = seconds
-        self._commits = 0
-        self._due = threading.Event()
-        self._stopping = False
+        self._interval = interval
+        self._committed = threading.Event()
+        self._stopping = threading.Event()
         self.checkpoints = 0
         """Checkpoints run so far (tests)."""
         self._thread = threading.Thread(target=self._run, name="sluice-wal-checkpoints", daemon=True)
         self._thread.start()
 
     def committed(self) -> None:
-        """One more commit through the writer (called under the writer's lock)."""
-        self._commits += 1
-        if self._commits >= self._every:
-            self._commits = 0
-            self._due.set()
+        """The writer committed: a checkpoint is due (at the latest one interval after the last)."""
+        self._committed.set()
 
     def close(self) -> None:
         """Stop the thread; the writer's own close checkpoints what is left."""
-        self._stopping = True
-        self._due.set()
+        self._stopping.set()
+        self._committed.set()
         self._thread.join()
         self._conn.close()
 
     def _run(self) -> None:
         while True:
-            self._due.wait(self._seconds)
-            self._due.clear()
-            if self._stopping:
+            self._committed.wait()
+            if self._stopping.is_set():
                 return
+            self._committed.clear()
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 self.checkpoints += 1
             except sqlite3.Error as error:  # the next round tries again; the WAL only grows meanwhile
                 log.warning("WAL checkpoint failed: %s", error)
+            if self._stopping.wait(self._interval):
+                return

@@ -7,14 +7,17 @@ import asyncio
 async def wait_set(event: asyncio.Event, timeout: float) -> bool:
     """Until `event` is set or `timeout` seconds passed; whether it was set.
 
-    Not `asyncio.wait_for(event.wait(), timeout)`: in Python 3.11 that runs the wait as a task of
-    its own, and a cancellation that arrives while the event is being set is swallowed (the wait
-    returns, and the cancelled task carries on: a stopped subscriber went on following the log)."""
+    Not `asyncio.wait_for(event.wait(), timeout)`: in Python 3.11 a cancellation that arrives in
+    the turn the event is set is swallowed there (the wait returns, and the cancelled task carries
+    on: a stopped subscriber went on following the log). `asyncio.wait` raises it. Nor
+    `asyncio.timeout`: it cancels the waiting task itself at every timeout, which made embedded
+    mode's CPU per notification 1.05 -> 1.6 ms (the in-process bus's polls time out constantly)."""
     if event.is_set():
         return True
+    waiting = asyncio.ensure_future(event.wait())
     try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
+        done, _ = await asyncio.wait((waiting,), timeout=timeout)
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+    return bool(done)

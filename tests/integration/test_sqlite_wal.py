@@ -13,7 +13,9 @@ from sluice.bus.inprocess_store import BusStore
 from sluice.bus.port import TopicPartition, TopicSpec
 from sluice.eventlog import NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.sqlite_wal import CHECKPOINT_COMMITS, WalCheckpointer
+from sluice.sqlite_wal import WalCheckpointer
+
+COMMITS = 200
 
 from tests.integration.eventlog.contract import new_events
 
@@ -40,7 +42,7 @@ def test_the_event_logs_commits_never_checkpoint_and_the_thread_moves_the_wal_in
     try:
         assert log._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
         empty = path.stat().st_size
-        for version in range(CHECKPOINT_COMMITS * 3):
+        for version in range(COMMITS):
             log.append("s", new_events(1), version - 1)
         wait_until(lambda: log._checkpointer.checkpoints >= 1 and path.stat().st_size > empty,
                    "a background checkpoint copied the WAL's pages into the database file")
@@ -49,7 +51,7 @@ def test_the_event_logs_commits_never_checkpoint_and_the_thread_moves_the_wal_in
     assert log._checkpointer is None
     reopened = SqliteEventLog(path)
     try:
-        assert reopened.stream_version("s") == CHECKPOINT_COMMITS * 3 - 1
+        assert reopened.stream_version("s") == COMMITS - 1
     finally:
         reopened.close()
 
@@ -61,7 +63,7 @@ def test_the_bus_files_commits_never_checkpoint_and_the_thread_moves_the_wal_int
         assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
         store.create_topics([TopicSpec("t", 1)])
         empty = path.stat().st_size
-        for n in range(CHECKPOINT_COMMITS * 3):
+        for n in range(COMMITS):
             store.append([(TopicPartition("t", 0), b"k", b"v" * 200, "[]")], n)
         wait_until(lambda: store._checkpointer.checkpoints >= 1 and path.stat().st_size > empty,
                    "a background checkpoint copied the WAL's pages into the bus file")
@@ -69,17 +71,23 @@ def test_the_bus_files_commits_never_checkpoint_and_the_thread_moves_the_wal_int
         store.close()
 
 
-def test_a_quiet_file_is_checkpointed_after_the_interval_and_closing_stops_the_thread(tmp_path: Path) -> None:
+def test_checkpoints_follow_commits_at_most_one_an_interval_and_closing_stops_the_thread(tmp_path: Path) -> None:
     path = str(tmp_path / "quiet.db")
     writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     writer.execute("PRAGMA journal_mode=WAL")
     before = checkpointer_threads()
-    checkpointer = WalCheckpointer(path, writer, commits=1_000_000, seconds=0.05)
+    checkpointer = WalCheckpointer(path, writer, interval=1.0)
     try:
+        time.sleep(0.3)
+        assert checkpointer.checkpoints == 0  # nothing committed, nothing to do
         writer.execute("CREATE TABLE t (x)")
-        writer.execute("INSERT INTO t VALUES (1)")
-        checkpointer.committed()  # far from the commit count: only the interval brings the checkpoint
-        wait_until(lambda: checkpointer.checkpoints >= 1, "a checkpoint after the interval")
+        checkpointer.committed()
+        wait_until(lambda: checkpointer.checkpoints == 1, "a checkpoint after a commit")
+        for _ in range(50):
+            writer.execute("INSERT INTO t VALUES (1)")
+            checkpointer.committed()
+        assert checkpointer.checkpoints == 1  # the next waits for the interval
+        wait_until(lambda: checkpointer.checkpoints == 2, "the next checkpoint, one interval later")
         assert checkpointer_threads() == before + 1
     finally:
         checkpointer.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -73,11 +73,15 @@ class JobsView:
         SNAPSHOT_EVERY events folded)."""
         store = snapshots_of(log)
         self.restore(store)
-        async for recorded in log.subscribe(self.position, STREAMS):
-            self.apply(recorded)
-            self._snapshot_if_due(store)
-            if recorded.position % 100 == 0:
-                await asyncio.sleep(0)  # a long catch-up must not starve the other services in the loop
+        try:
+            async for recorded in log.subscribe(self.position, STREAMS):
+                self.apply(recorded)
+                self._snapshot_if_due(store)
+                if recorded.position % 100 == 0:
+                    await asyncio.sleep(0)  # a long catch-up must not starve the other services in the loop
+        finally:
+            if self._writing is not None:  # stopped: the snapshot being written is finished before the log closes
+                wait([self._writing])
 
     def recover(self, log: EventLog) -> int:
         """Start from the last snapshot and fold the log up to its head (no following); events folded."""
