@@ -47,6 +47,15 @@ def add(store: AggregateStore[tuple], log: SqliteEventLog, stream: int, value: i
     execute(store, log, f"{PREFIX}{stream}", lambda state: [Added(value)])
 
 
+def snapshotted(log: SqliteEventLog, streams: int) -> AggregateStore[tuple]:
+    """A toy store with `streams` streams, each one event, snapshotted (a base)."""
+    store = toy_store(log)
+    for stream in range(streams):
+        add(store, log, stream, 0)
+    store.snapshot()
+    return store
+
+
 def stored_delta(log: SqliteEventLog, name: str = "toy") -> Delta:
     return unpack(log.read_snapshot(name + DELTA_SUFFIX).data)
 
@@ -66,10 +75,7 @@ def recovered(log: SqliteEventLog) -> dict[str, tuple]:
 
 def test_a_snapshot_after_k_of_n_streams_changed_writes_only_those_k(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db")
-    store = toy_store(log)
-    for stream in range(200):
-        add(store, log, stream, 0)
-    store.snapshot()
+    store = snapshotted(log, 200)
     base = log.read_snapshot("toy")
     assert len(unpack(base.data)) == 200 and log.read_snapshot("toy" + DELTA_SUFFIX) is None
     for stream in (3, 50, 177):
@@ -87,10 +93,7 @@ def test_a_snapshot_after_k_of_n_streams_changed_writes_only_those_k(tmp_path):
 
 def test_the_base_is_rewritten_once_half_of_it_changed(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db")
-    store = toy_store(log)
-    for stream in range(10):
-        add(store, log, stream, 0)
-    store.snapshot()
+    store = snapshotted(log, 10)
     first_base = log.read_snapshot("toy")
     for stream in range(4):
         add(store, log, stream, 1)
@@ -124,10 +127,7 @@ def test_a_delta_for_another_base_is_ignored_and_the_log_after_the_base_read(tmp
 
 def test_a_stale_delta_in_an_aggregate_store_leaves_recovery_to_the_log(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db")
-    store = toy_store(log)
-    for stream in range(6):
-        add(store, log, stream, 0)
-    store.snapshot()
+    store = snapshotted(log, 6)
     add(store, log, 1, 1)
     store.snapshot()
     stale = log.read_snapshot("toy" + DELTA_SUFFIX)
@@ -146,10 +146,7 @@ def test_a_stale_delta_in_an_aggregate_store_leaves_recovery_to_the_log(tmp_path
 
 def test_a_damaged_delta_is_ignored(tmp_path, caplog):
     log = SqliteEventLog(tmp_path / "events.db")
-    store = toy_store(log)
-    for stream in range(6):
-        add(store, log, stream, 0)
-    store.snapshot()
+    store = snapshotted(log, 6)
     add(store, log, 1, 1)
     store.snapshot()
     delta = log.read_snapshot("toy" + DELTA_SUFFIX)
@@ -174,10 +171,7 @@ def test_removed_entries_stay_removed(tmp_path):
 
 def test_a_forgotten_stream_is_read_from_the_log_after_a_restore(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db")
-    store = toy_store(log)
-    for stream in range(6):
-        add(store, log, stream, 0)
-    store.snapshot()
+    store = snapshotted(log, 6)
     store.forget(f"{PREFIX}4")
     store.snapshot()
     assert stored_delta(log).deleted == (f"{PREFIX}4",)

@@ -74,9 +74,9 @@ class SqliteEventLog(SqlEventLogBase):
         super().__init__()
         self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, sqlite3.ProgrammingError,
                                        self.head_position)
-        self._conn = _connect(os.fspath(path))
-        in_memory = os.fspath(path) in ("", ":memory:")
-        self._checkpointer = None if in_memory else WalCheckpointer(os.fspath(path), self._conn)
+        path = os.fspath(path)
+        self._conn = _connect(path)
+        self._checkpointer = None if _in_memory(path) else WalCheckpointer(path, self._conn)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -133,8 +133,12 @@ class SqliteEventLog(SqlEventLogBase):
             raise
 
 
+def _in_memory(path: str) -> bool:
+    return path in ("", ":memory:")
+
+
 def _connect(path: str) -> sqlite3.Connection:
-    in_memory = path in ("", ":memory:")
+    in_memory = _in_memory(path)
     if not in_memory:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     # isolation_level=None: no implicit transactions, we issue BEGIN IMMEDIATE ourselves.
