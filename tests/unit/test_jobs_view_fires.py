@@ -1,8 +1,13 @@
-"""The jobs view shows the same lifecycle for a job fired by its only notification (one JobTriggered)
-as for one that waited for several (JobCreated, NotificationMatched..., JobTriggered)."""
+"""The jobs view: the same lifecycle for a job fired by its only notification (one JobTriggered)
+as for one that waited for several (JobCreated, NotificationMatched..., JobTriggered); the events
+that carry a whole job read for the fields it shows, the fired job decoded from its event on demand."""
+from datetime import timedelta
+
 from sluice.domain import codec
+from sluice.domain.checking import JobAdmitted
 from sluice.domain.jobs import JobState
-from sluice.domain.matching import MatchNotification, stream_name
+from sluice.domain.matching import JobTriggered, MatchNotification, stream_name
+from sluice.domain.runs import RunRequested
 from sluice.eventlog.port import RecordedEvent
 from sluice.readmodels.jobs import JobsView
 
@@ -27,3 +32,32 @@ def lifecycle(count: int, notifications: int) -> tuple[tuple[JobState, str], ...
 def test_a_job_fired_by_its_first_notification_was_pending_its_trigger_first():
     assert lifecycle(count=1, notifications=1) == lifecycle(count=2, notifications=2) == (
         (JobState.PENDING_TRIGGER, "first matching notification"), (JobState.PENDING_CONSTRAINT, "trigger satisfied"))
+
+
+def test_a_fired_job_is_kept_as_its_event_and_decoded_when_asked_for():
+    _, events = run(observed(schedule(count=2)), *[MatchNotification(notification(n)) for n in range(2)])
+    [fired] = [event for event in events if isinstance(event, JobTriggered)]
+    view = JobsView()
+    records = recorded(events)
+    for event in records:
+        view.apply(event)
+    job = view.get(fired.job.id)
+    assert job.fired == records[-1].data
+    assert job.job == fired.job and job.job.context.notifications == (notification(0), notification(1))
+
+
+def test_admission_and_run_are_read_from_the_events_carrying_the_whole_job():
+    _, events = run(observed(schedule()), MatchNotification(notification(0)))
+    [fired] = events
+    later = T0 + timedelta(minutes=5)
+    view = JobsView()
+    for event in recorded([*events, JobAdmitted(fired.job, later, forced=True),
+                           RunRequested("run-1", fired.job, later + timedelta(seconds=1))]):
+        view.apply(event)
+    job = view.get(fired.job.id)
+    assert job.state is JobState.LAUNCHED and job.run_id == "run-1" and job.updated_at == later + timedelta(seconds=1)
+    assert [(t.state, t.at, t.cause) for t in job.history[1:]] == [
+        (JobState.PENDING_CONSTRAINT, fired.at, "trigger satisfied"),
+        (JobState.PENDING_LAUNCH, later, "timed out, launch forced"),
+        (JobState.LAUNCHED, later + timedelta(seconds=1), "run run-1")]
+    assert job.notifications == 1 and job.created_at == fired.job.created_at

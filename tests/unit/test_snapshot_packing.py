@@ -67,3 +67,32 @@ def test_a_snapshot_naming_a_non_dataclass_is_unusable():
     compressed = zlib.compress(pickle.dumps(BuildsADict()))
     with pytest.raises(SnapshotUnusable):
         unpack(hashlib.sha256(compressed).digest() + compressed)
+
+
+class _RecordsCollector:
+    """Pickled through its __reduce__, which notes whether the cyclic collector was on meanwhile."""
+
+    seen: list[bool] = []
+
+    def __reduce__(self):
+        _RecordsCollector.seen.append(gc.isenabled())
+        return (dict, ())
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_while_packing_and_left_as_it_was(enabled):
+    _RecordsCollector.seen = []
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        pack([_RecordsCollector()])
+        assert _RecordsCollector.seen == [False] and gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_packing_releases_the_gil_every_few_hundred_objects(monkeypatch):
+    releases = []
+    monkeypatch.setattr(snapshots.time, "sleep", releases.append)
+    pack(states(snapshots.YIELD_EVERY))  # several dataclasses each: more than YIELD_EVERY objects reduced
+    assert releases and set(releases) == {0}
