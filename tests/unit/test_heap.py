@@ -1,5 +1,6 @@
 """Freezing the long-lived heap: cyclic garbage made before a refreeze is still reclaimed by it,
-what survives is frozen, and the service runtime freezes what it recovered."""
+what survives is frozen, survivors of the young generations are frozen between refreezes, and the
+service runtime freezes what it recovered and what its services keep."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +11,7 @@ import pytest
 
 from sluice.bus.inprocess import InProcessBus
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.runtime.heap import freeze_long_lived
+from sluice.runtime.heap import freeze_long_lived, freeze_survivors, keep_frozen
 from sluice.runtime.service import ServiceSpec, run_services
 
 
@@ -66,3 +67,33 @@ async def test_the_runtime_freezes_what_the_services_recovered(tmp_path):
     await task
     await bus.close()
     log.close()
+
+
+def test_survivors_of_the_young_generations_are_frozen_after_their_cyclic_garbage_is_collected():
+    freeze_long_lived()
+    frozen = gc.get_freeze_count()
+    kept = [Node() for _ in range(100)]
+    gone = cycle()
+    freeze_survivors()
+    assert gone() is None
+    assert gc.get_freeze_count() >= frozen + len(kept)
+
+
+async def test_between_refreezes_survivors_are_frozen_every_interval_and_everything_at_the_refreeze():
+    freeze_long_lived()
+    frozen = gc.get_freeze_count()
+    task = asyncio.create_task(keep_frozen(refreeze_seconds=0.2, survivors_seconds=0.02))
+    try:
+        kept = [Node() for _ in range(100)]
+        await asyncio.sleep(0.1)
+        assert gc.get_freeze_count() >= frozen + len(kept)  # before the first refreeze
+        first = Node()
+        first.other = Node()
+        first.other.other = first
+        ref = weakref.ref(first)
+        await asyncio.sleep(0.05)  # frozen as a survivor,
+        del first
+        await asyncio.sleep(0.3)  # reclaimed by the refreeze
+        assert ref() is None
+    finally:
+        task.cancel()

@@ -1,6 +1,7 @@
 """The jobs view: the same lifecycle for a job fired by its only notification (one JobTriggered)
 as for one that waited for several (JobCreated, NotificationMatched..., JobTriggered); the events
 that carry a whole job read for the fields it shows, the fired job decoded from its event on demand."""
+import gc
 from datetime import timedelta
 
 from sluice.domain import codec
@@ -61,3 +62,14 @@ def test_admission_and_run_are_read_from_the_events_carrying_the_whole_job():
         (JobState.PENDING_LAUNCH, later, "timed out, launch forced"),
         (JobState.LAUNCHED, later + timedelta(seconds=1), "run run-1")]
     assert job.notifications == 1 and job.created_at == fired.job.created_at
+
+
+def test_a_jobs_history_leaves_the_cyclic_collector_alone():
+    _, events = run(observed(schedule(count=2)), *[MatchNotification(notification(n)) for n in range(2)])
+    view = JobsView()
+    for event in recorded(events):
+        view.apply(event)
+    [job] = view.list()
+    gc.collect()  # untracks the (state, at, cause) tuples,
+    gc.collect()  # then the tuple holding them
+    assert len(job.history) == 2 and not gc.is_tracked(job.transitions)

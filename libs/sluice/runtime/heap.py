@@ -6,7 +6,13 @@ for ~100 ms, twice in 2.6 s at 1,000 notifications/s. What has survived start-up
 so after recovery it is collected once and frozen (`gc.freeze`: later collections skip it), and
 again every `REFREEZE_SECONDS`: a frozen object that becomes cyclic garbage is only reclaimed by
 the next refreeze, which unfreezes, collects everything, and freezes what survives. Acyclic
-garbage (all domain state: frozen dataclasses) is freed by reference counting at once anyway."""
+garbage (all domain state: frozen dataclasses) is freed by reference counting at once anyway.
+
+Between refreezes the heap keeps growing (the jobs view holds every job), and what grew was walked
+by every full collection: 17,000 jobs after 15 s at 1,000/s made one of ~40-60 ms. So every
+`SURVIVORS_SECONDS` the young generations are collected and what survived them is frozen too, a
+pause of about a millisecond. In steady state the collector found no cyclic garbage at all (64
+collections over 2 s, embedded, 1,000/s), so freezing survivors early holds back next to nothing."""
 from __future__ import annotations
 
 import asyncio
@@ -17,6 +23,7 @@ import time
 log = logging.getLogger(__name__)
 
 REFREEZE_SECONDS = 600.0
+SURVIVORS_SECONDS = 1.0
 
 
 def freeze_long_lived() -> None:
@@ -28,7 +35,19 @@ def freeze_long_lived() -> None:
     log.debug("froze %d long-lived objects in %.1f ms", gc.get_freeze_count(), (time.perf_counter() - started) * 1000)
 
 
-async def refreeze_every(seconds: float) -> None:
+def freeze_survivors() -> None:
+    """Collect the young generations, then freeze what is not frozen yet."""
+    gc.collect(1)
+    gc.freeze()
+
+
+async def keep_frozen(refreeze_seconds: float, survivors_seconds: float = SURVIVORS_SECONDS) -> None:
+    """`freeze_survivors` every `survivors_seconds` and `freeze_long_lived` every `refreeze_seconds`."""
+    next_refreeze = time.monotonic() + refreeze_seconds
     while True:
-        await asyncio.sleep(seconds)
-        freeze_long_lived()
+        await asyncio.sleep(min(survivors_seconds, max(next_refreeze - time.monotonic(), 0.0)))
+        if time.monotonic() >= next_refreeze:
+            freeze_long_lived()
+            next_refreeze = time.monotonic() + refreeze_seconds
+        else:
+            freeze_survivors()

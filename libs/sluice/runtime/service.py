@@ -13,7 +13,7 @@ from sluice.eventlog.port import EventLog
 from sluice.runtime.consumer import Subscription, consume
 from sluice.runtime.grpc_metrics import MetricsInterceptor
 from sluice.runtime.grpc_server import GrpcBinding, start_server
-from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, refreeze_every
+from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen
 from sluice.runtime.metrics import Registry
 from sluice.runtime.metrics_http import start_metrics_server
 from sluice.runtime.outbox import OutboxRelay, Route
@@ -54,8 +54,9 @@ async def run_services(
     """Run `specs` until `stop` is set or a task fails. Consumers, outbox relays and the gRPC server
     report to `metrics` (a private registry when None); with a `metrics_port` (0: a free one) the
     registry is served over HTTP on `host` too, and `on_metrics_ready` gets the port before `on_ready`.
-    The heap recovered is frozen out of garbage collection, and again every `refreeze_seconds`
-    (0: only after recovery); see sluice.runtime.heap."""
+    The heap recovered is frozen out of garbage collection, and again every `refreeze_seconds`,
+    with what survived the young generations frozen every second in between (0: only after
+    recovery); see sluice.runtime.heap."""
     registry = metrics or Registry()
     await bus.create_topics(ALL_TOPICS)
     for spec in specs:
@@ -74,7 +75,7 @@ async def run_services(
             on_metrics_ready(metrics_bound)
         tasks = [asyncio.create_task(job) for job in _jobs(specs, bus, event_log, producer, registry)]
         if refreeze_seconds > 0:
-            tasks.append(asyncio.create_task(refreeze_every(refreeze_seconds)))
+            tasks.append(asyncio.create_task(keep_frozen(refreeze_seconds)))
         for spec in specs:
             if spec.start:
                 spec.start()
