@@ -53,10 +53,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bus", choices=("all", "file", "memory", "kafka"), default="all",
                    help="e2e-latency: embedded (the in-process bus on a WAL file, or in memory), a real Kafka "
                         "broker with PostgreSQL, or all = file and kafka (default all)")
+    p.add_argument("--warm-up", type=_seconds, default=None, dest="warm_up",
+                   help="e2e-latency: seconds of load at each rate before the measured one (default 10)")
     p.add_argument("--full", action="store_true",
                    help="matcher: the issue's size (100000 schedules, 10000 datasets, 200000 notifications)")
     p.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
     return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds of at least 0, got {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

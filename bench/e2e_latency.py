@@ -20,8 +20,8 @@ joining its group when the clock starts. Setup time (stderr) here, 2 cores at lo
 per rate for 10,000 schedules in either mode (one at a time it took ~100 s over Kafka), so
 `make bench BENCH=e2e-latency` (3 runs, 2 modes, 2 rates) takes ~12 minutes.
 
-Measurement: after a warm-up pass of N notifications at the same rate (their launch requests
-awaited and not counted), a bus producer publishes N PartitionCommitted notifications (default 1000) at the
+Measurement: after a warm-up pass at the same rate, of N notifications or WARM_UP_SECONDS of
+sending if that is more (their launch requests awaited and not counted), a bus producer publishes N PartitionCommitted notifications (default 1000) at the
 offered rate (open loop, paced against the schedule; when behind it sends at once), stamping
 each send time just before the send. A separate consumer group on `sluice.launch-requests` maps
 each LaunchRequested back to its notification (job.context.notifications[].id); latency =
@@ -82,6 +82,9 @@ DATABASE = "bench_e2e_latency"
 PROBE_ID = "bench-probe"
 CREATE_IN_FLIGHT = 64
 STARTUP_TIMEOUT = 60.0
+WARM_UP_SECONDS = 10.0
+"""The warm-up sends the measured load's rate for at least this long (and at least as many
+notifications); `--warm-up` sets it."""
 DRAIN_TIMEOUT = 15.0  # after the last send, how long to wait for the outstanding launch requests
 
 
@@ -100,6 +103,8 @@ def run(options: object) -> list[Figure]:
     notifications = option(options, "notifications", DEFAULT_NOTIFICATIONS)
     rates = getattr(options, "rates", None) or DEFAULT_RATES
     seed = getattr(options, "seed", 42)
+    warm_up = getattr(options, "warm_up", None)
+    warm_up = WARM_UP_SECONDS if warm_up is None else warm_up
     figures: list[Figure] = []
     for bus_kind in MODES[getattr(options, "bus", None) or "all"]:
         prefix = "kafka_" if bus_kind == "kafka" else ""
@@ -107,7 +112,7 @@ def run(options: object) -> list[Figure]:
             label = f"{rate:g}/s"
             with tempfile.TemporaryDirectory(prefix="sluice-bench-e2e-") as tmp:
                 latencies, throughput = asyncio.run(
-                    _measure(bus_kind, Path(tmp), rate, schedules, notifications, random.Random(seed)))
+                    _measure(bus_kind, Path(tmp), rate, schedules, notifications, warm_up, random.Random(seed)))
             figures += [
                 Figure(f"{prefix}latency_p50@{label}", _percentile(latencies, 50), "ms", None),
                 Figure(f"{prefix}latency_p99@{label}", _percentile(latencies, 99), "ms", TARGET_P99_MS[bus_kind]),
@@ -204,7 +209,7 @@ def cpu_seconds_of_stat(stat: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count: int,
+async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count: int, warm_up_seconds: float,
                    rng: random.Random) -> tuple[list[float], float]:
     receiver: asyncio.Task | None = None
     async with _stack(bus_kind, tmp) as (log, bus, services):
@@ -218,7 +223,8 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
             received: dict[str, float] = {}
             receiver = asyncio.create_task(_receive(bus.consumer(CONSUMER_GROUP, [LAUNCH_REQUESTS]), received))
             await _probe(bus.producer(), received, services.check)
-            await _warm_up(bus.producer(), _notifications(count, schedules, rng, "bench-warm-"), rate, received,
+            warm_up = max(count, math.ceil(rate * warm_up_seconds))
+            await _warm_up(bus.producer(), _notifications(warm_up, schedules, rng, "bench-warm-"), rate, received,
                            services.check)
             progress(f"[e2e-latency] setup ({bus_kind}): {schedules} schedules created over gRPC in {created:.1f} s,"
                      f" observed by the matcher and checker after {observed:.1f} s, stack settled, probed and warmed"
@@ -316,9 +322,11 @@ async def _until(done: Callable[[], bool], check: Callable[[], None], failure: C
 
 async def _warm_up(producer, batch: list[tuple[str, bytes, bytes]], rate: float, received: dict[str, float],
                    check: Callable[[], None]) -> None:
-    """The same load once before the measured one, its launch requests awaited and then forgotten:
-    a freshly started broker's JVM compiles its hot paths during its first thousands of requests
-    (over Kafka the broker's CPU at 200/s halved once warm), which a running deployment has long done."""
+    """The same rate before the measured load, its launch requests awaited and then forgotten: a
+    freshly started broker's JVM compiles its hot paths during its first thousands of requests (over
+    Kafka the broker's CPU at 200/s halved once warm), and the services' state grows to what a stack
+    that has served for a while holds (the jobs view's snapshots then pack thousands of jobs): both
+    what a running deployment has long done. One second of warm-up at 1000/s hid both."""
     await _send(producer, batch, rate, {}, {})
     await _until(lambda: all(nid in received for nid, _, _ in batch), check,
                  lambda: f"{sum(nid not in received for nid, _, _ in batch)} warm-up notifications produced no LaunchRequested")

@@ -36,7 +36,7 @@ def test_matcher_prints_its_figures(capsys):
 
 def test_e2e_latency_prints_its_figures(capsys):
     lines = figures(capsys, ["e2e-latency", "--runs", "1", "--schedules", "5", "--notifications", "100",
-                             "--rates", "500", "--bus", "file"])
+                             "--rates", "500", "--bus", "file", "--warm-up", "0"])
     assert {line["bench"] for line in lines} == {"e2e-latency"}
     assert {line["metric"] for line in lines} == {"latency_p50@500/s", "latency_p99@500/s", "throughput@500/s"}
 
@@ -59,6 +59,13 @@ def test_list_and_unknown_names(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--runs", "0"])
     assert exit_.value.code == 2
+
+
+@pytest.mark.parametrize("seconds", ["-1", "soon", "nan"])
+def test_a_warm_up_that_is_not_seconds_is_refused_in_one_line(capsys, seconds):
+    with pytest.raises(SystemExit) as exit_:
+        main(["e2e-latency", "--warm-up", seconds])
+    assert exit_.value.code == 2 and "--warm-up: must be a number of seconds" in capsys.readouterr().err
 
 
 def test_lineage_prints_its_figures(capsys, monkeypatch):
