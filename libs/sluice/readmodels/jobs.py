@@ -161,7 +161,7 @@ class JobsView:
             case "JobAdmitted":
                 fields = _fields(recorded)
                 self._transition(fields["job"]["id"], JobState.PENDING_LAUNCH, datetime.fromisoformat(fields["at"]),
-                                 "timed out, launch forced" if fields["forced"] else "constraints met")
+                                 "timed out, launch forced" if fields.get("forced") else "constraints met")
             case "RunRequested":
                 fields = _fields(recorded)
                 run_id = fields["run_id"]
