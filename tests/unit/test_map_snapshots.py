@@ -274,3 +274,48 @@ async def test_a_following_jobs_view_packs_and_writes_its_snapshots_on_the_snaps
     again.recover(log)
     assert len(again.list()) == 40 and again.list() == view.list()
     log.close()
+
+
+def _create_and_discard(log: SqliteEventLog, schedule: str, jobs: range) -> None:
+    for index in jobs:
+        log.append(matching.stream_name(f"{schedule}-{index}"), [
+            encode(matching.JobCreated(f"{schedule}-j{index}", schedule, 1, T0), f"{schedule}-c{index}"),
+            encode(matching.JobDiscarded(f"{schedule}-j{index}", schedule, "gone", T0), f"{schedule}-d{index}")],
+            NO_STREAM)
+
+
+def test_the_jobs_view_keeps_the_last_finished_jobs_of_each_schedule_also_across_its_snapshots(tmp_path):
+    log = SqliteEventLog(tmp_path / "events.db")
+    _create_and_discard(log, "a", range(3))
+    _create_and_discard(log, "b", range(1))
+    log.append(matching.stream_name("a-pending"), [encode(matching.JobCreated("a-pending", "a", 1, T0), "p")], NO_STREAM)
+    view = JobsView(keep_finished=2)
+    view.recover(log)
+    view.snapshot(snapshots_of(log))
+    _create_and_discard(log, "a", range(3, 5))
+
+    restored = JobsView(keep_finished=2)
+    restored.recover(log)  # from the snapshot, then the log after it
+    straight = JobsView(keep_finished=2)
+    for recorded in log.read_all(0, 1000):
+        straight.apply(recorded)
+    assert [job.id for job in restored.list("a")] == ["a-j3", "a-j4", "a-pending"]
+    assert [job.id for job in restored.list("b")] == ["b-j0"]
+    assert restored.list() == straight.list()
+    log.close()
+
+
+def test_the_jobs_view_keeps_the_same_finished_jobs_whatever_order_they_finished_in(tmp_path):
+    log = SqliteEventLog(tmp_path / "events.db")
+    created = [encode(matching.JobCreated(f"j{index}", "s", 1, T0.replace(minute=index)), f"c{index}")
+               for index in range(4)]
+    discarded = [encode(matching.JobDiscarded(f"j{index}", "s", "gone", T0), f"d{index}") for index in range(4)]
+    log.append(matching.stream_name("s"), [*created, *discarded], NO_STREAM)
+    log.append(matching.stream_name("t"), [*[encode(matching.JobCreated(f"k{index}", "t", 1, T0.replace(minute=index)),
+                                                    f"e{index}") for index in range(4)],
+                                           *[encode(matching.JobDiscarded(f"k{index}", "t", "gone", T0), f"f{index}")
+                                             for index in reversed(range(4))]], NO_STREAM)
+    view = JobsView(keep_finished=2)
+    view.recover(log)
+    assert [job.id for job in view.list("s")] == ["j2", "j3"] and [job.id for job in view.list("t")] == ["k2", "k3"]
+    log.close()
