@@ -174,7 +174,7 @@ class Cluster:
         node.steps.append((f"consume:{subscription.group}", lambda: loop.step(0)))
 
     def _relay(self, node: Node, log: EventLog, producer: FaultyProducer, route) -> None:
-        relay = OutboxRelay(node.name, log, producer, route)
+        relay = OutboxRelay(node.name, log, producer, route, monotonic=lambda: self.clock.now().timestamp())
         caught_up_at = None
 
         async def publish() -> int:

@@ -1,17 +1,22 @@
 """The outbox relay: committed events of the log are published to the bus, never uncommitted ones.
 
 Publishing is at-least-once (a crash between send and checkpoint republishes); every message
-carries the event id in the `sluice-event-id` header so consumers drop duplicates. The messages
-of one read of the log go out in one send, and the position is saved after it; a read that
-publishes nothing (another service's events) saves it only every CHECKPOINT_EVERY events:
-re-reading those after a restart publishes nothing."""
+carries the event id in the `sluice-event-id` header, and consumers recognise what they had
+(a schedule generation, a job sequence, a run id, a lineage event). The messages of one read of the
+log go out in one send; the position is saved after it at most every CHECKPOINT_SECONDS, so a crash
+republishes up to that much. Notifications are the exception, saved after every send: the matcher
+recognises a resent notification only among a schedule's last 16. A read that publishes nothing
+(another service's events) saves the position only every CHECKPOINT_EVERY events: re-reading those
+after a restart publishes nothing. A stopping relay saves what it has not."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from sluice.bus.port import Message, Producer
+from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
 from sluice.runtime.metrics import Registry
 
@@ -19,6 +24,9 @@ log = logging.getLogger(__name__)
 
 EVENT_ID_HEADER = "sluice-event-id"
 CHECKPOINT_EVERY = 256
+CHECKPOINT_SECONDS = 1.0
+SAVED_AT_ONCE = frozenset({PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS})
+"""Topics whose sends are followed by a checkpoint at once (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,8 @@ class OutboxRelay:
     from) it reads only those streams' events; the others would publish nothing anyway."""
 
     def __init__(self, name: str, log: EventLog, producer: Producer, route: Route,
-                 metrics: Registry | None = None, prefixes: Sequence[str] = ()) -> None:
+                 metrics: Registry | None = None, prefixes: Sequence[str] = (), *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._name = name
         self._prefixes = tuple(prefixes)
         self._checkpoint = f"outbox:{name}"
@@ -48,12 +57,18 @@ class OutboxRelay:
             "sluice_outbox_published_total", "Messages the outbox relay published to the bus.", ("relay", "topic"))
         self._position = registry.gauge(
             "sluice_outbox_position", "Log position of the last event the outbox relay has read.", ("relay",))
+        self._monotonic = monotonic
         self._after: int | None = None
+        self._saved: int | None = None
+        self._saved_at = -float("inf")
         self._unsaved = 0
 
     async def run(self) -> None:
-        async for events in self._log.subscribe_batches(self._start(), self._prefixes):
-            await self._relay(events)
+        try:
+            async for events in self._log.subscribe_batches(self._start(), self._prefixes):
+                await self._relay(events)
+        finally:
+            self._save_on_stop()
 
     async def publish_pending(self, limit: int = 1000) -> int:
         """Relay what has committed since the last call (at most `limit` events), without waiting:
@@ -66,13 +81,13 @@ class OutboxRelay:
         return len(events)
 
     def _start(self) -> int:
-        self._after = self._log.read_checkpoint(self._checkpoint) or 0
+        self._after = self._saved = self._log.read_checkpoint(self._checkpoint) or 0
         self._unsaved = 0
         self._position.labels(self._name).set(self._after)
         return self._after
 
     async def _relay(self, events: list[RecordedEvent]) -> None:
-        """One read of the log: its messages in one send, then one checkpoint."""
+        """One read of the log: its messages in one send, then its position saved when due."""
         messages = [Message(outgoing.topic, outgoing.value, outgoing.key.encode(),
                             [(EVENT_ID_HEADER, event.id.encode())])
                     for event in events for outgoing in self._route(event)]
@@ -84,6 +99,19 @@ class OutboxRelay:
         self._position.labels(self._name).set(position)
         self._after = position
         self._unsaved += len(events)
-        if messages or self._unsaved >= CHECKPOINT_EVERY:
-            self._log.save_checkpoint(Checkpoint(self._checkpoint, position))
-            self._unsaved = 0
+        if (any(message.topic in SAVED_AT_ONCE for message in messages)
+                or (messages and self._monotonic() - self._saved_at >= CHECKPOINT_SECONDS)
+                or self._unsaved >= CHECKPOINT_EVERY):
+            self._save(position)
+
+    def _save(self, position: int) -> None:
+        self._log.save_checkpoint(Checkpoint(self._checkpoint, position))
+        self._saved, self._saved_at, self._unsaved = position, self._monotonic(), 0
+
+    def _save_on_stop(self) -> None:
+        if self._after is None or self._after == self._saved:
+            return
+        try:
+            self._save(self._after)
+        except Exception as error:  # the log closing under it: what was not saved is published again
+            log.warning("outbox relay %s: position %s not saved at stop: %r", self._name, self._after, error)
