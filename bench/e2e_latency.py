@@ -21,12 +21,13 @@ per rate for 10,000 schedules in either mode (one at a time it took ~100 s over 
 `make bench BENCH=e2e-latency` (3 runs, 2 modes, 2 rates) takes ~12 minutes.
 
 Measurement: after a warm-up pass at the same rate, of N notifications or WARM_UP_SECONDS of
-sending if that is more (their launch requests awaited and not counted), a bus producer publishes N PartitionCommitted notifications (default 1000) at the
-offered rate (open loop, paced against the schedule; when behind it sends at once), stamping
-each send time just before the send. A separate consumer group on `sluice.launch-requests` maps
-each LaunchRequested back to its notification (job.context.notifications[].id); latency =
-receive - send. CPU per notification goes to stderr: this process's (embedded), or the service
-processes' sum and each one's share, from /proc/<pid>/stat (Linux only).
+sending if that is more (their launch requests awaited and not counted), a bus producer publishes
+N PartitionCommitted notifications (default 1000) at the offered rate (open loop, paced against
+the schedule; when behind it sends at once), stamping each send time just before the send. A
+separate consumer group on `sluice.launch-requests` maps each LaunchRequested back to its
+notification (job.context.notifications[].id); latency = receive - send. CPU per notification goes
+to stderr: this process's (embedded), or the service processes' sum and each one's share, from
+/proc/<pid>/stat (Linux only).
 
 Figures per rate R: latency_p50@R/s and latency_p99@R/s in ms (target p99 5 ms embedded,
 50 ms over Kafka at 1000/s), and throughput@R/s: launch requests received per second from the
