@@ -81,6 +81,7 @@ from sluice.eventlog.port import (
     StreamAppend,
     WrongExpectedVersion,
     stream_prefixes,
+    versions_read,
 )
 from sluice.eventlog.subscription import Subscribers
 
@@ -227,6 +228,10 @@ class KurrentEventLog:
         except InvalidCommitPositionError:  # `after` is no event's position (an operator's `head - n`)
             events = self._read_after(self._anchor(after), limit, chosen)
         return [decode_event(self._prefix, event) for event in events]
+
+    def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
+        """The server sends whole events either way: read_all's, page by page."""
+        return versions_read(self, after, prefixes)
 
     def _read_after(self, after: int, limit: int, filter_include: Sequence[str]) -> list[KurrentRecordedEvent]:
         start = after if after > 0 else None  # must be an existing position; the read includes its event

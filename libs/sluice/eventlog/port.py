@@ -110,6 +110,12 @@ class EventLog(Protocol):
         that head: nothing matching lies between."""
         ...
 
+    def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
+        """The version of the last event of every stream that has events with position > after
+        (with `prefixes`, of the streams starting with one of them): which streams moved, without
+        reading their events (an aggregate store before its snapshot, over thousands of its own)."""
+        ...
+
     def head_position(self) -> int:
         """The position of the last committed event, 0 for an empty log."""
         ...
@@ -137,6 +143,16 @@ class EventLog(Protocol):
     def close(self) -> None:
         """Release the store; calling it again does nothing."""
         ...
+
+
+def versions_read(log: EventLog, after: int, prefixes: Sequence[str], page: int = 1000) -> dict[str, int]:
+    """`stream_versions` from the events themselves, for a log that cannot be asked for less."""
+    versions: dict[str, int] = {}
+    while events := log.read_all(after, page, prefixes):
+        for event in events:
+            versions[event.stream] = max(versions.get(event.stream, NO_STREAM), event.version)
+        after = events[-1].position
+    return versions
 
 
 def stream_prefixes(prefixes: Sequence[str]) -> tuple[str, ...]:

@@ -45,12 +45,21 @@ class SqlEventLogBase:
         # Filtered in SQL along the position index: skipped rows are never fetched nor decoded.
         return [self._to_event(row) for row in self._query(*self.read_all_query(after, limit, prefixes))]
 
+    def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
+        where, params = self._prefix_condition(prefixes)
+        return dict(self._query(f"SELECT stream, MAX(version) FROM events WHERE position > {{p}}{where} GROUP BY stream",
+                                (after, *params)))
+
     def read_all_query(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
         """read_all's SQL ({p} for placeholders) and parameters (tests check its query plan)."""
+        where, params = self._prefix_condition(prefixes)
+        return (f"SELECT {COLUMNS} FROM events WHERE position > {{p}}{where} ORDER BY position LIMIT {{p}}",
+                (after, *params, limit))
+
+    def _prefix_condition(self, prefixes: Sequence[str]) -> tuple[str, tuple[str, ...]]:
         conditions = [self._stream_starts_with(prefix) for prefix in stream_prefixes(prefixes)]
         where = f" AND ({' OR '.join(sql for sql, _ in conditions)})" if conditions else ""
-        return (f"SELECT {COLUMNS} FROM events WHERE position > {{p}}{where} ORDER BY position LIMIT {{p}}",
-                (after, *(param for _, param in conditions), limit))
+        return where, tuple(param for _, param in conditions)
 
     @staticmethod
     def _stream_starts_with(prefix: str) -> tuple[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Iterable, Sequence
 
-from sluice.eventlog.port import Checkpoint, EventLog, NewEvent, RecordedEvent, StreamAppend
+from sluice.eventlog.port import Checkpoint, EventLog, NewEvent, RecordedEvent, StreamAppend, versions_read
 
 
 class ReadOnlyLog(Exception):
@@ -27,6 +27,9 @@ class LogUntil:
 
     def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
         return [event for event in self._log.read_all(after, limit, prefixes) if event.position <= self._until]
+
+    def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
+        return versions_read(self, after, prefixes)
 
     def head_position(self) -> int:
         return min(self._log.head_position(), self._until)

@@ -180,14 +180,12 @@ class AggregateStore(Generic[S]):
         conflict made this store forget) is read again from the last version it knows."""
         assert self._prefix is not None and self._position is not None
         head = self._log.head_position()  # every event up to it is committed: read short, the prefix's are all here
-        while records := self._log.read_all(self._position, READ_BATCH, (self._prefix,)):
-            for recorded in records:
-                if recorded.stream.startswith(self._prefix) and recorded.type in self._types:
-                    cached = self._cache.get(recorded.stream)
-                    if cached is None or cached.version < recorded.version:
-                        start = cached or self._restored.pop(recorded.stream, Loaded(self._initial, NO_STREAM))
-                        self._keep(recorded.stream, self._fold(recorded.stream, start))
-            self._position = records[-1].position
+        # mostly this store's own appends, already in the cache: which streams moved, not their events
+        for stream, version in self._log.stream_versions(self._position, (self._prefix,)).items():
+            cached = self._cache.get(stream)
+            if cached is None or cached.version < version:
+                start = cached or self._restored.pop(stream, Loaded(self._initial, NO_STREAM))
+                self._keep(stream, self._fold(stream, start))
         self._position = max(self._position, head)
 
     def prepare(self, stream: str, events: Sequence[Any]) -> StreamAppend:

@@ -9,6 +9,7 @@ from typing import AsyncIterator
 import pytest
 
 from sluice.eventlog import ANY_VERSION, NO_STREAM, EventLog, NewEvent, RecordedEvent
+from sluice.eventlog.port import versions_read
 
 TIMEOUT = 5.0
 
@@ -99,3 +100,14 @@ class StreamFilterContract:
         batch = await waiting
         assert [(e.stream, e.version) for e in batch] == [("run-1", 0), ("run-1", 1)]
         await subscription.aclose()
+
+    def test_stream_versions_are_the_last_version_of_each_stream_moved_after_a_position(self, log: EventLog) -> None:
+        everything = _interleaved(log)
+        middle = everything[len(everything) // 2].position
+        for after in (0, middle, everything[-1].position):
+            for prefixes in ([], ["matcher-", "checker-"], ["sched"], ["nothing-"]):
+                expected: dict[str, int] = {}
+                for event in log.read_all(after=after, prefixes=prefixes, limit=10_000):
+                    expected[event.stream] = event.version
+                assert log.stream_versions(after, prefixes) == expected, (after, prefixes)
+                assert versions_read(log, after, prefixes, page=2) == expected  # what KurrentDB does
