@@ -2,9 +2,7 @@
 launcher's events. Disposable: rebuilt at start from its last snapshot (the projection at a position,
 saved every SNAPSHOT_EVERY events it folds, as a delta of the jobs changed since the last whole
 snapshot: sluice.runtime.map_snapshots) and the log after it; `sluice rebuild jobs` drops the
-snapshot and folds the whole log again. It keeps every pending job and, of each schedule, the KEEP_FINISHED
-newest jobs (by creation) that finished, launched or discarded: the same jobs in whatever order
-the services' events interleaved. The log keeps them all (`sluice log`).
+snapshot and folds the whole log again.
 
 The events that carry a whole job (the matcher's JobTriggered, the checker's JobAdmitted, the
 launcher's RunRequested) are read for the few fields the view shows, not decoded into a Job: a
@@ -16,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import heapq
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -40,10 +37,6 @@ STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name("")
 """The streams TYPES are appended to: the view reads only these."""
 SNAPSHOT = "jobs"
 READ_BATCH = 10_000
-KEEP_FINISHED = 50
-"""Finished jobs the view keeps per schedule, the newest: without a bound it held every job ever
-fired, and its memory and every snapshot of it grew for as long as the service ran."""
-FINISHED = frozenset({JobState.LAUNCHED, JobState.DISCARDED})
 
 
 @dataclass(frozen=True)
@@ -80,11 +73,8 @@ class JobView:
 
 
 class JobsView:
-    def __init__(self, snapshot_every: int | None = None, keep_finished: int = KEEP_FINISHED) -> None:
+    def __init__(self, snapshot_every: int | None = None) -> None:
         self._jobs: dict[str, JobView] = {}
-        self._keep_finished = keep_finished
-        self._finished: dict[str, list[tuple[datetime, str]]] = {}
-        """Each schedule's finished jobs in the view, a heap of (created_at, job id): the oldest first."""
         self.position = 0
         """Every event up to this position is in the view."""
         self._snapshot_every = snapshot_every or snapshots.SNAPSHOT_EVERY
@@ -137,12 +127,6 @@ class JobsView:
             self.position, self._jobs = loaded
         else:
             store.rebase()
-        self._finished = {}
-        for view in self._jobs.values():
-            if view.state in FINISHED:
-                self._finished.setdefault(view.schedule_id, []).append((view.created_at, view.id))
-        for finished in self._finished.values():
-            heapq.heapify(finished)
 
     def snapshot(self, store: MapSnapshots) -> None:
         store.save(self.position, self._jobs, self._changed)
@@ -215,17 +199,6 @@ class JobsView:
         if view is None:
             return
         self._update(job_id, at, state=state, transitions=(*view.transitions, (state.value, at, cause)), **changes)
-        if state in FINISHED and view.state not in FINISHED:
-            self._keep_newest_finished(view)
-
-    def _keep_newest_finished(self, view: JobView) -> None:
-        """The schedule's KEEP_FINISHED newest finished jobs are the same whatever order they finished in."""
-        finished = self._finished.setdefault(view.schedule_id, [])
-        heapq.heappush(finished, (view.created_at, view.id))
-        if len(finished) > self._keep_finished:
-            _, dropped = heapq.heappop(finished)
-            del self._jobs[dropped]
-            self._changed.add(dropped)
 
     def _update(self, job_id: str, at: datetime, **changes: object) -> None:
         self._changed.add(job_id)
