@@ -108,9 +108,13 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) ->
     checker = CheckerService(log, clock, capacity)
     jobs_view = JobsView()
     subscription = Subscription("constraint-checker", checker.handlers())
+    def recover() -> None:
+        checker.recover()
+        jobs_view.recover(log)  # complete up to the head before the gRPC server answers a ListJobs
+
     return ServiceSpec("checker", [subscription], route=checker.route, route_prefixes=(QUEUE_STREAM,),
                        grpc=checker_grpc.bindings(jobs_view, checker),
-                       recover=checker.recover, background=[lambda: jobs_view.follow(log), checker.run_timers])
+                       recover=recover, background=[lambda: jobs_view.follow(log), checker.run_timers])
 
 
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:

@@ -82,6 +82,7 @@ class JobsView:
         self._changed: set[str] = set()
         """Jobs set since the last snapshot."""
         self._writing: Future[bool] | None = None
+        self._restored = False
 
     def list(self, schedule_id: str = "") -> list[JobView]:
         jobs = (j for j in self._jobs.values() if not schedule_id or j.schedule_id == schedule_id)
@@ -91,10 +92,11 @@ class JobsView:
         return self._jobs.get(job_id)
 
     async def follow(self, log: EventLog) -> None:
-        """Start from the last snapshot, then fold every event as it commits (saving a snapshot every
-        SNAPSHOT_EVERY events folded)."""
+        """Start from the last snapshot (unless `recover` ran), then fold every event as it commits
+        (saving a snapshot every SNAPSHOT_EVERY events folded)."""
         store = snapshots_of(log)
-        self.restore(store)
+        if not self._restored:  # else `recover` brought it up to the head before it was served
+            self.restore(store)
         try:
             async for recorded in log.subscribe(self.position, STREAMS):
                 self.apply(recorded)
@@ -122,6 +124,7 @@ class JobsView:
 
     def restore(self, store: MapSnapshots) -> None:
         self._jobs, self.position, self._unsnapshotted, self._changed = {}, 0, 0, set()
+        self._restored = True
         loaded = store.load()
         if loaded is not None and isinstance(loaded[1], dict):
             self.position, self._jobs = loaded
