@@ -17,7 +17,6 @@ import logging
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 import orjson
 
@@ -35,6 +34,8 @@ TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.
 """The events the view folds; the matcher's ScheduleObserved (a whole schedule each) are not decoded."""
 STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name(""))
 """The streams TYPES are appended to: the view reads only these."""
+READ_BY_FIELDS = frozenset({"JobTriggered", "JobAdmitted", "RunRequested", "NotificationMatched"})
+"""Events the view reads as plain values: each carries a whole job or notification it does not show."""
 SNAPSHOT = "jobs"
 READ_BATCH = 10_000
 
@@ -152,31 +153,29 @@ class JobsView:
         if recorded.type not in TYPES:
             return
         self._unsnapshotted += 1
+        if recorded.type not in READ_BY_FIELDS:
+            self._apply_small(TYPES.decode(recorded))
+            return
+        # plain values, read for the few the view shows (orjson reads an integer beyond 64 bits as a
+        # float: no field read here is one)
+        fields = orjson.loads(recorded.data)
+        at = datetime.fromisoformat(fields["at"])
         match recorded.type:
             case "JobTriggered":
-                fields = _fields(recorded)
                 job = fields["job"]
-                job_id, at = job["id"], datetime.fromisoformat(fields["at"])
-                if job_id not in self._jobs:  # created, matched and fired by its only notification
-                    self._created(job_id, job["schedule_id"], datetime.fromisoformat(job["created_at"]),
+                if job["id"] not in self._jobs:  # created, matched and fired by its only notification
+                    self._created(job["id"], job["schedule_id"], datetime.fromisoformat(job["created_at"]),
                                   len(job["context"]["notifications"]))
-                self._transition(job_id, JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
+                self._transition(job["id"], JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
             case "JobAdmitted":
-                fields = _fields(recorded)
-                self._transition(fields["job"]["id"], JobState.PENDING_LAUNCH, datetime.fromisoformat(fields["at"]),
+                self._transition(fields["job"]["id"], JobState.PENDING_LAUNCH, at,
                                  "timed out, launch forced" if fields.get("forced") else "constraints met")
             case "RunRequested":
-                fields = _fields(recorded)
                 run_id = fields["run_id"]
-                self._transition(fields["job"]["id"], JobState.LAUNCHED, datetime.fromisoformat(fields["at"]),
-                                 f"run {run_id}", run_id=run_id)
+                self._transition(fields["job"]["id"], JobState.LAUNCHED, at, f"run {run_id}", run_id=run_id)
             case "NotificationMatched":
-                fields = _fields(recorded)
                 job_id = fields["job_id"]
-                self._update(job_id, datetime.fromisoformat(fields["at"]),
-                             notifications=self._jobs[job_id].notifications + 1)
-            case _:
-                self._apply_small(TYPES.decode(recorded))
+                self._update(job_id, at, notifications=self._jobs[job_id].notifications + 1)
 
     def _apply_small(self, event: object) -> None:
         match event:
@@ -206,12 +205,6 @@ class JobsView:
     def _update(self, job_id: str, at: datetime, **changes: object) -> None:
         self._changed.add(job_id)
         self._jobs[job_id] = replace(self._jobs[job_id], updated_at=at, **changes)
-
-
-def _fields(recorded: RecordedEvent) -> dict[str, Any]:
-    """The event's JSON as plain values: the view reads a few of them, whatever else the event holds
-    (orjson reads an integer beyond 64 bits as a float: no field read here is one)."""
-    return orjson.loads(recorded.data)
 
 
 def snapshots_of(log: EventLog) -> MapSnapshots:
