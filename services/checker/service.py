@@ -21,8 +21,8 @@ from sluice.domain.checking import (
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import ProgramStatusChanged
 from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
-from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
-from sluice.runtime.aggregates import AggregateStore, execute
+from sluice.eventlog.port import Checkpoint, CheckpointMoved, EventLog, RecordedEvent
+from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, execute
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
@@ -111,15 +111,23 @@ class CheckerService:
 
     async def apply(self, items: list[tuple[Record, object]]) -> None:
         """Decide on the commands of records not consumed before; the events and the consumed
-        positions are appended together."""
-        commands, checkpoints = [], {}
-        for record, command in items:
-            checkpoint = self._offsets.checkpoint(record)
-            if checkpoint is not None:  # else consumed before the last restart: its events are in the log
-                commands.append(command)
-                checkpoints[checkpoint.name] = checkpoint
-        if commands:
-            self._decide(commands, list(checkpoints.values()))
+        positions are appended together. Positions another writer recorded meanwhile (CheckpointMoved)
+        are read again, and what it recorded is skipped."""
+        for _ in range(MAX_CONFLICT_RETRIES):
+            commands, checkpoints = [], {}
+            for record, command in items:
+                checkpoint = self._offsets.checkpoint(record)
+                if checkpoint is not None:  # else consumed before: its events are in the log
+                    commands.append(command)
+                    checkpoints[checkpoint.name] = checkpoint
+            if not commands:
+                return
+            try:
+                self._decide(commands, list(checkpoints.values()))
+                return
+            except CheckpointMoved:
+                self._offsets.refresh(set(checkpoints))
+        raise RuntimeError(f"gave up after {MAX_CONFLICT_RETRIES} moved consumed positions")
 
     def fire_due(self) -> bool:
         """Run an admission pass if the clock reached the next check; whether one was due."""

@@ -55,13 +55,13 @@ class ScheduleLookup:
 
     def sync(self) -> None:
         """Fold the registry's events committed since the last sync into the index: every one up to
-        the head read first (the log never shows a later event without the earlier ones)."""
-        head = self._log.head_position()
-        while head > self._position:
-            events = self._log.read_all(self._position, SYNC_BATCH, REGISTRY_STREAMS)
+        the head read with them (the log never shows a later event without the earlier ones)."""
+        while True:
+            events, head = self._log.read_all_to_head(self._position, SYNC_BATCH, REGISTRY_STREAMS)
             self._fold(events)
             if len(events) < SYNC_BATCH:
                 self._position = max(self._position, head)
+                return
 
     async def follow(self) -> None:
         """Fold the registry's events as they commit (a background task next to the consumers)."""

@@ -23,7 +23,7 @@ from sluice.domain.common import Notification
 from sluice.domain import triggers
 from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchNotification, ObserveSchedule
 from sluice.domain.schedules import Schedule
-from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
+from sluice.eventlog.port import Checkpoint, CheckpointMoved, EventLog, RecordedEvent, WrongExpectedVersion
 from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, catch_up
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
@@ -187,16 +187,13 @@ class MatcherService:
         positions are appended together (a redelivered record is skipped, also after a restart).
 
         During a rebalance the partition's previous owner may still be recording the same records.
-        So every attempt loads the states the records concern first and reads the consumed positions
-        after: a writer that commits in between shows in those positions, and one that commits later
-        conflicts with this append, which is then tried again."""
+        So the consumed positions are appended with the values this member knows (`expected`): if
+        another writer recorded records since, the append fails and nothing is written; the
+        positions are read again and the records decided again (those recorded are skipped)."""
         try:
             for _ in range(MAX_CONFLICT_RETRIES):
                 for schedule_id in self._concerned(command for _, command in items):
                     self._store.load(matching.stream_name(schedule_id))
-                self._offsets.refresh({self._offsets.name(record) for record, _ in items}
-                                      | {_source_name(record, command.source) for record, command in items
-                                         if isinstance(command, MatchRequests) and command.source is not None})
                 commands, checkpoints = [], {}
                 for record, command in items:
                     checkpoint = self._offsets.checkpoint(record)
@@ -214,6 +211,8 @@ class MatcherService:
                 try:
                     self._run_once(commands, list(checkpoints.values()))
                     return
+                except CheckpointMoved:
+                    self._offsets.refresh(set(checkpoints))
                 except WrongExpectedVersion as conflict:
                     self._store.forget(conflict.stream)
             raise RuntimeError(f"gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
@@ -226,9 +225,10 @@ class MatcherService:
         passed it: a publisher sends each source partition's notifications in order, and the first
         stage starts again where it had committed, after it had published everything before."""
         name = _source_name(record, source)
+        recorded = self._offsets.next(name)
         seen = batch.get(name)
-        next_offset = seen.value if seen is not None else self._offsets.next(name)
-        return Checkpoint(name, source.offset + 1) if source.offset >= next_offset else None
+        next_offset = seen.value if seen is not None else recorded
+        return Checkpoint(name, source.offset + 1, expected=recorded) if source.offset >= next_offset else None
 
     def _concerned(self, commands) -> set[str]:
         found: set[str] = set()

@@ -161,3 +161,31 @@ async def test_what_the_first_stage_publishes_again_changes_nothing(tmp_path):
     assert len(counted_by) == sum(1 for s in all_schedules if "d0" in {leaf.dataset for leaf in
                                                                     getattr(s.trigger, "all_of", (s.trigger,))})
     log.close()
+
+
+async def test_a_poll_another_member_recorded_meanwhile_is_skipped_not_decided_again(tmp_path):
+    """A rebalance moved partitions while their old owner still held the positions it had read: the
+    new owner recorded a poll, and the old one then handles the same poll. Its append expects the
+    positions it knew, fails, and after reading them again it records nothing. (More notifications
+    per schedule than its window of recent ones, so counting them twice would show.)"""
+    clock = SimulatedClock(T0)
+    all_schedules = schedules()
+    records = match_records(all_schedules, 200)
+    log = CountingLog(tmp_path / "events.db", clock=clock)
+    old_owner = MatcherService(log, clock)
+    handlers = old_owner.handlers()
+    await handlers[SCHEDULES].apply([(r, handlers[SCHEDULES].parse(r)) for r in schedule_records(all_schedules)])
+    first, second = records[:len(records) // 4], records[len(records) // 4:]
+    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in first])
+
+    new_owner = MatcherService(log, clock)
+    new_owner.recover()
+    handler = new_owner.handlers()[MATCHES]
+    await handler.apply([(r, handler.parse(r)) for r in second])
+    head, appends = log.head_position(), log.appends
+
+    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in second])
+    assert log.head_position() == head and log.appends == appends + 1  # the one append that failed
+    reread = MatcherService(log, clock)
+    reread.recover()
+    assert reread.states() == new_owner.states()

@@ -21,7 +21,8 @@ def _events(count: int) -> list[NewEvent]:
 
 
 class RecordingReads:
-    """A log's read_all, recording where each read started and which streams it asked for."""
+    """A log's read_all and read_all_to_head, recording where each read of events started and which
+    streams it asked for (a read_all_to_head that found the head not past `after` read none)."""
 
     def __init__(self, log: SqliteEventLog) -> None:
         self.log = log
@@ -31,8 +32,14 @@ class RecordingReads:
         self.reads.append((after, tuple(prefixes)))
         return self.log.read_all(after, limit, prefixes)
 
+    def to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
+        events, head = self.log.read_all_to_head(after, limit, prefixes)
+        if head > after:
+            self.reads.append((after, tuple(prefixes)))
+        return events, head
+
     def subscribers(self, poll_interval: float) -> Subscribers:
-        return Subscribers(self, poll_interval, lambda: False, sqlite3.ProgrammingError, self.log.head_position)
+        return Subscribers(self, poll_interval, lambda: False, sqlite3.ProgrammingError, self.to_head)
 
 
 @pytest.fixture

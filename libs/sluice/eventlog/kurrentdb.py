@@ -80,6 +80,8 @@ from sluice.eventlog.port import (
     RecordedEvent,
     StreamAppend,
     WrongExpectedVersion,
+    check_expected_checkpoints,
+    head_then_read,
     stream_prefixes,
     versions_read,
 )
@@ -127,7 +129,7 @@ class KurrentEventLog:
         self._new_uuid = new_uuid
         self._closed = False
         self._subscribers = Subscribers(self._poll, poll_interval, lambda: self._closed, EventLogClosed,
-                                        self._poll_head)
+                                        self._poll_to_head)
 
     @property
     def prefix(self) -> str:
@@ -158,7 +160,8 @@ class KurrentEventLog:
             if parts is None or bases is None:
                 self._explain(appends, duplicate=None)  # raises: some expected version cannot hold
                 continue
-            attempt = build_attempt(self._prefix, parts, bases, checkpoints, recorded_at, self._new_uuid)
+            attempt = build_attempt(self._prefix, parts, bases, checkpoints, recorded_at, self._new_uuid,
+                                    self._checked_checkpoints(checkpoints))
             conflict = self._send(attempt)
             if conflict is None:
                 if attempt.has_events:
@@ -169,6 +172,19 @@ class KurrentEventLog:
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         self.append_batch([], checkpoints=[checkpoint])
+
+    def _checked_checkpoints(self, checkpoints: Sequence[Checkpoint]) -> dict[str, int]:
+        """Each checkpoint with `expected` checked against its stream's last event, and that stream's
+        version: the append expects it, so a save in between fails the append (read again, it raises)."""
+        versions, stored = {}, {}
+        for checkpoint in checkpoints:
+            if checkpoint.expected is not None and checkpoint.name not in versions:
+                last = self._last(checkpoint_stream(self._prefix, checkpoint.name))
+                versions[checkpoint.name] = NO_STREAM if last is None else last.stream_position
+                if last is not None:
+                    stored[checkpoint.name] = checkpoint_value(last)
+        check_expected_checkpoints(checkpoints, stored)
+        return versions
 
     def _send(self, attempt: Attempt) -> WrongCurrentVersionError | None:
         if not attempt.requests:
@@ -228,6 +244,10 @@ class KurrentEventLog:
         except InvalidCommitPositionError:  # `after` is no event's position (an operator's `head - n`)
             events = self._read_after(self._anchor(after), limit, chosen)
         return [decode_event(self._prefix, event) for event in events]
+
+    def read_all_to_head(self, after: int = 0, limit: int = 1000,
+                         prefixes: Sequence[str] = ()) -> tuple[list[RecordedEvent], int]:
+        return head_then_read(self, after, limit, prefixes)
 
     def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
         """The server sends whole events either way: read_all's, page by page."""
@@ -312,8 +332,8 @@ class KurrentEventLog:
         """read_all for subscribers: a read cut short by close() ends the subscription quietly."""
         return self._unless_closed(lambda: self.read_all(after, limit, prefixes))
 
-    def _poll_head(self) -> int:
-        return self._unless_closed(self.head_position)
+    def _poll_to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
+        return self._unless_closed(lambda: self.read_all_to_head(after, limit, prefixes))
 
     def _unless_closed(self, read: Callable[[], T]) -> T:
         try:

@@ -308,7 +308,10 @@ class Attempt:
 
 
 def build_attempt(prefix: str, parts: Sequence[Part], bases: Mapping[str, int], checkpoints: Sequence[Checkpoint],
-                  recorded_at: datetime, new_uuid: Callable[[], uuid.UUID] = uuid.uuid4) -> Attempt:
+                  recorded_at: datetime, new_uuid: Callable[[], uuid.UUID] = uuid.uuid4,
+                  checkpoint_versions: Mapping[str, int] | None = None) -> Attempt:
+    """`checkpoint_versions`: the version of each checkpoint stream whose value was checked (for a
+    checkpoint with `expected`), sent as its expected version; the others are written at ANY."""
     requests = [NewEvents(stream_name(prefix, part.stream), [encode_event(e, recorded_at) for e in part.events],
                           expected_state(bases[part.stream]))
                 for part in parts if part.events]
@@ -323,6 +326,8 @@ def build_attempt(prefix: str, parts: Sequence[Part], bases: Mapping[str, int], 
             reservations[stream] = event.id
             first = first or (stream, reservation.id)
     latest = {checkpoint.name: checkpoint.value for checkpoint in checkpoints}  # the last value of a name wins
-    requests += [NewEvents(checkpoint_stream(prefix, name), [checkpoint_event(value, new_uuid())], StreamState.ANY)
+    checked = checkpoint_versions or {}
+    requests += [NewEvents(checkpoint_stream(prefix, name), [checkpoint_event(value, new_uuid())],
+                           expected_state(checked[name]) if name in checked else StreamState.ANY)
                  for name, value in latest.items()]
     return Attempt(requests, reservations, first)

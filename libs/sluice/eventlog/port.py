@@ -25,6 +25,17 @@ class WrongExpectedVersion(Exception):
         self.actual = actual
 
 
+class CheckpointMoved(WrongExpectedVersion):
+    """A checkpoint appended with `expected` had another value: another writer saved it since it was
+    read (a consumer group moved its partition). Nothing was written."""
+
+    def __init__(self, name: str, expected: int, actual: int) -> None:
+        Exception.__init__(self, f"checkpoint {name!r}: expected {expected}, actual {actual}")
+        self.stream = name
+        self.expected = expected
+        self.actual = actual
+
+
 class DuplicateEventId(Exception):
     """An appended event's id is already in the log (or twice in one append); nothing was written."""
 
@@ -66,6 +77,9 @@ class Checkpoint:
 
     name: str
     value: int
+    expected: int | None = None
+    """When set, the append checks that the stored value (0 when never saved) is still this one,
+    atomically with its writes, and raises CheckpointMoved otherwise."""
 
 
 class EventLog(Protocol):
@@ -108,6 +122,13 @@ class EventLog(Protocol):
         must hold back until earlier positions are resolved). So a filtered reader that read
         `head_position()` before a read that returned fewer than `limit` events may go on from
         that head: nothing matching lies between."""
+        ...
+
+    def read_all_to_head(self, after: int = 0, limit: int = 1000,
+                         prefixes: Sequence[str] = ()) -> tuple[list[RecordedEvent], int]:
+        """`read_all` and the head position, as of the same moment or the head read first (one
+        round trip where the store allows): when fewer than `limit` events came back, nothing
+        matching lies after the last of them up to that head."""
         ...
 
     def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
@@ -153,6 +174,20 @@ def versions_read(log: EventLog, after: int, prefixes: Sequence[str], page: int 
             versions[event.stream] = max(versions.get(event.stream, NO_STREAM), event.version)
         after = events[-1].position
     return versions
+
+
+def head_then_read(log: EventLog, after: int, limit: int,
+                   prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
+    """`read_all_to_head` in two reads, the head first, for a log that cannot do both in one."""
+    head = log.head_position()
+    return (log.read_all(after, limit, prefixes) if head > after else []), head
+
+
+def check_expected_checkpoints(checkpoints: Sequence[Checkpoint], stored: Mapping[str, int]) -> None:
+    """The port's rule for checkpoints appended with `expected`: `stored` holds their saved values."""
+    for checkpoint in checkpoints:
+        if checkpoint.expected is not None and stored.get(checkpoint.name, 0) != checkpoint.expected:
+            raise CheckpointMoved(checkpoint.name, checkpoint.expected, stored.get(checkpoint.name, 0))
 
 
 def stream_prefixes(prefixes: Sequence[str]) -> tuple[str, ...]:

@@ -41,12 +41,13 @@ import psycopg
 from psycopg import IsolationLevel
 
 from sluice.clock import Clock, SystemClock
-from sluice.eventlog.sql import SqlEventLogBase
+from sluice.eventlog.sql import COLUMNS, SqlEventLogBase
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
     ANY_VERSION,
     NO_STREAM,
     Checkpoint,
+    CheckpointMoved,
     DuplicateEventId,
     RecordedEvent,
     StreamAppend,
@@ -55,8 +56,8 @@ from sluice.eventlog.port import (
 
 _APPEND_LOCK = int.from_bytes(b"sluiceEL", "big")
 """The advisory lock key every append (and the schema set-up) holds until its transaction ends."""
-_WRONG_EXPECTED_VERSION, _DUPLICATE_EVENT_ID = "SL001", "SL002"
-"""SQLSTATEs sluice_append raises (message: the stream, or the id; detail: "expected actual")."""
+_WRONG_EXPECTED_VERSION, _DUPLICATE_EVENT_ID, _CHECKPOINT_MOVED = "SL001", "SL002", "SL003"
+"""SQLSTATEs sluice_append raises (message: the stream, the id or the checkpoint; detail: "expected actual")."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -75,17 +76,27 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     name  TEXT   PRIMARY KEY,
     value BIGINT NOT NULL
 );
+DROP FUNCTION IF EXISTS sluice_append(TEXT[], BIGINT[], INT[], INT[], TEXT[], TEXT[], BYTEA[], TEXT[], TIMESTAMPTZ,
+                                      TEXT[], BIGINT[]);  -- before checkpoints had expected values
 CREATE OR REPLACE FUNCTION sluice_append(
     p_streams TEXT[], p_expected BIGINT[],              -- one per stream append
     p_event_append INT[], p_event_offset INT[],         -- one per event: its append (1-based), its place in it
     p_ids TEXT[], p_types TEXT[], p_data BYTEA[], p_metadata TEXT[], p_recorded_at TIMESTAMPTZ,
-    p_checkpoint_names TEXT[], p_checkpoint_values BIGINT[]
+    p_checkpoint_names TEXT[], p_checkpoint_values BIGINT[], p_checkpoint_expected BIGINT[]  -- NULL: unchecked
 ) RETURNS TABLE (actuals BIGINT[], last_position BIGINT) LANGUAGE plpgsql AS $$
 DECLARE
     current BIGINT[];
     taken TEXT;
+    moved RECORD;
 BEGIN
     PERFORM pg_advisory_xact_lock({lock});
+    SELECT c.name, c.expected, COALESCE(k.value, 0) AS actual INTO moved
+      FROM unnest(p_checkpoint_names, p_checkpoint_expected) AS c(name, expected)
+      LEFT JOIN checkpoints k ON k.name = c.name
+     WHERE c.expected IS NOT NULL AND c.expected <> COALESCE(k.value, 0) LIMIT 1;
+    IF moved.name IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'SL003', MESSAGE = moved.name, DETAIL = moved.expected || ' ' || moved.actual;
+    END IF;
     SELECT array_agg(COALESCE((SELECT e.version FROM events e WHERE e.stream = a.stream  -- the index's last entry,
                                 ORDER BY e.version DESC LIMIT 1), -1) ORDER BY a.ord)   -- however long the stream
       INTO current FROM unnest(p_streams) WITH ORDINALITY AS a(stream, ord);
@@ -126,7 +137,7 @@ class PostgresEventLog(SqlEventLogBase):
         self._clock = clock or SystemClock()
         super().__init__()
         self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, psycopg.Error,
-                                       self.head_position)
+                                       self.read_all_to_head)
         self._conn = _connect(dsn)
 
     @staticmethod
@@ -136,6 +147,16 @@ class PostgresEventLog(SqlEventLogBase):
         and a sort to walking the position index until `limit` rows match)."""
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         return "stream LIKE {p}", escaped + "%"
+
+    def read_all_to_head(self, after: int = 0, limit: int = 1000,
+                         prefixes: Sequence[str] = ()) -> tuple[list[RecordedEvent], int]:
+        """One statement, so one snapshot: the head and the events up to it (a row with the head
+        alone when none match)."""
+        where, params = self._prefix_condition(prefixes)
+        rows = self._query(f"SELECT h.head, e.* FROM (SELECT COALESCE(MAX(position), 0) AS head FROM events) h"
+                           f" LEFT JOIN LATERAL (SELECT {COLUMNS} FROM events WHERE position > {{p}}{where}"
+                           f" ORDER BY position LIMIT {{p}}) e ON true", (after, *params, limit))
+        return [self._to_event(row[1:]) for row in rows if row[1] is not None], rows[0][0]
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -174,13 +195,14 @@ class PostgresEventLog(SqlEventLogBase):
         metadata = [json.dumps(dict(event.metadata)) for _, _, event in events]
         try:
             cur.execute("SELECT actuals, last_position FROM sluice_append("
-                        "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                        "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                         ([append.stream for append in appends], [append.expected_version for append in appends],
                          [index for index, _, _ in events], [offset for _, offset, _ in events],
                          [event.id for _, _, event in events], [event.type for _, _, event in events],
                          [bytes(event.data) for _, _, event in events], metadata, recorded_at,
                          [checkpoint.name for checkpoint in checkpoints],
-                         [checkpoint.value for checkpoint in checkpoints]))
+                         [checkpoint.value for checkpoint in checkpoints],
+                         [checkpoint.expected for checkpoint in checkpoints]))
             actuals, last_position = cur.fetchone()
         except psycopg.Error as error:
             if error.sqlstate == _WRONG_EXPECTED_VERSION:
@@ -188,6 +210,9 @@ class PostgresEventLog(SqlEventLogBase):
                 raise WrongExpectedVersion(error.diag.message_primary, expected, actual) from None
             if error.sqlstate == _DUPLICATE_EVENT_ID:
                 raise DuplicateEventId(error.diag.message_primary) from None
+            if error.sqlstate == _CHECKPOINT_MOVED:
+                expected, actual = map(int, error.diag.message_detail.split())
+                raise CheckpointMoved(error.diag.message_primary, expected, actual) from None
             raise
         actuals = actuals or []
         versions = [actual + len(append.events) for append, actual in zip(appends, actuals)]
@@ -202,6 +227,9 @@ class PostgresEventLog(SqlEventLogBase):
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """One statement, atomic as it is: no transaction block around it."""
+        if checkpoint.expected is not None:
+            self.append_batch([], checkpoints=[checkpoint])
+            return
         with self._lock:
             self._conn.execute(_UPSERT_CHECKPOINT, (checkpoint.name, checkpoint.value))
 

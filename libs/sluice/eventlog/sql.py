@@ -45,6 +45,17 @@ class SqlEventLogBase:
         # Filtered in SQL along the position index: skipped rows are never fetched nor decoded.
         return [self._to_event(row) for row in self._query(*self.read_all_query(after, limit, prefixes))]
 
+    def read_all_to_head(self, after: int = 0, limit: int = 1000,
+                         prefixes: Sequence[str] = ()) -> tuple[list[RecordedEvent], int]:
+        """The head first, then the read, both under the connection's lock."""
+        with self._lock:
+            head = self._conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
+            if head <= after:
+                return [], head
+            sql, params = self.read_all_query(after, limit, prefixes)
+            rows = self._conn.execute(sql.format(p=self.PLACEHOLDER), params).fetchall()
+        return [self._to_event(row) for row in rows], head
+
     def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
         where, params = self._prefix_condition(prefixes)
         return dict(self._query(f"SELECT stream, MAX(version) FROM events WHERE position > {{p}}{where} GROUP BY stream",

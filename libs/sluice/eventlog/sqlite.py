@@ -30,6 +30,7 @@ from sluice.eventlog.port import (
     NewEvent,
     RecordedEvent,
     StreamAppend,
+    check_expected_checkpoints,
     check_expected_version,
 )
 
@@ -73,7 +74,7 @@ class SqliteEventLog(SqlEventLogBase):
         self._clock = clock or SystemClock()
         super().__init__()
         self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, sqlite3.ProgrammingError,
-                                       self.head_position)
+                                       self.read_all_to_head)
         path = os.fspath(path)
         self._conn = _connect(path)
         self._checkpointer = None if _in_memory(path) else WalCheckpointer(path, self._conn)
@@ -83,6 +84,7 @@ class SqliteEventLog(SqlEventLogBase):
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
         with self._lock:
             with self._begin_immediate() as conn:
+                _check_checkpoints(conn, checkpoints)
                 recorded_at = self._clock.now().astimezone(timezone.utc).isoformat()
                 versions, rows = _append_streams(conn, appends, recorded_at)
                 # before any other insert moves last_insert_rowid()
@@ -111,6 +113,7 @@ class SqliteEventLog(SqlEventLogBase):
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._transaction() as conn:
+            _check_checkpoints(conn, [checkpoint])
             _upsert_checkpoints(conn, [checkpoint])
 
     @contextmanager
@@ -206,6 +209,14 @@ def _insert(conn: sqlite3.Connection, row: tuple) -> None:
         if "events.id" in str(exc):
             raise DuplicateEventId(row[0]) from exc
         raise
+
+
+def _check_checkpoints(conn: sqlite3.Connection, checkpoints: Sequence[Checkpoint]) -> None:
+    names = [checkpoint.name for checkpoint in checkpoints if checkpoint.expected is not None]
+    if names:
+        stored = conn.execute(f"SELECT name, value FROM checkpoints WHERE name IN ({','.join(['?'] * len(names))})",
+                              names).fetchall()
+        check_expected_checkpoints(checkpoints, dict(stored))
 
 
 def _upsert_checkpoints(conn: sqlite3.Connection, checkpoints: Sequence[Checkpoint]) -> None:

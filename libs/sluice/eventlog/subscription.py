@@ -1,7 +1,7 @@
 """Catch-up-then-live subscriptions over any adapter's `read_all`, shared by the adapters.
 
-A filtered subscription (stream prefixes) reads the head position before each filtered read: a
-read that comes back short has seen every matching event up to that head, so the subscription
+A filtered subscription (stream prefixes) reads the head position with each filtered read
+(`read_all_to_head`): a read that comes back short has seen every matching event up to that head, so the subscription
 goes on from there and never scans the same non-matching events again. It is woken only by
 appends to streams it follows (`notify(streams)`), and polls for other processes' appends.
 
@@ -25,6 +25,7 @@ TAIL_CAPACITY = 4096
 """Events of this process's last commits kept for its subscribers (held: up to a quarter more)."""
 
 ReadAll = Callable[[int, int, Sequence[str]], list[RecordedEvent]]
+ReadToHead = Callable[[int, int, Sequence[str]], tuple[list[RecordedEvent], int]]
 Read = tuple[list[RecordedEvent], int, bool]
 """A subscriber's read: the events, the position to go on from, and whether it was caught up then."""
 
@@ -105,9 +106,9 @@ class Subscribers:
     """Wakes this process's subscribers on an append; they also poll for other processes' appends."""
 
     def __init__(self, read_all: ReadAll, poll_interval: float, closed: Callable[[], bool],
-                 closed_error: type[Exception], head_position: Callable[[], int]) -> None:
+                 closed_error: type[Exception], read_to_head: ReadToHead) -> None:
         self._read_all = read_all
-        self._head_position = head_position
+        self._read_to_head = read_to_head
         self._poll_interval = poll_interval
         self._closed = closed
         self._closed_error = closed_error
@@ -168,10 +169,9 @@ class Subscribers:
         if not prefixes:
             batch = self._read_all(after, BATCH, ())
             return batch, batch[-1].position if batch else after, len(batch) < BATCH
-        head = self._head_position()
+        batch, head = self._read_to_head(after, BATCH, prefixes)
         if head <= after:
             return [], after, True
-        batch = self._read_all(after, BATCH, prefixes)
         if len(batch) == BATCH:
             return batch, batch[-1].position, False
         return batch, max(head, batch[-1].position if batch else after), True

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Iterable, Sequence
 
-from sluice.eventlog.port import Checkpoint, EventLog, NewEvent, RecordedEvent, StreamAppend, versions_read
+from sluice.eventlog.port import (Checkpoint, EventLog, NewEvent, RecordedEvent, StreamAppend, head_then_read,
+                                 versions_read)
 
 
 class ReadOnlyLog(Exception):
@@ -27,6 +28,10 @@ class LogUntil:
 
     def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
         return [event for event in self._log.read_all(after, limit, prefixes) if event.position <= self._until]
+
+    def read_all_to_head(self, after: int = 0, limit: int = 1000,
+                         prefixes: Sequence[str] = ()) -> tuple[list[RecordedEvent], int]:
+        return head_then_read(self, after, limit, prefixes)
 
     def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
         return versions_read(self, after, prefixes)

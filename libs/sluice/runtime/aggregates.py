@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Generic, Sequence, TypeVar
 
 from sluice.domain.codec import EventTypes, encode
-from sluice.eventlog.port import NO_STREAM, Checkpoint, EventLog, StreamAppend, WrongExpectedVersion
+from sluice.eventlog.port import NO_STREAM, Checkpoint, CheckpointMoved, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
@@ -262,6 +262,8 @@ def execute_batch(
         appends = [store.prepare(stream, events) for stream, events in decided.items()]
         try:
             versions = log.append_batch(appends, checkpoints=checkpoints)
+        except CheckpointMoved:
+            raise  # the same checkpoints cannot succeed again: the caller reads them and decides again
         except WrongExpectedVersion as conflict:
             store.forget(conflict.stream)
             continue

@@ -16,8 +16,8 @@ class ConsumedOffsets:
         return f"{self._consumer}:{record.topic}:{record.partition}"
 
     def refresh(self, names: set[str]) -> None:
-        """Read these positions from the log again: another member of the group may have recorded
-        records of these partitions since (a rebalance moved them while it finished a poll)."""
+        """Read these positions from the log again: another member of the group recorded records of
+        these partitions since (a rebalance moved them while it finished a poll: CheckpointMoved)."""
         saved = self._log.read_checkpoints(names)
         for name in names:
             self._next[name] = saved.get(name, 0)
@@ -30,11 +30,13 @@ class ConsumedOffsets:
         return position
 
     def checkpoint(self, record: Record) -> Checkpoint | None:
-        """The checkpoint to append with the record's events, or None when the record was consumed before."""
+        """The checkpoint to append with the record's events, or None when the record was consumed
+        before. It expects the recorded position: an append after another writer's fails."""
         name = self.name(record)
-        if record.offset < self.next(name):
+        recorded = self.next(name)
+        if record.offset < recorded:
             return None
-        return Checkpoint(name, record.offset + 1)
+        return Checkpoint(name, record.offset + 1, expected=recorded)
 
     def recorded(self, checkpoint: Checkpoint) -> None:
         """The checkpoint was appended: records before it are redeliveries from now on."""

@@ -115,6 +115,10 @@ class FaultyEventLog:
     def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
         return self._log.read_all(after, limit, prefixes)
 
+    def read_all_to_head(self, after: int = 0, limit: int = 1000,
+                         prefixes: Sequence[str] = ()) -> tuple[list[RecordedEvent], int]:
+        return self._log.read_all_to_head(after, limit, prefixes)
+
     def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
         return self._log.stream_versions(after, prefixes)
 

@@ -31,6 +31,7 @@ from sluice.eventlog import (
     ANY_VERSION,
     NO_STREAM,
     Checkpoint,
+    CheckpointMoved,
     DuplicateEventId,
     EventLog,
     NewEvent,
@@ -294,6 +295,24 @@ class EventLogContract(StreamFilterContract):
         log.save_checkpoint(Checkpoint("other", 3))
         assert log.read_checkpoints(["bus:0", "bus:1", "never", "bus:0"]) == {"bus:0": 7, "bus:1": 0}
         assert log.read_checkpoints(iter(["other"])) == {"other": 3}
+
+    def test_a_checkpoint_with_expected_is_written_only_while_it_still_holds_that_value(self, log: EventLog) -> None:
+        log.append("s", new_events(1), NO_STREAM, checkpoints=[Checkpoint("bus:0", 5, expected=0)])  # never saved: 0
+        log.append("s", new_events(1), 0, checkpoints=[Checkpoint("bus:0", 9, expected=5), Checkpoint("free", 1)])
+        assert log.read_checkpoints(["bus:0", "free"]) == {"bus:0": 9, "free": 1}
+
+        with pytest.raises(CheckpointMoved) as moved:  # another member saved 9 since this one read 5
+            log.append_batch([StreamAppend("s", new_events(1), 1), StreamAppend("t", new_events(1), NO_STREAM)],
+                             checkpoints=[Checkpoint("bus:0", 12, expected=5), Checkpoint("free", 2)])
+        assert (moved.value.stream, moved.value.expected, moved.value.actual) == ("bus:0", 5, 9)
+        assert isinstance(moved.value, WrongExpectedVersion)  # a conflict like any other: decide again
+        assert log.stream_version("s") == 1 and log.stream_version("t") == NO_STREAM
+        assert log.read_checkpoints(["bus:0", "free"]) == {"bus:0": 9, "free": 1}
+
+        with pytest.raises(CheckpointMoved):
+            log.save_checkpoint(Checkpoint("bus:0", 12, expected=0))
+        log.save_checkpoint(Checkpoint("bus:0", 12, expected=9))
+        assert log.read_checkpoint("bus:0") == 12
 
     # -- event content -----------------------------------------------------------------------
 

@@ -111,3 +111,14 @@ class StreamFilterContract:
                     expected[event.stream] = event.version
                 assert log.stream_versions(after, prefixes) == expected, (after, prefixes)
                 assert versions_read(log, after, prefixes, page=2) == expected  # what KurrentDB does
+
+    def test_read_all_to_head_reads_as_read_all_and_gives_a_head_to_go_on_from(self, log: EventLog) -> None:
+        assert log.read_all_to_head(0, 10, ["schedule-"]) == ([], 0)
+        everything = _interleaved(log)
+        head = everything[-1].position
+        for prefixes in ([], ["schedule-"], ["matcher-", "checker-"], ["nothing-"]):
+            events, at = log.read_all_to_head(0, 10_000, prefixes)
+            assert (events, at) == (log.read_all(0, 10_000, prefixes), head), prefixes
+        first_two = log.read_all(0, 2, ["matcher-"])
+        assert log.read_all_to_head(0, 2, ["matcher-"]) == (first_two, head)  # a full page: go on after its last
+        assert log.read_all_to_head(head, 10, ["schedule-"]) == ([], head)
