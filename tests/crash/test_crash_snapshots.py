@@ -17,9 +17,9 @@ async def test_seeded_crashes_with_frequent_incremental_snapshots_change_nothing
     monkeypatch.setattr(snapshots, "SNAPSHOT_EVERY", SNAPSHOT_EVERY)
     written, write = Counter(), MapSnapshots.write
 
-    def counting_write(self, pending):
+    def counting_write(self, pending, pace=None):
         written["base" if pending.base is not None else "delta"] += 1
-        return write(self, pending)
+        return write(self, pending, pace)
 
     monkeypatch.setattr(MapSnapshots, "write", counting_write)
     backend = _Backend("sqlite")

@@ -37,10 +37,10 @@ async def test_many_streams_are_snapshotted_in_a_worker_thread(tmp_path, monkeyp
     release, writers = threading.Event(), []
     original = Snapshots.save
 
-    def slow_save(self, position, state):
+    def slow_save(self, position, state, pace=None):
         writers.append(threading.current_thread())
         release.wait(10)
-        return original(self, position, state)
+        return original(self, position, state, pace)
 
     monkeypatch.setattr(Snapshots, "save", slow_save)
     log = SqliteEventLog(tmp_path / "events.db")

@@ -251,9 +251,9 @@ async def test_a_following_jobs_view_packs_and_writes_its_snapshots_on_the_snaps
     writers: list[str] = []
     write = MapSnapshots.write
 
-    def recording_write(self, pending):
+    def recording_write(self, pending, pace=None):
         writers.append(threading.current_thread().name)
-        return write(self, pending)
+        return write(self, pending, pace)
     monkeypatch.setattr(MapSnapshots, "write", recording_write)
     view = JobsView(snapshot_every=10)
     following = asyncio.ensure_future(view.follow(log))

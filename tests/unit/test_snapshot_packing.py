@@ -1,9 +1,11 @@
 """Snapshot packing keeps what it packs as small as before, and unpacks to equal values."""
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import pickle
+import time
 import tracemalloc
 import zlib
 from datetime import datetime, timezone
@@ -96,3 +98,48 @@ def test_packing_releases_the_gil_every_few_hundred_objects(monkeypatch):
     monkeypatch.setattr(snapshots.time, "sleep", releases.append)
     pack(states(snapshots.YIELD_EVERY))  # several dataclasses each: more than YIELD_EVERY objects reduced
     assert releases and set(releases) == {0}
+
+
+async def test_a_paced_packer_packs_a_chunk_per_turn_of_the_event_loop():
+    """While the loop does not turn (a blocking call on it), the packer on its thread waits; once it
+    turns again, the packing goes on to the end."""
+    loop = asyncio.get_running_loop()
+    pacer = snapshots.LoopPacer(loop)
+    chunks = []
+
+    def pace() -> None:
+        chunks.append(time.perf_counter())
+        pacer()
+
+    state = states(32 * snapshots.YIELD_EVERY)  # ~100 ms of packing
+    packing = loop.run_in_executor(None, pack, state, pace)
+    while len(chunks) < 3:  # turns: the packer goes on
+        await asyncio.sleep(0.001)
+    assert not packing.done()
+    blocked_from = time.perf_counter()
+    time.sleep(0.05)  # no turn for 50 ms: at most the chunk under way
+    assert sum(1 for at in chunks if at > blocked_from + 0.005) <= 1
+    assert unpack(await packing) == state
+
+
+def test_a_packer_paced_by_a_loop_that_is_not_running_goes_on_alone():
+    loop = asyncio.new_event_loop()
+    try:
+        started = time.perf_counter()
+        state = states(2 * snapshots.YIELD_EVERY)
+        assert unpack(pack(state, snapshots.LoopPacer(loop))) == state
+        assert time.perf_counter() - started < snapshots.MAX_TURN_WAIT  # it never waited for a turn
+    finally:
+        loop.close()
+
+
+def test_a_stopped_pacer_no_longer_waits_for_the_loop():
+    loop = asyncio.new_event_loop()
+    pacer = snapshots.LoopPacer(loop)
+    pacer.stop()
+    loop.is_running = lambda: True  # as if it ran, blocked on the thread that stopped the pacer
+    started = time.perf_counter()
+    pacer()
+    assert time.perf_counter() - started < snapshots.MAX_TURN_WAIT
+    del loop.is_running
+    loop.close()

@@ -26,7 +26,7 @@ from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
-from sluice.runtime.snapshots import schema_of
+from sluice.runtime.snapshots import LoopPacer, schema_of
 
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
@@ -83,6 +83,7 @@ class JobsView:
         self._changed: set[str] = set()
         """Jobs set since the last snapshot."""
         self._writing: Future[bool] | None = None
+        self._pacer: LoopPacer | None = None
         self._restored = False
 
     def list(self, schedule_id: str = "") -> list[JobView]:
@@ -106,6 +107,7 @@ class JobsView:
                     await asyncio.sleep(0)  # a long catch-up must not starve the other services in the loop
         finally:
             if self._writing is not None:  # stopped: the snapshot being written is finished before the log closes
+                self._pacer.stop()  # this thread waits for it: the packer must not wait for the loop
                 wait([self._writing])
 
     def recover(self, log: EventLog) -> int:
@@ -145,7 +147,8 @@ class JobsView:
             return
         pending = store.prepare(self.position, self._jobs, self._changed)
         self._unsnapshotted, self._changed = 0, set()
-        self._writing = SNAPSHOT_WRITER.submit(store.write, pending)
+        self._pacer = LoopPacer(asyncio.get_running_loop())
+        self._writing = SNAPSHOT_WRITER.submit(store.write, pending, self._pacer)
         self._writing.add_done_callback(_log_failure)
 
     def apply(self, recorded: RecordedEvent) -> None:

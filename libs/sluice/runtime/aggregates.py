@@ -149,7 +149,7 @@ class AggregateStore(Generic[S]):
             # Submitted at once and checked with the thread's own future: a to_thread task starts,
             # and an asyncio future completes, only when the loop next runs, so a handler that does
             # not yield (the matcher benchmark) held that snapshot and every later one off.
-            self._writing = SNAPSHOT_WRITER.submit(self._snapshots.write, pending)
+            self._writing = SNAPSHOT_WRITER.submit(self._snapshots.write, pending, snapshots.LoopPacer(loop))
             self._saving = asyncio.wrap_future(self._writing, loop=loop)
             self._saving.add_done_callback(self._saved)
         else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Collection, Hashable, Mapping
+from typing import Any, Callable, Collection, Hashable, Mapping
 
 from sluice.runtime.snapshots import Snapshots
 
@@ -141,10 +141,11 @@ class MapSnapshots:
         return PendingSave(position, None, Delta(self._base_digest, self._base_position, present, deleted),
                            self._generation)
 
-    def write(self, pending: PendingSave) -> bool:
+    def write(self, pending: PendingSave, pace: Callable[[], None] | None = None) -> bool:
+        """`pace`: see snapshots.pack (a LoopPacer on the snapshot thread)."""
         if pending.base is None:
-            return self._delta.save(pending.position, pending.delta)
-        saved = self._base.save(pending.position, pending.base)
+            return self._delta.save(pending.position, pending.delta, pace)
+        saved = self._base.save(pending.position, pending.base, pace)
         if not saved or pending.generation != self._generation:
             # The stored base and delta stay valid (a delta names its base); the next save is a base.
             self._base_digest = None

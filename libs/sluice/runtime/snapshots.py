@@ -14,6 +14,7 @@ ignored snapshot costs one full fold, nothing else: the next save replaces it.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import gc
@@ -24,11 +25,12 @@ import logging
 import operator
 import pickle
 import sys
+import threading
 import time
 import typing
 import zlib
 from functools import cache
-from typing import Any
+from typing import Any, Callable
 
 from sluice.eventlog.snapshots import Snapshot, snapshot_store
 
@@ -40,10 +42,12 @@ has entities (streams, jobs) if that is more, so that writing a large state stay
 the work: what a recovery folds at most on top of its snapshot."""
 
 YIELD_EVERY = 256
-"""Objects a snapshot's pickler reduces between two releases of the GIL (~0.5 ms of packing). On the
-snapshot thread the event loop then waits at most that long for it; otherwise each time the loop
-woke up it waited up to the interpreter's switch interval (5 ms), and a checker packing its jobs
-view answered in hundreds of milliseconds instead of a few."""
+"""Objects a snapshot's pickler reduces between two releases of the GIL (~0.5 ms of packing): a chunk.
+On the snapshot thread the event loop then waits at most that long for it; otherwise each time the
+loop woke up it waited up to the interpreter's switch interval (5 ms), and a checker packing its
+jobs view answered in hundreds of milliseconds instead of a few."""
+MAX_TURN_WAIT = 0.1
+"""How long a paced packer waits for a turn of the loop before it packs on unpaced (see LoopPacer)."""
 
 _SAFE_MODULES = frozenset({"builtins", "datetime", "zoneinfo", "collections", "copyreg", "enum", "decimal",
                            "_codecs"})
@@ -67,10 +71,11 @@ def schema_of(*parts: object) -> str:
     return digest.hexdigest()[:32]
 
 
-def pack(state: Any) -> bytes:
+def pack(state: Any, pace: Callable[[], None] | None = None) -> bytes:
+    """`pace` is called between chunks of YIELD_EVERY objects (default: release the GIL once)."""
     buffer = io.BytesIO()
     with _collector_paused():
-        _FieldPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(state)
+        _FieldPickler(buffer, pace or _release_gil).dump(state)
     body = zlib.compress(buffer.getvalue(), 1)
     return hashlib.sha256(body).digest() + body
 
@@ -102,6 +107,44 @@ def _collector_paused():
         yield
     finally:
         gc.enable()
+
+
+def _release_gil() -> None:
+    time.sleep(0)
+
+
+class LoopPacer:
+    """Paces a snapshot packed on a worker thread by an event loop: one chunk per turn of the loop.
+
+    Between chunks the packer waits, without the GIL, until a callback of its own has run on the
+    loop. The loop then waits for the GIL one chunk at most, and only once per turn. A bare
+    `sleep(0)` mostly took the GIL straight back: while the matcher's 10,000 states packed, each time
+    the loop wanted the GIL (after every SQLite call) it waited up to the switch interval, and the
+    loop lagged 12 ms at 200 notifications/s. Pacing ends when the loop stops running or takes
+    longer than MAX_TURN_WAIT to turn (it is blocked: then the packer must not wait on it), and on `stop()`."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._turn = threading.Event()
+        self._stopped = False
+
+    def __call__(self) -> None:
+        if self._stopped or not self._loop.is_running():
+            return _release_gil()
+        self._turn.clear()
+        try:
+            self._loop.call_soon_threadsafe(self._turn.set)
+        except RuntimeError:  # the loop closed
+            self._stopped = True
+            return None
+        if not self._turn.wait(MAX_TURN_WAIT):
+            self._stopped = True
+        return None
+
+    def stop(self) -> None:
+        """Pack on without waiting for the loop (its thread is about to wait for the packer)."""
+        self._stopped = True
+        self._turn.set()
 
 
 class Snapshots:
@@ -138,13 +181,13 @@ class Snapshots:
         self.digest = snapshot.data[:32]
         return snapshot.position, state
 
-    def save(self, position: int, state: Any) -> bool:
+    def save(self, position: int, state: Any, pace: Callable[[], None] | None = None) -> bool:
         """Whether it was saved: a snapshot that cannot be written (the store is unreachable) costs a
         longer recovery later, so it is logged, never raised into the operation that triggered it."""
         if self._store is None:
             return False
         try:
-            data = pack(state)
+            data = pack(state, pace)
             self._store.save_snapshot(Snapshot(self.name, position, self.schema, data))
         except Exception as error:
             log.warning("snapshot %s at position %s not saved: %r", self.name, position, error)
@@ -163,10 +206,14 @@ class _FieldPickler(pickle.Pickler):
 
     _reduced = 0
 
+    def __init__(self, file: io.BytesIO, pace: Callable[[], None]) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._pace = pace
+
     def reducer_override(self, obj: Any) -> Any:
         self._reduced += 1
         if self._reduced % YIELD_EVERY == 0:
-            time.sleep(0)  # lets a waiting thread (the event loop) take the GIL
+            self._pace()  # lets a waiting thread (the event loop) take the GIL
         cls = type(obj)
         values = _VALUES.get(cls, _UNKNOWN)
         if values is _UNKNOWN:
