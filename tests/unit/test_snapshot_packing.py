@@ -143,3 +143,39 @@ def test_a_stopped_pacer_no_longer_waits_for_the_loop():
     assert time.perf_counter() - started < snapshots.MAX_TURN_WAIT
     del loop.is_running
     loop.close()
+
+
+def test_a_big_dict_is_packed_in_parts_and_unpacks_whole(monkeypatch):
+    monkeypatch.setattr(snapshots, "PART_ENTRIES", 100)
+    entries = {f"matcher-s{index}": state for index, state in enumerate(states(250))}
+    freed = []
+    original = snapshots._FieldPickler
+
+    class CountingPickler(original):
+        def dump(self, obj):
+            super().dump(obj)
+            freed.append(len(self.memo.copy()))  # what freeing this pickler's memo costs
+
+    monkeypatch.setattr(snapshots, "_FieldPickler", CountingPickler)
+    restored = unpack(pack(entries))
+    assert restored == entries and list(restored) == list(entries)
+    assert len(freed) == 4 and max(freed) < sum(freed) / 2  # a marker, then parts of 100, 100, 50 entries
+    small = {key: entries[key] for key in list(entries)[:100]}
+    assert unpack(pack(small)) == small  # up to PART_ENTRIES: one pickle, as before
+
+
+def test_a_part_that_is_not_a_dict_makes_the_snapshot_unusable():
+    import io
+    buffer = io.BytesIO()
+    pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(snapshots._Parts(2))
+    pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump({"a": 1})
+    pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(["not", "a", "dict"])
+    body = zlib.compress(buffer.getvalue(), 1)
+    with pytest.raises(SnapshotUnusable):
+        unpack(hashlib.sha256(body).digest() + body)
+
+
+def test_the_packing_format_is_part_of_every_schema(monkeypatch):
+    before = snapshots.schema_of(MatcherState)
+    monkeypatch.setattr(snapshots, "PACK_FORMAT", b"another")
+    assert snapshots.schema_of(MatcherState) != before

@@ -41,11 +41,16 @@ SNAPSHOT_EVERY = 2_000
 has entities (streams, jobs) if that is more, so that writing a large state stays a small share of
 the work: what a recovery folds at most on top of its snapshot."""
 
-YIELD_EVERY = 256
+YIELD_EVERY = 64
 """Objects a snapshot's pickler reduces between two releases of the GIL (~0.5 ms of packing): a chunk.
 On the snapshot thread the event loop then waits at most that long for it; otherwise each time the
 loop woke up it waited up to the interpreter's switch interval (5 ms), and a checker packing its
 jobs view answered in hundreds of milliseconds instead of a few."""
+PART_ENTRIES = 1_000
+"""Entries of a dict per pickle (see `pack`): ~1 ms to free a part's memo."""
+PACK_FORMAT = b"parts-1"
+"""Part of every schema: code that packs another way does not read these snapshots (a reader of
+single pickles would take the first part for the whole state)."""
 MAX_TURN_WAIT = 0.1
 """How long a paced packer waits for a turn of the loop before it packs on unpaced (see LoopPacer)."""
 
@@ -61,23 +66,41 @@ class SnapshotUnusable(Exception):
 
 def schema_of(*parts: object) -> str:
     """A fingerprint of the code behind a state: the source of the modules defining `parts` (classes,
-    functions) and every dataclass reachable from their type hints."""
+    functions) and every dataclass reachable from their type hints, and the packing format."""
     modules: set[str] = set()
     for part in parts:
         modules |= _modules_of(part)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(PACK_FORMAT)
     for name in sorted(modules):
         digest.update(name.encode() + b"\0" + _module_source(name) + b"\0")
     return digest.hexdigest()[:32]
 
 
 def pack(state: Any, pace: Callable[[], None] | None = None) -> bytes:
-    """`pace` is called between chunks of YIELD_EVERY objects (default: release the GIL once)."""
+    """`pace` is called between chunks of YIELD_EVERY objects (default: release the GIL once).
+
+    A dict of more than PART_ENTRIES entries (a map snapshot's base) is pickled as `_Parts` and then
+    one pickle per part: a pickler's memo holds every object it wrote, tuples made for the purpose
+    included, and freeing it is one pause that no thread switch interrupts (10,000 matcher states:
+    ~11 ms, a loop lag as long). Objects shared across parts are written once per part."""
     buffer = io.BytesIO()
     with _collector_paused():
-        _FieldPickler(buffer, pace or _release_gil).dump(state)
+        if type(state) is dict and len(state) > PART_ENTRIES:
+            items = list(state.items())
+            parts = [dict(items[start:start + PART_ENTRIES]) for start in range(0, len(items), PART_ENTRIES)]
+            _FieldPickler(buffer, pace or _release_gil).dump(_Parts(len(parts)))
+            for part in parts:
+                _FieldPickler(buffer, pace or _release_gil).dump(part)
+        else:
+            _FieldPickler(buffer, pace or _release_gil).dump(state)
     body = zlib.compress(buffer.getvalue(), 1)
     return hashlib.sha256(body).digest() + body
+
+
+@dataclasses.dataclass(frozen=True)
+class _Parts:
+    """The state is a dict, in this many pickles after this one."""
+    count: int
 
 
 def unpack(data: bytes) -> Any:
@@ -86,7 +109,17 @@ def unpack(data: bytes) -> Any:
         raise SnapshotUnusable("checksum mismatch")
     try:
         with _collector_paused():
-            return _RestrictedUnpickler(io.BytesIO(zlib.decompress(body))).load()
+            stream = io.BytesIO(zlib.decompress(body))
+            state = _RestrictedUnpickler(stream).load()
+            if not isinstance(state, _Parts):
+                return state
+            merged: dict = {}
+            for _ in range(state.count):
+                part = _RestrictedUnpickler(stream).load()
+                if type(part) is not dict:
+                    raise SnapshotUnusable(f"a part of a dict is a {type(part).__name__}")
+                merged.update(part)
+            return merged
     except SnapshotUnusable:
         raise
     except Exception as error:  # any failure to rebuild means: fold the log instead
