@@ -11,7 +11,7 @@ from sluice.domain.codec import EventTypes, encode
 from sluice.eventlog.port import NO_STREAM, Checkpoint, CheckpointMoved, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
-from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
+from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots, PendingSave
 from sluice.runtime.snapshots import schema_of
 
 S = TypeVar("S")
@@ -69,6 +69,8 @@ class AggregateStore(Generic[S]):
         self._writing: Future | None = None
         """A snapshot being written in the worker thread: done as soon as it is, loop or no loop."""
         self._saving: asyncio.Future | None = None
+        self._caught_up: tuple[int, dict[str, Loaded[S]]] | None = None
+        """(head, streams folded up to it) by the last snapshot written in the background."""
         self._prefix: str | None = None
         self._position: int | None = None
         """With a prefix: every event of the prefix's streams up to here is in the cache."""
@@ -131,29 +133,64 @@ class AggregateStore(Generic[S]):
         self.snapshot_if_due()
 
     def snapshot(self) -> None:
-        """Save the states (with a prefix, after reading the log up to its head). Many streams are
-        packed and written in a worker thread while the event loop goes on: the states are
-        immutable, so the copy taken here stays the snapshot at this position (packing 10,000
-        schedules' states blocked the matcher's loop for ~200 ms). A snapshot still being written
-        holds off the next."""
+        """Save the states (with a prefix, up to the log's head). Many streams are brought to the
+        head, packed and written in a worker thread while the event loop goes on: the states are
+        immutable, so the copy taken here stays the snapshot's (packing 10,000 schedules' states
+        blocked the matcher's loop for ~200 ms, and finding which of them moved ~16 ms). A snapshot
+        still being written holds off the next."""
         if self._snapshots is None or not self._snapshots.enabled:
             return
         if self._writing is not None and not self._writing.done():
             return
-        if self._prefix is not None:
-            self._read_to_head()
-        pending = self._snapshots.prepare(self._position or 0, {**self._restored, **self._cache})
-        self._unsnapshotted = 0
+        self._adopt_caught_up()
+        states = {**self._restored, **self._cache}
         loop = _running_loop()
-        if loop is not None and self._entries(pending.entries.values()) >= BACKGROUND_SNAPSHOT_STREAMS:
-            # Submitted at once and checked with the thread's own future: a to_thread task starts,
-            # and an asyncio future completes, only when the loop next runs, so a handler that does
-            # not yield (the matcher benchmark) held that snapshot and every later one off.
-            self._writing = SNAPSHOT_WRITER.submit(self._snapshots.write, pending, snapshots.LoopPacer(loop))
-            self._saving = asyncio.wrap_future(self._writing, loop=loop)
-            self._saving.add_done_callback(self._saved)
-        else:
+        background = loop is not None and self._entries(states.values()) >= BACKGROUND_SNAPSHOT_STREAMS
+        if self._prefix is not None and not background:
+            self._read_to_head()
+            states = {**self._restored, **self._cache}
+        pending = self._snapshots.prepare(self._position or 0, states)
+        self._unsnapshotted = 0
+        if not background:
             self._snapshots.write(pending)
+            return
+        # Submitted at once and checked with the thread's own future: a to_thread task starts,
+        # and an asyncio future completes, only when the loop next runs, so a handler that does
+        # not yield (the matcher benchmark) held that snapshot and every later one off.
+        self._writing = SNAPSHOT_WRITER.submit(self._write_caught_up, pending, states, self._position,
+                                               snapshots.LoopPacer(loop))
+        self._saving = asyncio.wrap_future(self._writing, loop=loop)
+        self._saving.add_done_callback(self._saved)
+
+    def _write_caught_up(self, pending: PendingSave, states: dict[str, Loaded[S]], after: int | None,
+                         pace: Callable[[], None]) -> bool:
+        """On the snapshot thread: with a prefix, the streams that moved after `after` (another
+        writer's, or this store's appends since `states` was taken) are folded up to the head into
+        the snapshot; the loop takes them at the next snapshot (`_adopt_caught_up`). Then write."""
+        if after is not None:
+            head = self._log.head_position()  # every event up to it is committed: read short, the prefix's are all here
+            moved = {}
+            for stream, version in self._log.stream_versions(after, (self._prefix,)).items():
+                start = states.get(stream, Loaded(self._initial, NO_STREAM))
+                if start.version < version:
+                    moved[stream] = self._fold(stream, start)
+            self._caught_up = (head, moved)
+            pending = pending.with_entries(moved, max(pending.position, head))
+        return self._snapshots.write(pending, pace)
+
+    def _adopt_caught_up(self) -> None:
+        """Streams the snapshot thread folded further than this store's cache (another writer's
+        events), and the head it read: every event of the prefix up to it is now in the cache."""
+        caught_up, self._caught_up = self._caught_up, None
+        if caught_up is None:
+            return
+        head, moved = caught_up
+        for stream, loaded in moved.items():
+            cached = self._cache.get(stream)
+            if cached is None or cached.version < loaded.version:
+                self._restored.pop(stream, None)
+                self._keep(stream, loaded)
+        self._position = max(self._position or 0, head)
 
     def _entries(self, states: Collection[Loaded[S]]) -> int:
         """What packing these states costs, in entries: one per stream, or what `size` counts."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Collection, Hashable, Mapping
 
 from sluice.runtime.snapshots import Snapshots
@@ -59,6 +59,16 @@ class PendingSave:
     @property
     def entries(self) -> dict:
         return self.base if self.base is not None else self.delta.changed
+
+    def with_entries(self, entries: Mapping, position: int) -> PendingSave:
+        """The same save at a later position, with these entries set (read further since)."""
+        if not entries and position == self.position:
+            return self
+        if self.base is not None:
+            return replace(self, position=position, base={**self.base, **entries})
+        delta = self.delta
+        return replace(self, position=position, delta=replace(
+            delta, changed={**delta.changed, **entries}, deleted=tuple(k for k in delta.deleted if k not in entries)))
 
 
 class MapSnapshots:
