@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from sluice.runtime import snapshots
+import pytest
+
+from sluice.runtime import aggregates, snapshots
 from sluice.runtime.map_snapshots import MapSnapshots
 from tests.crash.sweep import sweep
 from tests.crash.test_crash_subset import PER_RUN, SEED, WORKLOAD, _Backend, _failures
@@ -13,8 +15,13 @@ from tests.crash.test_crash_subset import PER_RUN, SEED, WORKLOAD, _Backend, _fa
 SNAPSHOT_EVERY = 5
 
 
-async def test_seeded_crashes_with_frequent_incremental_snapshots_change_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("background", [False, True], ids=["on-the-loop", "on-the-snapshot-thread"])
+async def test_seeded_crashes_with_frequent_incremental_snapshots_change_nothing(tmp_path, monkeypatch, background):
+    """On the snapshot thread (as stores of thousands of streams do), snapshots also find and fold
+    the streams that moved there, while the services go on."""
     monkeypatch.setattr(snapshots, "SNAPSHOT_EVERY", SNAPSHOT_EVERY)
+    if background:
+        monkeypatch.setattr(aggregates, "BACKGROUND_SNAPSHOT_STREAMS", 1)
     written, write = Counter(), MapSnapshots.write
 
     def counting_write(self, pending, pace=None):
