@@ -164,16 +164,19 @@ class AggregateStore(Generic[S]):
 
     def _write_caught_up(self, pending: PendingSave, states: dict[str, Loaded[S]], after: int | None,
                          pace: Callable[[], None]) -> bool:
-        """On the snapshot thread: with a prefix, the streams that moved after `after` (another
-        writer's, or this store's appends since `states` was taken) are folded up to the head into
-        the snapshot; the loop takes them at the next snapshot (`_adopt_caught_up`). Then write."""
+        """On the snapshot thread: with a prefix, the streams that moved after `after` are brought up
+        to the head in the snapshot: this store's appends since `states` was taken from its cache,
+        another writer's events folded from the log (the loop takes those at the next snapshot,
+        `_adopt_caught_up`). Then write."""
         if after is not None:
             head = self._log.head_position()  # every event up to it is committed: read short, the prefix's are all here
             moved = {}
             for stream, version in self._log.stream_versions(after, (self._prefix,)).items():
                 start = states.get(stream, Loaded(self._initial, NO_STREAM))
-                if start.version < version:
-                    moved[stream] = self._fold(stream, start)
+                if start.version >= version:
+                    continue
+                live = self._cache.get(stream)  # one dict read: the loop's own appends since the copy
+                moved[stream] = live if live is not None and live.version >= version else self._fold(stream, start)
             self._caught_up = (head, moved)
             pending = pending.with_entries(moved, max(pending.position, head))
         return self._snapshots.write(pending, pace)
