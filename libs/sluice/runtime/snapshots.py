@@ -42,10 +42,9 @@ has entities (streams, jobs) if that is more, so that writing a large state stay
 the work: what a recovery folds at most on top of its snapshot."""
 
 YIELD_EVERY = 64
-"""Objects a snapshot's pickler reduces between two releases of the GIL (~0.5 ms of packing): a chunk.
-On the snapshot thread the event loop then waits at most that long for it; otherwise each time the
-loop woke up it waited up to the interpreter's switch interval (5 ms), and a checker packing its
-jobs view answered in hundreds of milliseconds instead of a few."""
+"""Objects a snapshot's pickler reduces between two releases of the GIL (~0.1 ms of packing): a
+chunk. Paced by the event loop (LoopPacer), the loop waits for the GIL one chunk at most: with
+chunks of 256, embedded 200/s p99 was 10.7 ms while the matcher's base packed, 4.8 ms with 64."""
 PART_ENTRIES = 1_000
 """Entries of a dict per pickle (see `pack`): ~1 ms to free a part's memo."""
 PACK_FORMAT = b"parts-1"
