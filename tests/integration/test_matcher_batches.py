@@ -79,6 +79,11 @@ class CountingLog(SqliteEventLog):
         return super().append_batch(appends, checkpoints=checkpoints)
 
 
+async def deliver(handler, records: list[Record]) -> None:
+    """A poll of records, as the consumer loop hands it to a batch handler."""
+    await handler.apply([(record, handler.parse(record)) for record in records])
+
+
 def per_stream(log) -> dict[str, list[tuple[int, str, bytes]]]:
     streams: dict[str, list] = {}
     for recorded in log.read_all(0, 100_000):
@@ -136,8 +141,8 @@ async def test_what_the_first_stage_publishes_again_changes_nothing(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db", clock=clock)
     matcher = MatcherService(log, clock)
     handlers = matcher.handlers()
-    await handlers[SCHEDULES].apply([(r, handlers[SCHEDULES].parse(r)) for r in schedule_records(all_schedules)])
-    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in records])
+    await deliver(handlers[SCHEDULES], schedule_records(all_schedules))
+    await deliver(handlers[MATCHES], records)
     states, head = matcher.states(), log.head_position()
 
     offsets = [max((r.offset + 1 for r in records if r.partition == p), default=0) for p in range(MATCHES_PARTITIONS)]
@@ -145,18 +150,18 @@ async def test_what_the_first_stage_publishes_again_changes_nothing(tmp_path):
     again = [(i, Notification(f"n-{i}", T0, PartitionCommitted(
         "ns", f"d{rng.randrange(DATASETS)}", (PartitionRef({"i": str(i)}, f"/d/{i}"),)))) for i in range(30)]
     second = republished(all_schedules, again[20:], offsets)
-    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in second])
+    await deliver(handlers[MATCHES], second)
     assert log.head_position() == head and matcher.states() == states
 
     restarted = MatcherService(log, clock)
     restarted.recover()
     third = republished(all_schedules, again[10:], offsets)
     handler = restarted.handlers()[MATCHES]
-    await handler.apply([(r, handler.parse(r)) for r in third])
+    await deliver(handler, third)
     assert log.head_position() == head and restarted.states() == states
 
     fresh = Notification("n-new", T0, PartitionCommitted("ns", "d0", (PartitionRef({"i": "new"}, "/d/new"),)))
-    await handler.apply([(r, handler.parse(r)) for r in republished(all_schedules, [(31, fresh)], offsets)])
+    await deliver(handler, republished(all_schedules, [(31, fresh)], offsets))
     counted_by = {r.stream for r in log.read_all(head, 1000) if b'"n-new"' in r.data}  # matched, or fired by it alone
     assert len(counted_by) == sum(1 for s in all_schedules if "d0" in {leaf.dataset for leaf in
                                                                     getattr(s.trigger, "all_of", (s.trigger,))})
@@ -172,19 +177,17 @@ async def test_a_poll_another_member_recorded_meanwhile_is_skipped_not_decided_a
     all_schedules = schedules()
     records = match_records(all_schedules, 200)
     log = CountingLog(tmp_path / "events.db", clock=clock)
-    old_owner = MatcherService(log, clock)
-    handlers = old_owner.handlers()
-    await handlers[SCHEDULES].apply([(r, handlers[SCHEDULES].parse(r)) for r in schedule_records(all_schedules)])
+    handlers = MatcherService(log, clock).handlers()  # the old owner's
+    await deliver(handlers[SCHEDULES], schedule_records(all_schedules))
     first, second = records[:len(records) // 4], records[len(records) // 4:]
-    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in first])
+    await deliver(handlers[MATCHES], first)
 
     new_owner = MatcherService(log, clock)
     new_owner.recover()
-    handler = new_owner.handlers()[MATCHES]
-    await handler.apply([(r, handler.parse(r)) for r in second])
+    await deliver(new_owner.handlers()[MATCHES], second)
     head, appends = log.head_position(), log.appends
 
-    await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in second])
+    await deliver(handlers[MATCHES], second)
     assert log.head_position() == head and log.appends == appends + 1  # the one append that failed
     reread = MatcherService(log, clock)
     reread.recover()

@@ -7,7 +7,8 @@ import threading
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Iterable, Sequence
 
-from sluice.eventlog.port import NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend, stream_prefixes
+from sluice.eventlog.port import (NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend, head_then_read,
+                                 stream_prefixes)
 from sluice.eventlog.snapshots import Snapshot
 from sluice.eventlog.subscription import Subscribers
 
@@ -47,14 +48,7 @@ class SqlEventLogBase:
 
     def read_all_to_head(self, after: int = 0, limit: int = 1000,
                          prefixes: Sequence[str] = ()) -> tuple[list[RecordedEvent], int]:
-        """The head first, then the read, both under the connection's lock."""
-        with self._lock:
-            head = self._conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
-            if head <= after:
-                return [], head
-            sql, params = self.read_all_query(after, limit, prefixes)
-            rows = self._conn.execute(sql.format(p=self.PLACEHOLDER), params).fetchall()
-        return [self._to_event(row) for row in rows], head
+        return head_then_read(self, after, limit, prefixes)
 
     def stream_versions(self, after: int = 0, prefixes: Sequence[str] = ()) -> dict[str, int]:
         where, params = self._prefix_condition(prefixes)

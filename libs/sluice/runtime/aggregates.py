@@ -146,8 +146,8 @@ class AggregateStore(Generic[S]):
         states = {**self._restored, **self._cache}
         loop = _running_loop()
         background = loop is not None and self._entries(states.values()) >= BACKGROUND_SNAPSHOT_STREAMS
-        if self._prefix is not None and not background:
-            self._read_to_head()
+        if self._prefix is not None and not background:  # up to the head here (another writer's streams too)
+            self._take(*self._moved_since(self._position, states))
             states = {**self._restored, **self._cache}
         pending = self._snapshots.prepare(self._position or 0, states)
         self._unsnapshotted = 0
@@ -165,29 +165,37 @@ class AggregateStore(Generic[S]):
     def _write_caught_up(self, pending: PendingSave, states: dict[str, Loaded[S]], after: int | None,
                          pace: Callable[[], None]) -> bool:
         """On the snapshot thread: with a prefix, the streams that moved after `after` are brought up
-        to the head in the snapshot: this store's appends since `states` was taken from its cache,
-        another writer's events folded from the log (the loop takes those at the next snapshot,
-        `_adopt_caught_up`). Then write."""
+        to the head in the snapshot (`_moved_since`); the loop takes them at the next snapshot
+        (`_adopt_caught_up`). Then write."""
         if after is not None:
-            head = self._log.head_position()  # every event up to it is committed: read short, the prefix's are all here
-            moved = {}
-            for stream, version in self._log.stream_versions(after, (self._prefix,)).items():
-                start = states.get(stream, Loaded(self._initial, NO_STREAM))
-                if start.version >= version:
-                    continue
-                live = self._cache.get(stream)  # one dict read: the loop's own appends since the copy
-                moved[stream] = live if live is not None and live.version >= version else self._fold(stream, start)
-            self._caught_up = (head, moved)
+            head, moved = self._caught_up = self._moved_since(after, states)
             pending = pending.with_entries(moved, max(pending.position, head))
         return self._snapshots.write(pending, pace)
 
+    def _moved_since(self, after: int, states: dict[str, Loaded[S]]) -> tuple[int, dict[str, Loaded[S]]]:
+        """The log's head, and every stream of the prefix that moved after `after` past its version in
+        `states`, brought up to date: this store's own appends from its cache, another writer's
+        events (or a forgotten stream) folded from the log."""
+        head = self._log.head_position()  # every event up to it is committed: read short, the prefix's are all here
+        moved = {}
+        # mostly this store's own appends, already in the cache: which streams moved, not their events
+        for stream, version in self._log.stream_versions(after, (self._prefix,)).items():
+            start = states.get(stream, Loaded(self._initial, NO_STREAM))
+            if start.version >= version:
+                continue
+            live = self._cache.get(stream)  # one dict read, also from the snapshot thread
+            moved[stream] = live if live is not None and live.version >= version else self._fold(stream, start)
+        return head, moved
+
     def _adopt_caught_up(self) -> None:
-        """Streams the snapshot thread folded further than this store's cache (another writer's
-        events), and the head it read: every event of the prefix up to it is now in the cache."""
+        """What the last background snapshot read (`_write_caught_up`), into the cache."""
         caught_up, self._caught_up = self._caught_up, None
-        if caught_up is None:
-            return
-        head, moved = caught_up
+        if caught_up is not None:
+            self._take(*caught_up)
+
+    def _take(self, head: int, moved: dict[str, Loaded[S]]) -> None:
+        """Streams read further than the cache holds them, and the head they were read up to: every
+        event of the prefix up to it is now in the cache."""
         for stream, loaded in moved.items():
             cached = self._cache.get(stream)
             if cached is None or cached.version < loaded.version:
@@ -214,19 +222,6 @@ class AggregateStore(Generic[S]):
         if (self._snapshots is not None and self._unsnapshotted >= self._snapshot_every
                 and self._unsnapshotted >= self._entries(self._cache.values())):
             self.snapshot()
-
-    def _read_to_head(self) -> None:
-        """Bring every stream of the prefix up to the log's head: one another writer moved (or a
-        conflict made this store forget) is read again from the last version it knows."""
-        assert self._prefix is not None and self._position is not None
-        head = self._log.head_position()  # every event up to it is committed: read short, the prefix's are all here
-        # mostly this store's own appends, already in the cache: which streams moved, not their events
-        for stream, version in self._log.stream_versions(self._position, (self._prefix,)).items():
-            cached = self._cache.get(stream)
-            if cached is None or cached.version < version:
-                start = cached or self._restored.pop(stream, Loaded(self._initial, NO_STREAM))
-                self._keep(stream, self._fold(stream, start))
-        self._position = max(self._position, head)
 
     def prepare(self, stream: str, events: Sequence[Any]) -> StreamAppend:
         loaded = self.load(stream)

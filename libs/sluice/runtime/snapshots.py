@@ -82,16 +82,15 @@ def pack(state: Any, pace: Callable[[], None] | None = None) -> bytes:
     one pickle per part: a pickler's memo holds every object it wrote, tuples made for the purpose
     included, and freeing it is one pause that no thread switch interrupts (10,000 matcher states:
     ~11 ms, a loop lag as long). Objects shared across parts are written once per part."""
-    buffer = io.BytesIO()
+    buffer, pace = io.BytesIO(), pace or _release_gil
+    pickles = [state]
+    if type(state) is dict and len(state) > PART_ENTRIES:
+        items = list(state.items())
+        parts = [dict(items[start:start + PART_ENTRIES]) for start in range(0, len(items), PART_ENTRIES)]
+        pickles = [_Parts(len(parts)), *parts]
     with _collector_paused():
-        if type(state) is dict and len(state) > PART_ENTRIES:
-            items = list(state.items())
-            parts = [dict(items[start:start + PART_ENTRIES]) for start in range(0, len(items), PART_ENTRIES)]
-            _FieldPickler(buffer, pace or _release_gil).dump(_Parts(len(parts)))
-            for part in parts:
-                _FieldPickler(buffer, pace or _release_gil).dump(part)
-        else:
-            _FieldPickler(buffer, pace or _release_gil).dump(state)
+        for part in pickles:
+            _FieldPickler(buffer, pace).dump(part)
     body = zlib.compress(buffer.getvalue(), 1)
     return hashlib.sha256(body).digest() + body
 
@@ -162,16 +161,16 @@ class LoopPacer:
 
     def __call__(self) -> None:
         if self._stopped or not self._loop.is_running():
-            return _release_gil()
+            _release_gil()
+            return
         self._turn.clear()
         try:
             self._loop.call_soon_threadsafe(self._turn.set)
         except RuntimeError:  # the loop closed
             self._stopped = True
-            return None
+            return
         if not self._turn.wait(MAX_TURN_WAIT):
             self._stopped = True
-        return None
 
     def stop(self) -> None:
         """Pack on without waiting for the loop (its thread is about to wait for the packer)."""
