@@ -6,8 +6,8 @@ Programs are real OS processes started through the launcher's --spark-submit, po
 stand-in without a JVM (tests/support/fake_spark_submit.py); each execution appends a line to a
 ledger. The oracle is computed from the workload alone: the jobs each schedule must launch,
 identified by schedule and triggering partitions (or the upstream run, for the chained schedule).
-Every expected launch must execute exactly once (ledger), be triggered once (checker's jobs) and
-have exactly one run record that ended (launcher's runs).
+Every expected launch must execute exactly once (ledger), be triggered once (checker's jobs), be
+admitted once (the log's JobAdmitted events) and have exactly one run record that ended (launcher's runs).
 
 The seed is printed; SLUICE_KILL_SEED=<seed> repeats a sequence of kills."""
 from __future__ import annotations
@@ -199,6 +199,36 @@ def discrepancies(expected: set[tuple], observed: Counter, what: str) -> list[st
     return found
 
 
+def logged_events(event_log: PostgresEventLog) -> list:
+    found, position = [], 0
+    while batch := event_log.read_all(position, 10_000):
+        found += batch
+        position = batch[-1].position
+    return found
+
+
+def admitted_twice(events: list) -> list[str]:
+    """A job admitted more than once took a second slot of its constraints (the launcher ignores the
+    second launch request, so no other count shows it)."""
+    admitted = Counter(json.loads(bytes(e.data))["job"]["id"] for e in events if e.type == "JobAdmitted")
+    twice = sorted(job_id for job_id, n in admitted.items() if n > 1)
+    return [f"{len(twice)} jobs admitted more than once, e.g. {twice[:8]}"] if twice else []
+
+
+def unlaunched_jobs(checker: SluiceClient, events: list, limit: int = 3) -> list[str]:
+    """Each job the view does not show LAUNCHED: its history there, and the log's events naming it."""
+    try:
+        jobs = [j for j in checker.list_jobs() if j.state not in (jobs_pb2.LAUNCHED, jobs_pb2.PENDING_TRIGGER)]
+    except grpc.RpcError as error:
+        return [f"jobs not listed: {error}"]
+    found = []
+    for job in jobs[:limit]:
+        history = [(jobs_pb2.JobState.Name(t.state), t.cause) for t in job.history]
+        naming = [(e.position, e.stream, e.type) for e in events if job.id.encode() in bytes(e.data)]
+        found.append(f"job {job.id}: view history {history}; log events naming it {naming}")
+    return found
+
+
 # -- the test -----------------------------------------------------------------------------------
 
 def publish(registry: SluiceClient, item: Published, timeout: float = 120.0) -> None:
@@ -279,6 +309,8 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
         time.sleep(5.0)  # a late duplicate would show now
         final = wait_for(lambda: snapshot(ledger, checker, launcher), timeout=30)
         drained_seconds = time.monotonic() - started - workload_seconds
+        events = logged_events(event_log)
+        stuck = [] if quiescent else unlaunched_jobs(checker, events)
 
     statuses = dict(Counter(npb.RunStatus.Name(s) for s in final.runs.values())) if final else {}
     print(f"{len(published)} notifications, {len(expected)} expected launches, {KILLS} kills "
@@ -294,5 +326,6 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
         problems.append(f"{len(unended)} runs never ended, e.g. {unended[:8]}")
     if set(final.job_states) - {"LAUNCHED"}:
         problems.append(f"jobs not launched: {dict(final.job_states)}")
+    problems += admitted_twice(events) + stuck
     assert not problems, f"seed {seed}:\n" + "\n".join(problems)
     assert len(published) >= 1000 and len(victims) >= 20

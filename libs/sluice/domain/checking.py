@@ -303,7 +303,8 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
         case JobQueued(job, at):
             queue = {**state.queue, job.id: QueuedJob(job, job.triggered_at or at)}
             tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
-            schedules = state.schedules.set(job.schedule_id, replace(tracked, last_sequence=job.sequence))
+            schedules = state.schedules.set(job.schedule_id,
+                                            replace(tracked, last_sequence=max(tracked.last_sequence, job.sequence)))
             return replace(state, queue=queue, schedules=schedules,
                            horizon=max(state.horizon, history_needed(job.constraints)),
                            watched=_watch(state.watched, job.program, job.constraints))
