@@ -194,8 +194,7 @@ class PostgresEventLog(SqlEventLogBase):
         recorded_at = self._clock.now().astimezone(timezone.utc)
         metadata = [json.dumps(dict(event.metadata)) for _, _, event in events]
         try:
-            cur.execute("SELECT actuals, last_position FROM sluice_append("
-                        "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            cur.execute(_APPEND_CALL,
                         ([append.stream for append in appends], [append.expected_version for append in appends],
                          [index for index, _, _ in events], [offset for _, offset, _ in events],
                          [event.id for _, _, event in events], [event.type for _, _, event in events],
@@ -263,5 +262,10 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
     return conn
 
 
+_APPEND_CALL = ("SELECT actuals, last_position FROM sluice_append(%b::TEXT[], %b::BIGINT[], %b::INT[], %b::INT[],"
+                " %b::TEXT[], %b::TEXT[], %b::BYTEA[], %b::TEXT[], %b::TIMESTAMPTZ, %b::TEXT[], %b::BIGINT[], %b::BIGINT[])")
+"""Binary parameters: psycopg dumps a text array of byte strings through a regex escape per element,
+~6 us per event against ~1 us in binary (an append of 10 job events: 116 us -> 35 us). The casts
+make the arrays' types the function's, whatever element type psycopg picked (int2 for small ints)."""
 _UPSERT_CHECKPOINT = ("INSERT INTO checkpoints (name, value) VALUES (%s, %s)"
                       " ON CONFLICT (name) DO UPDATE SET value = excluded.value")
