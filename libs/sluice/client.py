@@ -74,8 +74,14 @@ class SluiceClient:
         return self.publish(notification_to_proto(notification))
 
     def list_jobs(self, schedule_id: str = "", pending_only: bool = False) -> list[jobs_pb2.Job]:
-        request = jobs_pb2.ListJobsRequest(schedule_id=schedule_id, pending_only=pending_only)
-        return list(self.jobs.ListJobs(request, timeout=self._timeout).jobs)
+        """Every matching job (every page), oldest first."""
+        jobs, token = [], ""
+        while True:
+            request = jobs_pb2.ListJobsRequest(schedule_id=schedule_id, pending_only=pending_only, page_token=token)
+            response = self.jobs.ListJobs(request, timeout=self._timeout)
+            jobs.extend(response.jobs)
+            if not (token := response.next_page_token):
+                return jobs
 
     def list_runs(self, schedule_id: str = "") -> list[runs_pb2.Run]:
         return list(self.runs.ListRuns(runs_pb2.ListRunsRequest(schedule_id=schedule_id), timeout=self._timeout).runs)

@@ -1,9 +1,6 @@
 """gRPC edge of the lineage service; the only place that knows the protobuf messages."""
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from datetime import datetime
 from typing import Any
 
@@ -11,13 +8,17 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from sluice.domain.lineage import Job, LineageState, Run, dataset_of
 from sluice.runtime.errors import FailedPrecondition, InvalidArgument, MalformedMessage, NotFound
+from sluice.paging import next_page_token, page, paging
 from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services.lineage.http_api import MAX_BODY_BYTES
 from sluice_services.lineage.queries import (
-    DEFAULT_DEPTH, MAX_DEPTH, Graph, dataset_text, find_job, job_order, page, page_size, run_order,
+    DEFAULT_DEPTH, MAX_DEPTH, Graph, dataset_text, find_job, job_order, run_order,
 )
 from sluice_services.lineage.service import LineageService
+
+LIST_JOBS, LIST_RUNS = "Lineage.ListJobs", "Lineage.ListRuns"
+"""The listings' names in their page tokens: a token of one is refused by the other."""
 
 
 class LineageServicer(lineage_pb2_grpc.LineageServicer):
@@ -30,17 +31,17 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
     @grpc_errors
     async def ListJobs(self, request: lineage_pb2.ListLineageJobsRequest, context) -> lineage_pb2.ListLineageJobsResponse:
         """Every job, by namespace then fully qualified name; `namespace` filters when set. Paged."""
-        size, after = _paging(request, "jobs")
+        size, after = paging(request, LIST_JOBS, _lineage_job_key)
         jobs = self._service.state.jobs.values()
         found = [j for j in jobs if not request.namespace or j.namespace == request.namespace]
         jobs, last = page(found, job_order, after, size)
         return lineage_pb2.ListLineageJobsResponse(jobs=[_job_to_proto(j) for j in jobs],
-                                                   next_page_token=_token("jobs", last))
+                                                   next_page_token=next_page_token(LIST_JOBS, last))
 
     @grpc_errors
     async def ListRuns(self, request: lineage_pb2.ListLineageRunsRequest, context) -> lineage_pb2.ListLineageRunsResponse:
         """Runs matching every filter that is set (job_namespace, job_name, parent_run_id), oldest first. Paged."""
-        size, after = _paging(request, "runs")
+        size, after = paging(request, LIST_RUNS, _run_key)
         state = self._service.state
         filters = (request.job_namespace, request.job_name, request.parent_run_id.lower())
         if self._run_order is None or self._run_order[0] is not state or self._run_order[1] != filters:
@@ -48,7 +49,7 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
         keys, last = page(self._run_order[2], lambda key: key, after, size)
         runs = state.runs
         return lineage_pb2.ListLineageRunsResponse(runs=[_run_to_proto(runs[key[2]]) for key in keys],
-                                                   next_page_token=_token("runs", last))
+                                                   next_page_token=next_page_token(LIST_RUNS, last))
 
     @grpc_errors
     async def RecordEvent(self, request: lineage_pb2.RecordLineageEventRequest, context) -> lineage_pb2.RecordLineageEventResponse:
@@ -102,34 +103,12 @@ def _matching_runs(state: LineageState, job_namespace: str, job_name: str, paren
     ]
 
 
-def _paging(request: Any, kind: str) -> tuple[int, Any]:
-    """The page size and the key the page starts after; InvalidArgument naming the field."""
-    try:
-        size = page_size(request.page_size)
-    except ValueError as error:
-        raise InvalidArgument("page_size", str(error)) from None
-    if not request.page_token:
-        return size, None
-    try:
-        token = json.loads(base64.urlsafe_b64decode(request.page_token.encode("ascii")))
-        if not (isinstance(token, list) and len(token) == 2 and token[0] == kind):
-            raise ValueError
-        after = tuple(token[1])
-        if kind == "jobs" and not (len(after) == 2 and all(isinstance(v, str) for v in after)):
-            raise ValueError
-        if kind == "runs" and not (len(after) == 3 and isinstance(after[0], bool)
-                                   and type(after[1]) is int and isinstance(after[2], str)):
-            raise ValueError
-    except (ValueError, TypeError, UnicodeError, binascii.Error, RecursionError):
-        raise InvalidArgument("page_token", f"not a next_page_token of List{kind.title()}") from None
-    return size, after
+def _lineage_job_key(key: tuple) -> bool:
+    return len(key) == 2 and all(isinstance(v, str) for v in key)
 
 
-def _token(kind: str, last: tuple | None) -> str:
-    """The next page's token: opaque to clients, the key of the last item sent."""
-    if last is None:
-        return ""
-    return base64.urlsafe_b64encode(json.dumps([kind, list(last)], separators=(",", ":")).encode()).decode("ascii")
+def _run_key(key: tuple) -> bool:
+    return len(key) == 3 and isinstance(key[0], bool) and type(key[1]) is int and isinstance(key[2], str)
 
 
 def _graph_to_proto(rendered: list[dict[str, Any]]) -> lineage_pb2.GetLineageResponse:

@@ -1,20 +1,16 @@
 """Queries on the lineage projection shared by its HTTP and gRPC edges: a job by fully qualified or
-simple name, the graph of jobs and datasets around a node, and pages of an ordered listing."""
+simple name, the graph of jobs and datasets around a node, and the sort keys of its paged listings."""
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any
 
 from sluice.domain.lineage import DatasetKey, Job, LineageState, Partition, Run, dataset_key, dataset_of
 
 DEFAULT_DEPTH = 20
 MAX_DEPTH = 100
 """The deepest lineage graph a caller may ask for."""
-
-T = TypeVar("T")
-K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -150,27 +146,6 @@ def node_id(node: Node) -> str:
         return f"job:{key[0]}:{key[1]}"
     namespace, name = dataset_of(key)
     return f"dataset:{namespace}:{name}"
-
-
-DEFAULT_PAGE_SIZE = 1_000
-MAX_PAGE_SIZE = 10_000
-
-
-def page_size(requested: int) -> int:
-    """The size of a page for a requested page_size: 0 is the default, more than the maximum is the
-    maximum; ValueError when negative."""
-    if requested < 0:
-        raise ValueError(f"must be 0 (the default, {DEFAULT_PAGE_SIZE}) or more, got {requested}")
-    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-
-
-def page(ordered: Sequence[T], key: Callable[[T], K], after: K | None, size: int) -> tuple[list[T], K | None]:
-    """The first `size` items of `ordered` (sorted by `key`) whose key is above `after`, and the key to
-    start the next page after (None on the last page). A key names a position even when the item it
-    came from has since gone or moved, so a page is neither skipped nor repeated by a change before it."""
-    start = 0 if after is None else bisect_right(ordered, after, key=key)
-    items = list(ordered[start:start + size])
-    return items, (key(items[-1]) if items and start + size < len(ordered) else None)
 
 
 def run_order(run: Run) -> tuple[bool, int, str]:

@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from bisect import bisect_right, insort
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timezone
+from typing import Iterator
 
 import orjson
 
@@ -85,10 +87,29 @@ class JobsView:
         self._writing: Future[bool] | None = None
         self._pacer: LoopPacer | None = None
         self._restored = False
+        self._order: list[ListingKey] = []
+        """Every job's listing key, sorted: the listing order."""
+        self._by_schedule: dict[str, list[ListingKey]] = {}
+        self._pending: set[ListingKey] = set()
+        """The keys of jobs not LAUNCHED or DISCARDED."""
 
     def list(self, schedule_id: str = "") -> list[JobView]:
-        jobs = (j for j in self._jobs.values() if not schedule_id or j.schedule_id == schedule_id)
-        return sorted(jobs, key=lambda j: (j.created_at, j.id))
+        """Every job (of the schedule, when given), oldest first."""
+        return [job for _, job in self.listing(schedule_id)]
+
+    def listing(self, schedule_id: str = "", pending_only: bool = False,
+                after: ListingKey | None = None) -> Iterator[tuple[ListingKey, JobView]]:
+        """The jobs (of the schedule, when given; only those not LAUNCHED or DISCARDED with
+        `pending_only`) in listing order, with their keys: the ones after `after`. Kept sorted as jobs
+        are created, so a page costs its own jobs, not the whole view's; pending jobs are few (one per
+        schedule in the matcher, and the checker's queue), so `pending_only` sorts them at each call."""
+        if pending_only:
+            keys = sorted(key for key in self._pending
+                          if not schedule_id or self._jobs[key[1]].schedule_id == schedule_id)
+        else:
+            keys = self._by_schedule.get(schedule_id, []) if schedule_id else self._order
+        start = 0 if after is None else bisect_right(keys, after)
+        return ((key, self._jobs[key[1]]) for key in keys[start:])
 
     def get(self, job_id: str) -> JobView | None:
         return self._jobs.get(job_id)
@@ -133,6 +154,14 @@ class JobsView:
             self.position, self._jobs = loaded
         else:
             store.rebase()
+        self._index_all()
+
+    def _index_all(self) -> None:
+        self._order = sorted(listing_key(job) for job in self._jobs.values())
+        self._by_schedule = {}
+        for key in self._order:
+            self._by_schedule.setdefault(self._jobs[key[1]].schedule_id, []).append(key)
+        self._pending = {key for key in self._order if self._jobs[key[1]].state not in FINISHED}
 
     def snapshot(self, store: MapSnapshots) -> None:
         store.save(self.position, self._jobs, self._changed)
@@ -195,19 +224,41 @@ class JobsView:
                 self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
 
     def _created(self, job_id: str, schedule_id: str, at: datetime, notifications: int = 0) -> None:
+        if job_id in self._jobs:
+            return
         self._changed.add(job_id)
-        self._jobs[job_id] = JobView(job_id, schedule_id, JobState.PENDING_TRIGGER, at, at, notifications=notifications,
-                                     transitions=((JobState.PENDING_TRIGGER.value, at, "first matching notification"),))
+        view = self._jobs[job_id] = JobView(
+            job_id, schedule_id, JobState.PENDING_TRIGGER, at, at, notifications=notifications,
+            transitions=((JobState.PENDING_TRIGGER.value, at, "first matching notification"),))
+        key = listing_key(view)
+        insort(self._order, key)  # mostly an append: jobs are created in about the order of their times
+        insort(self._by_schedule.setdefault(schedule_id, []), key)
+        self._pending.add(key)
 
     def _transition(self, job_id: str, state: JobState, at: datetime, cause: str, **changes: object) -> None:
         view = self._jobs.get(job_id)
         if view is None:
             return
         self._update(job_id, at, state=state, transitions=(*view.transitions, (state.value, at, cause)), **changes)
+        if state in FINISHED:
+            self._pending.discard(listing_key(view))
 
     def _update(self, job_id: str, at: datetime, **changes: object) -> None:
         self._changed.add(job_id)
         self._jobs[job_id] = replace(self._jobs[job_id], updated_at=at, **changes)
+
+
+ListingKey = tuple[int, str]
+"""(creation time in microseconds since the epoch, job id): jobs are listed oldest first."""
+FINISHED = frozenset({JobState.LAUNCHED, JobState.DISCARDED})
+
+
+def listing_key(job: JobView) -> ListingKey:
+    delta = job.created_at - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds, job.id
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def snapshots_of(log: EventLog) -> MapSnapshots:
