@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import uuid
 from datetime import datetime, timezone
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import grpc
 
@@ -75,42 +75,36 @@ class SluiceClient:
 
     def list_jobs(self, schedule_id: str = "", pending_only: bool = False) -> list[jobs_pb2.Job]:
         """Every matching job (every page), oldest first."""
-        jobs, token = [], ""
-        while True:
-            request = jobs_pb2.ListJobsRequest(schedule_id=schedule_id, pending_only=pending_only, page_token=token)
-            response = self.jobs.ListJobs(request, timeout=self._timeout)
-            jobs.extend(response.jobs)
-            if not (token := response.next_page_token):
-                return jobs
+        return self._every_page(self.jobs.ListJobs, "jobs", lambda token: jobs_pb2.ListJobsRequest(
+            schedule_id=schedule_id, pending_only=pending_only, page_token=token))
 
     def list_runs(self, schedule_id: str = "") -> list[runs_pb2.Run]:
-        return list(self.runs.ListRuns(runs_pb2.ListRunsRequest(schedule_id=schedule_id), timeout=self._timeout).runs)
+        """Every run (of the schedule, when given; every page), oldest first."""
+        return self._every_page(self.runs.ListRuns, "runs", lambda token: runs_pb2.ListRunsRequest(
+            schedule_id=schedule_id, page_token=token))
 
     def get_run(self, run_id: str) -> runs_pb2.Run:
         return self.runs.GetRun(runs_pb2.GetRunRequest(id=run_id), timeout=self._timeout)
 
     def lineage_jobs(self, namespace: str = "") -> list[lineage_pb2.LineageJob]:
         """Every job (every page), by namespace then fully qualified name."""
-        jobs, token = [], ""
-        while True:
-            request = lineage_pb2.ListLineageJobsRequest(namespace=namespace, page_size=LINEAGE_PAGE, page_token=token)
-            response = self.lineage.ListJobs(request, timeout=self._timeout)
-            jobs.extend(response.jobs)
-            if not (token := response.next_page_token):
-                return jobs
+        return self._every_page(self.lineage.ListJobs, "jobs", lambda token: lineage_pb2.ListLineageJobsRequest(
+            namespace=namespace, page_size=LINEAGE_PAGE, page_token=token))
 
     def lineage_runs(self, job_namespace: str = "", job_name: str = "", parent_run_id: str = "") -> list[lineage_pb2.LineageRun]:
         """Every matching run (every page), oldest first."""
-        runs, token = [], ""
-        while True:
-            request = lineage_pb2.ListLineageRunsRequest(job_namespace=job_namespace, job_name=job_name,
-                                                         parent_run_id=parent_run_id, page_size=LINEAGE_PAGE,
-                                                         page_token=token)
-            response = self.lineage.ListRuns(request, timeout=self._timeout)
-            runs.extend(response.runs)
-            if not (token := response.next_page_token):
-                return runs
+        return self._every_page(self.lineage.ListRuns, "runs", lambda token: lineage_pb2.ListLineageRunsRequest(
+            job_namespace=job_namespace, job_name=job_name, parent_run_id=parent_run_id, page_size=LINEAGE_PAGE,
+            page_token=token))
 
+    def _every_page(self, call: Callable[..., Any], field: str, request_for: Callable[[str], Any]) -> list[Any]:
+        """The items (`field`) of every page of a paged listing, the first page's request_for("") on."""
+        items, token = [], ""
+        while True:
+            response = call(request_for(token), timeout=self._timeout)
+            items.extend(getattr(response, field))
+            if not (token := response.next_page_token):
+                return items
 
 def parse_pairs(pairs: Iterable[str], what: str) -> Mapping[str, str]:
     """k=v strings to a dict; ValueError names what was malformed."""

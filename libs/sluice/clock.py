@@ -34,3 +34,12 @@ class SimulatedClock:
     def set(self, when: datetime) -> datetime:
         return self.advance(when - self._now)
 
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def epoch_micros(when: datetime) -> int:
+    """Microseconds since the epoch of an aware datetime: an exact, JSON-safe sort key."""
+    delta = when - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

@@ -8,7 +8,9 @@ import base64
 import binascii
 import json
 from bisect import bisect_right
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+from google.protobuf.message import Message
 
 from sluice.runtime.errors import InvalidArgument
 
@@ -27,13 +29,38 @@ def page_size(requested: int) -> int:
     return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
-def page(ordered: Sequence[T], key: Callable[[T], K], after: K | None, size: int) -> tuple[list[T], K | None]:
-    """The first `size` items of `ordered` (sorted by `key`) whose key is above `after`, and the key to
-    start the next page after (None on the last page). A key names a position even when the item it
-    came from has since gone or moved, so a page is neither skipped nor repeated by a change before it."""
+def after_key(ordered: Sequence[T], key: Callable[[T], K], after: K | None) -> Iterator[tuple[K, T]]:
+    """(key, item) of the items of `ordered` (sorted by `key`) whose key is above `after`: a key names
+    a position even when its item has since gone or moved, so a page is neither skipped nor repeated
+    by a change before it."""
     start = 0 if after is None else bisect_right(ordered, after, key=key)
-    items = list(ordered[start:start + size])
-    return items, (key(items[-1]) if items and start + size < len(ordered) else None)
+    return ((key(item), item) for item in ordered[start:])
+
+
+MAX_PAGE_BYTES = 2 * 1024 * 1024
+"""Half of gRPC's default 4 MB message limit: one job's trigger context, or one run's inputs, can
+carry many partitions."""
+_ENTRY_OVERHEAD, _TOKEN_ROOM = 6, 256
+"""A repeated entry's tag and length; the next_page_token field."""
+
+
+def fill_page(candidates: Iterable[tuple[K, T]], size: int, to_message: Callable[[T], Message],
+              max_bytes: int = MAX_PAGE_BYTES) -> tuple[list[Message], K | None]:
+    """The messages of the first `size` (key, item) candidates, in order, stopping before their
+    encoded size passes `max_bytes` (a page holds at least one); the key to start the next page
+    after, or None when no candidate is left."""
+    messages: list[Message] = []
+    total, last = _TOKEN_ROOM, None
+    for key, item in candidates:
+        if len(messages) == size:
+            return messages, last
+        message = to_message(item)
+        total += message.ByteSize() + _ENTRY_OVERHEAD
+        if messages and total > max_bytes:
+            return messages, last
+        messages.append(message)
+        last = key
+    return messages, None
 
 
 def paging(request: Any, listing: str, valid_key: Callable[[tuple], bool]) -> tuple[int, tuple | None]:
@@ -55,6 +82,11 @@ def paging(request: Any, listing: str, valid_key: Callable[[tuple], bool]) -> tu
     except (ValueError, TypeError, UnicodeError, binascii.Error, RecursionError):
         raise InvalidArgument("page_token", f"not a next_page_token of {listing}") from None
     return size, after
+
+
+def is_time_and_id(key: tuple) -> bool:
+    """A (microseconds since the epoch, id) key: how jobs and runs are listed."""
+    return len(key) == 2 and type(key[0]) is int and isinstance(key[1], str)
 
 
 def next_page_token(listing: str, last: tuple | None) -> str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from sluice.domain.constraints import Waiting
 from sluice.domain.jobs import JobState
-from sluice.paging import next_page_token, paging
+from sluice.paging import fill_page, is_time_and_id, next_page_token, paging
 from sluice.readmodels.jobs import JobsView, JobView
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
@@ -20,29 +20,14 @@ class JobsServicer(jobs_pb2_grpc.JobsServicer):
     @grpc_errors
     async def ListJobs(self, request, context):
         """A page of the jobs, oldest first: at most page_size, and no more than MAX_PAGE_BYTES."""
-        size, after = paging(request, LIST_JOBS, _valid_key)
+        size, after = paging(request, LIST_JOBS, is_time_and_id)
         waiting = self._checker.waiting()
-        response, total, last = jobs_pb2.ListJobsResponse(), _TOKEN_ROOM, None
-        for key, view in self._view.listing(request.schedule_id, request.pending_only, after):
-            message = None if len(response.jobs) == size else _to_proto(view, waiting.get(view.id))
-            total += message.ByteSize() + _ENTRY_OVERHEAD if message is not None else 0
-            if message is None or (response.jobs and total > MAX_PAGE_BYTES):  # a next page holds this job
-                response.next_page_token = next_page_token(LIST_JOBS, last)
-                break
-            response.jobs.append(message)
-            last = key
-        return response
+        jobs, last = fill_page(self._view.listing(request.schedule_id, request.pending_only, after), size,
+                               lambda view: _to_proto(view, waiting.get(view.id)))
+        return jobs_pb2.ListJobsResponse(jobs=jobs, next_page_token=next_page_token(LIST_JOBS, last))
 
 
 LIST_JOBS = "Jobs.ListJobs"
-MAX_PAGE_BYTES = 2 * 1024 * 1024
-"""Half of gRPC's default 4 MB message limit: a job's trigger context can carry many partitions."""
-_ENTRY_OVERHEAD, _TOKEN_ROOM = 6, 256
-"""A repeated entry's tag and length; the next_page_token field."""
-
-
-def _valid_key(key: tuple) -> bool:
-    return len(key) == 2 and type(key[0]) is int and isinstance(key[1], str)
 
 
 def _to_proto(view: JobView, waiting: Waiting | None) -> jobs_pb2.Job:

@@ -1,6 +1,9 @@
 """gRPC edge of the launcher: run inspection."""
 from __future__ import annotations
 
+from sluice.clock import epoch_micros
+from sluice.domain.runs import Run
+from sluice.paging import after_key, fill_page, is_time_and_id, next_page_token, paging
 from sluice.runtime.errors import InvalidArgument, NotFound
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import runs_pb2, runs_pb2_grpc
@@ -14,7 +17,10 @@ class RunsServicer(runs_pb2_grpc.RunsServicer):
 
     @grpc_errors
     async def ListRuns(self, request, context):
-        return runs_pb2.ListRunsResponse(runs=[run_to_proto(r) for r in self._launcher.runs(request.schedule_id)])
+        """A page of the runs, oldest first: at most page_size, and no more than MAX_PAGE_BYTES."""
+        size, after = paging(request, LIST_RUNS, is_time_and_id)
+        runs, last = fill_page(after_key(self._launcher.runs(request.schedule_id), run_key, after), size, run_to_proto)
+        return runs_pb2.ListRunsResponse(runs=runs, next_page_token=next_page_token(LIST_RUNS, last))
 
     @grpc_errors
     async def GetRun(self, request, context):
@@ -24,6 +30,14 @@ class RunsServicer(runs_pb2_grpc.RunsServicer):
         if run is None:
             raise NotFound(f"run {request.id} does not exist")
         return run_to_proto(run)
+
+
+LIST_RUNS = "Runs.ListRuns"
+
+
+def run_key(run: Run) -> tuple[int, str]:
+    """The listing's order, as LauncherService.runs sorts: request time, then id."""
+    return epoch_micros(run.requested_at), run.id
 
 
 def bindings(launcher: LauncherService) -> list[GrpcBinding]:

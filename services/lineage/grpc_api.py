@@ -8,7 +8,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from sluice.domain.lineage import Job, LineageState, Run, dataset_of
 from sluice.runtime.errors import FailedPrecondition, InvalidArgument, MalformedMessage, NotFound
-from sluice.paging import next_page_token, page, paging
+from sluice.paging import after_key, fill_page, next_page_token, paging
 from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services.lineage.http_api import MAX_BODY_BYTES
@@ -34,9 +34,8 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
         size, after = paging(request, LIST_JOBS, _lineage_job_key)
         jobs = self._service.state.jobs.values()
         found = [j for j in jobs if not request.namespace or j.namespace == request.namespace]
-        jobs, last = page(found, job_order, after, size)
-        return lineage_pb2.ListLineageJobsResponse(jobs=[_job_to_proto(j) for j in jobs],
-                                                   next_page_token=next_page_token(LIST_JOBS, last))
+        jobs, last = fill_page(after_key(found, job_order, after), size, _job_to_proto)
+        return lineage_pb2.ListLineageJobsResponse(jobs=jobs, next_page_token=next_page_token(LIST_JOBS, last))
 
     @grpc_errors
     async def ListRuns(self, request: lineage_pb2.ListLineageRunsRequest, context) -> lineage_pb2.ListLineageRunsResponse:
@@ -46,10 +45,10 @@ class LineageServicer(lineage_pb2_grpc.LineageServicer):
         filters = (request.job_namespace, request.job_name, request.parent_run_id.lower())
         if self._run_order is None or self._run_order[0] is not state or self._run_order[1] != filters:
             self._run_order = state, filters, sorted(run_order(run) for run in _matching_runs(state, *filters))
-        keys, last = page(self._run_order[2], lambda key: key, after, size)
         runs = state.runs
-        return lineage_pb2.ListLineageRunsResponse(runs=[_run_to_proto(runs[key[2]]) for key in keys],
-                                                   next_page_token=next_page_token(LIST_RUNS, last))
+        found, last = fill_page(after_key(self._run_order[2], lambda key: key, after), size,
+                                lambda key: _run_to_proto(runs[key[2]]))
+        return lineage_pb2.ListLineageRunsResponse(runs=found, next_page_token=next_page_token(LIST_RUNS, last))
 
     @grpc_errors
     async def RecordEvent(self, request: lineage_pb2.RecordLineageEventRequest, context) -> lineage_pb2.RecordLineageEventResponse:

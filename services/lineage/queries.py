@@ -3,9 +3,9 @@ simple name, the graph of jobs and datasets around a node, and the sort keys of 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
+from sluice.clock import epoch_micros
 from sluice.domain.lineage import DatasetKey, Job, LineageState, Partition, Run, dataset_key, dataset_of
 
 DEFAULT_DEPTH = 20
@@ -152,16 +152,8 @@ def run_order(run: Run) -> tuple[bool, int, str]:
     """Oldest first by start (microseconds since the epoch); runs not started yet last; then by id."""
     if run.started_at is None:
         return True, 0, run.run_id
-    return False, _micros(run.started_at), run.run_id
+    return False, epoch_micros(run.started_at), run.run_id
 
 
 def job_order(job: Job) -> tuple[str, str]:
     return job.namespace, job.name
-
-
-def _micros(when: datetime) -> int:
-    delta = when - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -16,10 +16,9 @@ from sluice.domain.codec import encode
 from sluice.domain.matching import MatchNotification
 from sluice.eventlog.port import NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.paging import next_page_token
+from sluice.paging import MAX_PAGE_BYTES, next_page_token
 from sluice.runtime.grpc_server import start_server
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
-from sluice_services.checker.grpc_api import MAX_PAGE_BYTES
 from sluice_services.composition import checker_spec
 from tests.unit.test_matching import T0, notification, observed, run, schedule
 

@@ -17,11 +17,12 @@ import logging
 from bisect import bisect_right, insort
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Iterator
 
 import orjson
 
+from sluice.clock import epoch_micros
 from sluice.domain import checking, matching, runs
 from sluice.domain.codec import EventTypes, from_jsonable
 from sluice.domain.jobs import Job, JobState
@@ -254,11 +255,7 @@ FINISHED = frozenset({JobState.LAUNCHED, JobState.DISCARDED})
 
 
 def listing_key(job: JobView) -> ListingKey:
-    delta = job.created_at - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds, job.id
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return epoch_micros(job.created_at), job.id
 
 
 def snapshots_of(log: EventLog) -> MapSnapshots:
