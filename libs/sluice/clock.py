@@ -35,7 +35,6 @@ class SimulatedClock:
         return self.advance(when - self._now)
 
 
-
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 

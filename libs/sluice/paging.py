@@ -34,7 +34,7 @@ def after_key(ordered: Sequence[T], key: Callable[[T], K], after: K | None) -> I
     a position even when its item has since gone or moved, so a page is neither skipped nor repeated
     by a change before it."""
     start = 0 if after is None else bisect_right(ordered, after, key=key)
-    return ((key(item), item) for item in ordered[start:])
+    return ((key(ordered[index]), ordered[index]) for index in range(start, len(ordered)))  # no copy of the tail
 
 
 MAX_PAGE_BYTES = 2 * 1024 * 1024

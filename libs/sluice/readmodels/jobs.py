@@ -110,7 +110,7 @@ class JobsView:
         else:
             keys = self._by_schedule.get(schedule_id, []) if schedule_id else self._order
         start = 0 if after is None else bisect_right(keys, after)
-        return ((key, self._jobs[key[1]]) for key in keys[start:])
+        return ((keys[index], self._jobs[keys[index][1]]) for index in range(start, len(keys)))  # no copy of the tail
 
     def get(self, job_id: str) -> JobView | None:
         return self._jobs.get(job_id)
