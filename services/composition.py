@@ -18,7 +18,7 @@ from sluice.datasets.connect import sqlite_url
 from sluice.domain.checking import QUEUE_STREAM
 from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
-from sluice.readmodels.jobs import JobsView
+from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE, JobsView
 from sluice.runtime.consumer import Subscription
 from sluice.runtime.grpc_server import GrpcBinding
 from sluice.runtime.service import ServiceSpec
@@ -72,6 +72,8 @@ class Settings:
     """An OpenLineage backend (its base URL) that gets every lineage event of Sluice's runs too; empty: none."""
     openlineage_api_key: str = ""
     """API key sent to that backend (Authorization: Bearer); empty: none."""
+    jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE
+    """Finished jobs the checker's jobs view keeps per schedule (the newest; the log keeps them all)."""
 
     @property
     def partitions_dir(self) -> Path:
@@ -104,9 +106,10 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
                        background=[matcher.run_timers, lookup.follow])
 
 
-def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) -> ServiceSpec:
+def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
+                 jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE) -> ServiceSpec:
     checker = CheckerService(log, clock, capacity)
-    jobs_view = JobsView()
+    jobs_view = JobsView(finished_per_schedule=jobs_history)
     subscription = Subscription("constraint-checker", checker.handlers())
     def recover() -> None:
         checker.recover()
@@ -166,7 +169,7 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
     factories = {
         "registry": lambda: registry_spec(log, clock, producer),
         "matcher": lambda: matcher_spec(log, clock, producer),
-        "checker": lambda: checker_spec(log, clock, settings.capacity),
+        "checker": lambda: checker_spec(log, clock, settings.capacity, settings.jobs_history),
         "launcher": lambda: launcher_spec(log, clock, settings),
         "lineage": lambda: lineage_spec(log, clock, settings),
     }

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from sluice.domain.constraints import Capacity
+from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE
 from sluice.runtime.errors import InvalidArgument
 from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings
 from sluice_services.launcher.programs import SparkConfig
@@ -80,6 +81,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "load_limit": (int, None, _at_least_one),
     "load_hard_limit": (int, None, _at_least_one),
     "high_priority": (int, 1, _any),
+    "jobs_history": (int, DEFAULT_FINISHED_PER_SCHEDULE, _at_least_one),
     "lineage_port": (int, None, _port),
     "lineage_token": (str, "", _any),
     "openlineage_url": (str, "", _http_url),
@@ -192,7 +194,7 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     metrics_port=values["metrics_port"], log_level=values["log_level"],
                     capacity=_capacity(values), lineage_port=values["lineage_port"],
                     lineage_token=values["lineage_token"], openlineage_url=values["openlineage_url"],
-                    openlineage_api_key=values["openlineage_api_key"])
+                    openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"])
 
 
 def _spark(values: Mapping[str, Any]) -> SparkConfig:

@@ -82,6 +82,13 @@ def test_existing_environment_variables_keep_working_and_empty_ones_are_unset():
     assert settings(env={"SLUICE_DATA_DIR": "rel"}).data_dir == Path("rel")
 
 
+def test_the_jobs_history_of_the_checker_comes_from_option_environment_or_file():
+    assert settings().jobs_history == 1_000
+    assert settings(text=CONFIG + "[services.checker]\njobs_history = 50\n", service="checker").jobs_history == 50
+    assert settings(env={"SLUICE_JOBS_HISTORY": "20"}).jobs_history == 20
+    assert settings("--jobs-history", "5", env={"SLUICE_JOBS_HISTORY": "20"}).jobs_history == 5
+
+
 def test_other_sluice_variables_are_not_options():
     assert settings(env={"SLUICE_SERVER": "elsewhere:1", "SLUICE_POSTGRES_BIN": "/x"}).port == 6001
 
@@ -103,6 +110,7 @@ def error(*argv: str, env=None, text: str | None = CONFIG, service: str = "regis
     ("[services.lineage]\nport = 70000\n", f"{FILE}: services.lineage.port: must be a port number"),
     ("[services.launcher]\nmax_parallel_runs = 0\n", f"{FILE}: services.launcher.max_parallel_runs: must be at least 1"),
     ("[sluice]\nlog_level = 'LOUD'\n", f"{FILE}: sluice.log_level: must be one of DEBUG"),
+    ("[services.checker]\njobs_history = 0\n", f"{FILE}: services.checker.jobs_history: must be at least 1"),
     ("[services.scheduler]\nport = 1\n", f"{FILE}: services.scheduler: unknown service"),
     ("[server]\nport = 1\n", f"{FILE}: server: unknown table"),
     ("port = 1\n", f"{FILE}: port: unknown table"),

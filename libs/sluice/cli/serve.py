@@ -57,6 +57,9 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
            help="lineage: API key for that backend (env SLUICE_OPENLINEAGE_API_KEY; default: none)")
     option("--high-priority", type=int, metavar="P",
            help="checker: jobs of at least this priority pass the load limit (env SLUICE_HIGH_PRIORITY; default 1)")
+    option("--jobs-history", type=int, metavar="JOBS",
+           help="checker: finished jobs listed per schedule, the newest; the event log keeps every one "
+                "(env SLUICE_JOBS_HISTORY; default 1000)")
 
 
 def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -76,8 +76,15 @@ class JobView:
         return from_jsonable(matching.JobTriggered, json.loads(self.fired)).job if self.fired else None
 
 
+DEFAULT_FINISHED_PER_SCHEDULE = 1_000
+"""Finished (LAUNCHED or DISCARDED) jobs the view keeps per schedule, the newest by creation: the
+view lives in memory, and a schedule firing every minute adds 1,440 jobs a day. The log keeps them all."""
+
+
 class JobsView:
-    def __init__(self, snapshot_every: int | None = None) -> None:
+    def __init__(self, snapshot_every: int | None = None,
+                 finished_per_schedule: int = DEFAULT_FINISHED_PER_SCHEDULE) -> None:
+        self._finished_per_schedule = finished_per_schedule
         self._jobs: dict[str, JobView] = {}
         self.position = 0
         """Every event up to this position is in the view."""
@@ -89,10 +96,14 @@ class JobsView:
         self._pacer: LoopPacer | None = None
         self._restored = False
         self._order: list[ListingKey] = []
-        """Every job's listing key, sorted: the listing order."""
+        """Every job's listing key, sorted: the listing order. Also holds the keys of `_gone` jobs
+        forgotten since it was last compacted."""
+        self._gone = 0
         self._by_schedule: dict[str, list[ListingKey]] = {}
         self._pending: set[ListingKey] = set()
         """The keys of jobs not LAUNCHED or DISCARDED."""
+        self._finished: dict[str, list[ListingKey]] = {}
+        """Each schedule's finished jobs' keys, sorted: the oldest go beyond finished_per_schedule."""
 
     def list(self, schedule_id: str = "") -> list[JobView]:
         """Every job (of the schedule, when given), oldest first."""
@@ -110,7 +121,9 @@ class JobsView:
         else:
             keys = self._by_schedule.get(schedule_id, []) if schedule_id else self._order
         start = 0 if after is None else bisect_right(keys, after)
-        return ((keys[index], self._jobs[keys[index][1]]) for index in range(start, len(keys)))  # no copy of the tail
+        jobs = self._jobs
+        return ((keys[index], jobs[keys[index][1]]) for index in range(start, len(keys))  # no copy of the tail
+                if keys[index][1] in jobs)
 
     def get(self, job_id: str) -> JobView | None:
         return self._jobs.get(job_id)
@@ -158,11 +171,19 @@ class JobsView:
         self._index_all()
 
     def _index_all(self) -> None:
-        self._order = sorted(listing_key(job) for job in self._jobs.values())
+        self._order, self._gone = sorted(listing_key(job) for job in self._jobs.values()), 0
         self._by_schedule = {}
         for key in self._order:
             self._by_schedule.setdefault(self._jobs[key[1]].schedule_id, []).append(key)
-        self._pending = {key for key in self._order if self._jobs[key[1]].state not in FINISHED}
+        self._pending, self._finished = set(), {}
+        for key in self._order:
+            job = self._jobs[key[1]]
+            if job.state in FINISHED:
+                self._finished.setdefault(job.schedule_id, []).append(key)
+            else:
+                self._pending.add(key)
+        for schedule_id in list(self._finished):  # a snapshot of a view that kept more
+            self._forget_oldest_finished(schedule_id)
 
     def snapshot(self, store: MapSnapshots) -> None:
         store.save(self.position, self._jobs, self._changed)
@@ -241,8 +262,28 @@ class JobsView:
         if view is None:
             return
         self._update(job_id, at, state=state, transitions=(*view.transitions, (state.value, at, cause)), **changes)
-        if state in FINISHED:
-            self._pending.discard(listing_key(view))
+        if state in FINISHED and view.state not in FINISHED:
+            key = listing_key(view)
+            self._pending.discard(key)
+            insort(self._finished.setdefault(view.schedule_id, []), key)
+            self._forget_oldest_finished(view.schedule_id)
+
+    def _forget_oldest_finished(self, schedule_id: str) -> None:
+        """Keep the schedule's newest finished jobs: the same ones, whatever order they finished in."""
+        finished = self._finished[schedule_id]
+        excess = len(finished) - self._finished_per_schedule
+        if excess <= 0:
+            return
+        listed = self._by_schedule[schedule_id]
+        for key in finished[:excess]:
+            del self._jobs[key[1]]
+            self._changed.add(key[1])
+            del listed[bisect_left(listed, key)]
+        del finished[:excess]
+        self._gone += excess  # their keys stay in _order until it is compacted: no O(all jobs) delete each
+        if self._gone > len(self._order) // 2:
+            self._order = [key for key in self._order if key[1] in self._jobs]
+            self._gone = 0
 
     def _update(self, job_id: str, at: datetime, **changes: object) -> None:
         self._changed.add(job_id)
