@@ -172,12 +172,10 @@ class JobsView:
 
     def _index_all(self) -> None:
         self._order, self._gone = sorted(listing_key(job) for job in self._jobs.values()), 0
-        self._by_schedule = {}
-        for key in self._order:
-            self._by_schedule.setdefault(self._jobs[key[1]].schedule_id, []).append(key)
-        self._pending, self._finished = set(), {}
+        self._by_schedule, self._pending, self._finished = {}, set(), {}
         for key in self._order:
             job = self._jobs[key[1]]
+            self._by_schedule.setdefault(job.schedule_id, []).append(key)
             if job.state in FINISHED:
                 self._finished.setdefault(job.schedule_id, []).append(key)
             else:
