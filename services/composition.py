@@ -20,6 +20,7 @@ from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE, JobsView
 from sluice.runtime.consumer import Subscription
+from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.grpc_server import GrpcBinding
 from sluice.runtime.service import ServiceSpec
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
@@ -74,6 +75,8 @@ class Settings:
     """API key sent to that backend (Authorization: Bearer); empty: none."""
     jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE
     """Finished jobs the checker's jobs view keeps per schedule (the newest; the log keeps them all)."""
+    grpc_security: GrpcSecurity = GrpcSecurity()
+    """The gRPC API's bearer token and TLS certificate; by default neither."""
 
     @property
     def partitions_dir(self) -> Path:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from sluice.domain.constraints import Capacity
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE
 from sluice.runtime.errors import InvalidArgument
+from sluice.runtime.grpc_security import GrpcSecurity
 from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings
 from sluice_services.launcher.programs import SparkConfig
 
@@ -59,6 +60,14 @@ def _any(value: Any) -> Any:
     return value
 
 
+def _readable_file(value: Path) -> Path:
+    try:
+        with open(value, "rb"):
+            return value
+    except OSError as error:
+        raise ValueError(f"cannot read {value}: {error.strerror or error}") from None
+
+
 def _http_url(value: str) -> str:
     if value and not value.startswith(("http://", "https://")):
         raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
@@ -82,6 +91,9 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "load_hard_limit": (int, None, _at_least_one),
     "high_priority": (int, 1, _any),
     "jobs_history": (int, DEFAULT_FINISHED_PER_SCHEDULE, _at_least_one),
+    "grpc_token": (str, "", _any),
+    "tls_cert": (Path, None, _readable_file),
+    "tls_key": (Path, None, _readable_file),
     "lineage_port": (int, None, _port),
     "lineage_token": (str, "", _any),
     "openlineage_url": (str, "", _http_url),
@@ -194,7 +206,14 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     metrics_port=values["metrics_port"], log_level=values["log_level"],
                     capacity=_capacity(values), lineage_port=values["lineage_port"],
                     lineage_token=values["lineage_token"], openlineage_url=values["openlineage_url"],
-                    openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"])
+                    openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"],
+                    grpc_security=_grpc_security(values))
+
+
+def _grpc_security(values: Mapping[str, Any]) -> GrpcSecurity:
+    if (values["tls_cert"] is None) != (values["tls_key"] is None):
+        raise ConfigError("tls_cert, tls_key: give both (the certificate and its private key) or neither")
+    return GrpcSecurity(values["grpc_token"], values["tls_cert"], values["tls_key"])
 
 
 def _spark(values: Mapping[str, Any]) -> SparkConfig:

@@ -33,7 +33,8 @@ async def run_embedded(
     try:
         specs = build(names, log, bus, clock, settings, producer)
         await run_services(specs, bus, log, host=settings.host, port=settings.port, on_ready=on_ready, stop=stop,
-                           metrics=metrics, metrics_port=settings.metrics_port, on_metrics_ready=on_metrics_ready)
+                           metrics=metrics, metrics_port=settings.metrics_port, on_metrics_ready=on_metrics_ready,
+                           security=settings.grpc_security)
     finally:
         await producer.close()
         await bus.close()

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import namedtuple
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import grpc
@@ -33,15 +35,28 @@ def default_server() -> str:
 
 
 class SluiceClient:
-    def __init__(self, target: str | None = None, timeout: float = 10.0) -> None:
+    """`token`: the bearer token a server started with --grpc-token asks for (default: SLUICE_TOKEN).
+    `tls`: speak TLS, trusting the system's certificate authorities, or `tls_ca`'s (a PEM file,
+    default SLUICE_TLS_CA; giving one implies TLS)."""
+
+    def __init__(self, target: str | None = None, timeout: float = 10.0, *, token: str | None = None,
+                 tls: bool = False, tls_ca: str | os.PathLike | None = None) -> None:
         self.target = target or default_server()
-        self._channel = grpc.insecure_channel(self.target)
+        token = os.environ.get("SLUICE_TOKEN", "") if token is None else token
+        tls_ca = tls_ca or os.environ.get("SLUICE_TLS_CA") or None
+        if tls or tls_ca:
+            roots = Path(tls_ca).read_bytes() if tls_ca else None
+            self._channel = grpc.secure_channel(self.target, grpc.ssl_channel_credentials(root_certificates=roots))
+        else:
+            self._channel = grpc.insecure_channel(self.target)
+        self.channel = grpc.intercept_channel(self._channel, _BearerToken(token)) if token else self._channel
+        """Every call through it carries the token: stubs of other services (datasets) use it too."""
         self._timeout = timeout
-        self.schedules = schedules_pb2_grpc.ScheduleRegistryStub(self._channel)
-        self.notifications = notifications_pb2_grpc.NotificationsStub(self._channel)
-        self.jobs = jobs_pb2_grpc.JobsStub(self._channel)
-        self.runs = runs_pb2_grpc.RunsStub(self._channel)
-        self.lineage = lineage_pb2_grpc.LineageStub(self._channel)
+        self.schedules = schedules_pb2_grpc.ScheduleRegistryStub(self.channel)
+        self.notifications = notifications_pb2_grpc.NotificationsStub(self.channel)
+        self.jobs = jobs_pb2_grpc.JobsStub(self.channel)
+        self.runs = runs_pb2_grpc.RunsStub(self.channel)
+        self.lineage = lineage_pb2_grpc.LineageStub(self.channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -115,3 +130,20 @@ def parse_pairs(pairs: Iterable[str], what: str) -> Mapping[str, str]:
             raise ValueError(f"{what}: expected KEY=VALUE, got {pair!r}")
         result[key.strip()] = value.strip()
     return result
+
+
+class _CallDetails(namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready",
+                                               "compression")), grpc.ClientCallDetails):
+    pass
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every call (Sluice's API is unary throughout)."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def intercept_unary_unary(self, continuation: Callable, details: grpc.ClientCallDetails, request: Any) -> Any:
+        metadata = (*(details.metadata or ()), self._header)
+        return continuation(_CallDetails(details.method, details.timeout, metadata, details.credentials,
+                                         details.wait_for_ready, details.compression), request)

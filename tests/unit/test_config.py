@@ -7,6 +7,7 @@ import pytest
 
 from sluice.cli.main import build_parser
 from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES
+from sluice.runtime.grpc_security import GrpcSecurity
 from sluice_services.config import ConfigError, load_settings, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,6 +88,27 @@ def test_the_jobs_history_of_the_checker_comes_from_option_environment_or_file()
     assert settings(text=CONFIG + "[services.checker]\njobs_history = 50\n", service="checker").jobs_history == 50
     assert settings(env={"SLUICE_JOBS_HISTORY": "20"}).jobs_history == 20
     assert settings("--jobs-history", "5", env={"SLUICE_JOBS_HISTORY": "20"}).jobs_history == 5
+
+
+def test_grpc_token_and_tls_files_come_from_option_environment_or_file(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("certificate"), key.write_text("key")
+    assert settings().grpc_security == GrpcSecurity()
+    assert settings(env={"SLUICE_GRPC_TOKEN": "s3cret"}).grpc_security.token == "s3cret"
+    assert settings("--grpc-token", "t", env={"SLUICE_GRPC_TOKEN": "s3cret"}).grpc_security.token == "t"
+    chosen = resolve(cli(), {}, "[sluice]\ntls_cert = 'cert.pem'\ntls_key = 'key.pem'\n", service="registry",
+                     file=tmp_path / "sluice.toml")
+    assert chosen.grpc_security == GrpcSecurity("", cert, key)
+    assert settings("--tls-cert", str(cert), env={"SLUICE_TLS_KEY": str(key)}).grpc_security == GrpcSecurity("", cert, key)
+
+
+def test_tls_files_must_be_readable_and_come_in_pairs(tmp_path):
+    cert = tmp_path / "cert.pem"
+    cert.write_text("certificate")
+    assert error("--tls-cert", str(cert)) == (
+        "tls_cert, tls_key: give both (the certificate and its private key) or neither")
+    assert error("--tls-cert", str(cert), env={"SLUICE_TLS_KEY": str(tmp_path / "gone.pem")}) == (
+        f"SLUICE_TLS_KEY: cannot read {tmp_path / 'gone.pem'}: No such file or directory")
 
 
 def test_other_sluice_variables_are_not_options():

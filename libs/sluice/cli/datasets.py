@@ -16,7 +16,6 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-import grpc
 from google.protobuf import json_format
 
 from sluice.cli import render
@@ -82,7 +81,7 @@ def register(commands) -> None:
 
 
 def _stub(client: SluiceClient) -> datasets_pb2_grpc.PartitionsStub:
-    return datasets_pb2_grpc.PartitionsStub(grpc.insecure_channel(client.target))
+    return datasets_pb2_grpc.PartitionsStub(client.channel)
 
 
 def _name(args) -> dict[str, str]:

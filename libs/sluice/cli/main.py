@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "server_mode", False):
         return args.handler(args)
     try:
-        with SluiceClient(args.server) as client:
+        client = SluiceClient(args.server, token=args.token, tls=args.tls, tls_ca=args.tls_ca)
+    except OSError as error:
+        print(f"sluice: error: --tls-ca: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
+        return 2
+    try:
+        with client:
             return args.handler(client, args) or 0
     except UsageError as error:
         print(f"sluice: error: {_one_line(str(error))}", file=sys.stderr)
@@ -52,6 +57,11 @@ def _one_line(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sluice", description="Event-driven scheduler for data pipelines.")
     parser.add_argument("--server", default=default_server(), help="gRPC address (env SLUICE_SERVER; default %(default)s)")
+    parser.add_argument("--token", default=None,
+                        help="bearer token of a server started with --grpc-token (env SLUICE_TOKEN)")
+    parser.add_argument("--tls", action="store_true", help="speak TLS to the server, trusting the system's CAs")
+    parser.add_argument("--tls-ca", metavar="PEM", default=None,
+                        help="speak TLS, trusting this CA certificate (env SLUICE_TLS_CA)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     commands = parser.add_subparsers(metavar="COMMAND")
 

@@ -29,6 +29,12 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--metrics-port", type=int, metavar="PORT",
            help="serve GET /metrics and /healthz over HTTP on this port; 0 picks a free one "
                 "(env SLUICE_METRICS_PORT; default: no metrics endpoint)")
+    option("--grpc-token", metavar="TOKEN",
+           help="bearer token every gRPC call must carry, health checks aside; prefer the environment, "
+                "a command line is visible to every user of the machine (env SLUICE_GRPC_TOKEN; default: none)")
+    option("--tls-cert", type=Path, metavar="PEM",
+           help="serve gRPC over TLS with this certificate chain, with --tls-key (env SLUICE_TLS_CERT; default: plaintext)")
+    option("--tls-key", type=Path, metavar="PEM", help="the certificate's private key (env SLUICE_TLS_KEY)")
     option("--spark-master", help="Spark master URL for programs (env SLUICE_SPARK_MASTER; default local[*])")
     option("--spark-submit", metavar="PATH",
            help="the spark-submit command that starts programs (env SLUICE_SPARK_SUBMIT; default the venv's)")

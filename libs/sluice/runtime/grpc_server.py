@@ -1,4 +1,5 @@
-"""gRPC servers: health checking, reflection, and domain errors mapped to status codes."""
+"""gRPC servers: health checking, reflection, domain errors mapped to status codes, and access
+(a bearer token, TLS: sluice.runtime.grpc_security)."""
 from __future__ import annotations
 
 import functools
@@ -11,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from sluice.runtime.grpc_security import GrpcSecurity
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +44,20 @@ def grpc_errors(method: Callable) -> Callable:
 
 
 async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", port: int = 0,
-                       interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server(interceptors=list(interceptors))
+                       interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+                       security: GrpcSecurity = GrpcSecurity()) -> tuple[grpc.aio.Server, int]:
+    """`interceptors` see every call, refused ones too (the security's come after them)."""
+    server = grpc.aio.server(interceptors=[*interceptors, *security.interceptors()])
     for binding in bindings:
         binding.add_to_server(binding.servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [b.service_name for b in bindings]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    credentials = security.server_credentials()
+    address = f"{host}:{port}"
+    bound = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
+    security.warn_if_exposed(host)
     await server.start()
     for name in ["", *names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -12,6 +12,7 @@ from sluice.bus.topics import ALL_TOPICS
 from sluice.eventlog.port import EventLog
 from sluice.runtime.consumer import Subscription, consume
 from sluice.runtime.grpc_metrics import MetricsInterceptor
+from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.grpc_server import GrpcBinding, start_server
 from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen
 from sluice.runtime.metrics import Registry
@@ -50,13 +51,14 @@ async def run_services(
     metrics_port: int | None = None,
     on_metrics_ready: Callable[[int], None] = lambda port: None,
     refreeze_seconds: float = REFREEZE_SECONDS,
+    security: GrpcSecurity = GrpcSecurity(),
 ) -> None:
     """Run `specs` until `stop` is set or a task fails. Consumers, outbox relays and the gRPC server
     report to `metrics` (a private registry when None); with a `metrics_port` (0: a free one) the
     registry is served over HTTP on `host` too, and `on_metrics_ready` gets the port before `on_ready`.
     The heap recovered is frozen out of garbage collection, and again every `refreeze_seconds`,
     with what survived the young generations frozen every second in between (0: only after
-    recovery); see sluice.runtime.heap."""
+    recovery); see sluice.runtime.heap. `security`: the gRPC API's token and TLS."""
     registry = metrics or Registry()
     await bus.create_topics(ALL_TOPICS)
     for spec in specs:
@@ -67,7 +69,7 @@ async def run_services(
         producer = bus.producer()
         stack.push_async_callback(producer.close)
         bindings = [b for spec in specs for b in spec.grpc]
-        server, bound = await start_server(bindings, host, port, [MetricsInterceptor(registry)])
+        server, bound = await start_server(bindings, host, port, [MetricsInterceptor(registry)], security)
         stack.push_async_callback(server.stop, 1.0)
         if metrics_port is not None:
             runner, metrics_bound = await start_metrics_server(registry, host, metrics_port)
