@@ -75,6 +75,8 @@ class Settings:
     """API key sent to that backend (Authorization: Bearer); empty: none."""
     jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE
     """Finished jobs the checker's jobs view keeps per schedule (the newest; the log keeps them all)."""
+    runs_history: int = launcher_service.DEFAULT_FINISHED_RUNS_PER_SCHEDULE
+    """Ended runs the launcher keeps in memory per schedule (the newest; the log keeps them all)."""
     grpc_security: GrpcSecurity = GrpcSecurity()
     """The gRPC API's bearer token and TLS certificate; by default neither."""
 
@@ -128,7 +130,7 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
     publisher = RunPublisher(data_plane, settings.partitions_dir,
                              settings.event_log or sqlite_url(settings.data_dir / "events.db"))
     launcher = LauncherService(log, clock, DirectoryCatalog(settings.apps_dir), SparkSubmitter(settings.spark),
-                               settings.partitions_dir, settings.max_parallel_runs, publisher)
+                               settings.partitions_dir, settings.max_parallel_runs, publisher, settings.runs_history)
 
     def recover() -> None:
         data_plane.recover()  # unfinished commit sequences are redone before any new work

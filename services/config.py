@@ -27,6 +27,7 @@ from sluice.runtime.errors import InvalidArgument
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings
 from sluice_services.launcher.programs import SparkConfig
+from sluice_services.launcher.service import DEFAULT_FINISHED_RUNS_PER_SCHEDULE
 
 ENV_PREFIX = "SLUICE_"
 CONFIG_ENV = "SLUICE_CONFIG"
@@ -91,6 +92,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "load_hard_limit": (int, None, _at_least_one),
     "high_priority": (int, 1, _any),
     "jobs_history": (int, DEFAULT_FINISHED_PER_SCHEDULE, _at_least_one),
+    "runs_history": (int, DEFAULT_FINISHED_RUNS_PER_SCHEDULE, _at_least_one),
     "grpc_token": (str, "", _any),
     "tls_cert": (Path, None, _readable_file),
     "tls_key": (Path, None, _readable_file),
@@ -207,6 +209,7 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     capacity=_capacity(values), lineage_port=values["lineage_port"],
                     lineage_token=values["lineage_token"], openlineage_url=values["openlineage_url"],
                     openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"],
+                    runs_history=values["runs_history"],
                     grpc_security=_grpc_security(values))
 
 

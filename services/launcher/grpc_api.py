@@ -1,9 +1,7 @@
 """gRPC edge of the launcher: run inspection."""
 from __future__ import annotations
 
-from sluice.clock import epoch_micros
-from sluice.domain.runs import Run
-from sluice.paging import after_key, fill_page, is_time_and_id, next_page_token, paging
+from sluice.paging import fill_page, is_time_and_id, next_page_token, paging
 from sluice.runtime.errors import InvalidArgument, NotFound
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import runs_pb2, runs_pb2_grpc
@@ -19,7 +17,7 @@ class RunsServicer(runs_pb2_grpc.RunsServicer):
     async def ListRuns(self, request, context):
         """A page of the runs, oldest first: at most page_size, and no more than MAX_PAGE_BYTES."""
         size, after = paging(request, LIST_RUNS, is_time_and_id)
-        runs, last = fill_page(after_key(self._launcher.runs(request.schedule_id), run_key, after), size, run_to_proto)
+        runs, last = fill_page(self._launcher.listing(request.schedule_id, after), size, run_to_proto)
         return runs_pb2.ListRunsResponse(runs=runs, next_page_token=next_page_token(LIST_RUNS, last))
 
     @grpc_errors
@@ -33,11 +31,6 @@ class RunsServicer(runs_pb2_grpc.RunsServicer):
 
 
 LIST_RUNS = "Runs.ListRuns"
-
-
-def run_key(run: Run) -> tuple[int, str]:
-    """The listing's order, as LauncherService.runs sorts: request time, then id."""
-    return epoch_micros(run.requested_at), run.id
 
 
 def bindings(launcher: LauncherService) -> list[GrpcBinding]:

@@ -6,18 +6,20 @@ import json
 import logging
 from datetime import datetime
 from pathlib import Path
+from typing import Iterator
 
 from openlineage.client.event_v2 import RunState
 
 from sluice.bus.port import Record
 from sluice.bus.topics import LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
-from sluice.clock import Clock
+from sluice.clock import Clock, epoch_micros
 from sluice.domain import runs
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import Notification, PartitionCommitted, ProgramStatusChanged, RunStatus
 from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkStarted, RequestRun, Run
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
+from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
@@ -39,11 +41,15 @@ TYPES = EventTypes(runs.EVENTS)
 SNAPSHOTS = ("launcher-runs",)
 LOG_TAIL_BYTES = 2000
 WRAPPER_STARTING_POLL = 0.02
+DEFAULT_FINISHED_RUNS_PER_SCHEDULE = 1_000
+"""Ended runs the launcher keeps in memory per schedule, the newest by request time; the log keeps them all."""
 
 
 class LauncherService:
     def __init__(self, log: EventLog, clock: Clock, catalog: ProgramCatalog, submitter: ProgramSubmitter,
-                 data_dir: Path, max_parallel: int = 2, publisher: RunPublisher | None = None) -> None:
+                 data_dir: Path, max_parallel: int = 2, publisher: RunPublisher | None = None,
+                 runs_history: int | None = DEFAULT_FINISHED_RUNS_PER_SCHEDULE) -> None:
+        """`runs_history`: ended runs kept per schedule (None: all); older ones are read from the log when asked for."""
         self._publisher = publisher  # commit sequences and partition consumers (datasets); None: files only
         self._log = log
         self._clock = clock
@@ -58,11 +64,16 @@ class LauncherService:
         """Runs whose current attempt a task of this launcher starts or waits for."""
         self._unfinished: set[str] = set()
         """Runs not ended: what fire_due looks at, instead of every run ever."""
+        self._kept = RetainedListing(runs_history)
+        """The listing order of the runs kept in memory: every run not ended, each schedule's newest ended ones."""
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
-        self._unfinished = {r.id for r in self._store.states().values() if r is not None and not r.status.terminal}
+        found = [run for run in self._store.states().values() if run is not None]
+        self._unfinished = {run.id for run in found if not run.status.terminal}
+        for run_id in self._kept.index((listing_key(run), run.job.schedule_id, run.status.terminal) for run in found):
+            self._store.forget(runs.stream_name(run_id))
 
     def resume(self) -> None:
         """Carry on with every run that has not ended: an attempt due now is started, unless the
@@ -90,12 +101,16 @@ class LauncherService:
         await run_timer_loop(self._clock, self.fire_due, self.next_wake_at, self._timers_changed)
 
     def runs(self, schedule_id: str = "") -> list[Run]:
-        found = [r for r in self._store.states().values() if r is not None]
-        return sorted((r for r in found if not schedule_id or r.job.schedule_id == schedule_id),
-                      key=lambda r: (r.requested_at, r.id))
+        """The runs kept in memory (of the schedule, when given), oldest first."""
+        return [run for _, run in self.listing(schedule_id)]
+
+    def listing(self, schedule_id: str = "", after: ListingKey | None = None) -> Iterator[tuple[ListingKey, Run]]:
+        """(key, run) of the runs kept, oldest first (request time, then id), after `after`."""
+        return ((key, self.get(key[1])) for key in self._kept.listing(schedule_id, after))
 
     def get(self, run_id: str) -> Run | None:
-        return self._store.load(runs.stream_name(run_id)).state
+        """Any run: one the launcher let go of is read from the log, and not kept."""
+        return self._store.peek(runs.stream_name(run_id)).state
 
     def attempt_dir(self, run: Run) -> Path:
         """Where the current attempt's files live: runs/<run id> for the first, runs/<run id>/attempt-<n> after."""
@@ -212,7 +227,19 @@ class LauncherService:
             self._unfinished.add(run_id)
         else:
             self._unfinished.discard(run_id)
+        if run is not None:
+            self._keep(run)
         return events
+
+    def _keep(self, run: Run) -> None:
+        """Into the listing: a new run, one another launcher wrote, or an old one read back from the log
+        (a launch request sent again), which its `finish` forgets again."""
+        key, schedule_id = listing_key(run), run.job.schedule_id
+        if not self._kept.keeps(key, schedule_id):
+            self._kept.add(key, schedule_id)
+        if run.status.terminal:
+            for run_id in self._kept.finish(key, schedule_id):
+                self._store.forget(runs.stream_name(run_id))
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
         if not recorded.stream.startswith(STREAM_PREFIX) or recorded.type not in TYPES:
@@ -251,6 +278,11 @@ class LauncherService:
             messages.append(Outgoing(PARTITION_NOTIFICATIONS, notification.event_key(),
                                      notification_to_proto(notification).SerializeToString()))
         return messages
+
+
+def listing_key(run: Run) -> ListingKey:
+    """Runs are listed by request time, then id."""
+    return epoch_micros(run.requested_at), run.id
 
 
 def _process_start(process: ProgramProcess) -> int:

@@ -62,7 +62,7 @@ async def test_runs_page_oldest_first_and_the_client_reads_every_page(served):
         listed += [run.id for run in response.runs]
         if not (token := response.next_page_token):
             break
-    expected = [r.id for r in sorted(launcher.runs(), key=grpc_api.run_key)]
+    expected = [r.id for r in sorted(launcher.runs(), key=lambda r: (r.requested_at, r.id))]
     assert listed == expected and len(set(listed)) == RUNS
     with SluiceClient(address) as client:
         assert [r.id for r in await asyncio.to_thread(client.list_runs)] == expected

@@ -90,6 +90,13 @@ def test_the_jobs_history_of_the_checker_comes_from_option_environment_or_file()
     assert settings("--jobs-history", "5", env={"SLUICE_JOBS_HISTORY": "20"}).jobs_history == 5
 
 
+def test_the_runs_history_of_the_launcher_comes_from_option_environment_or_file():
+    assert settings().runs_history == 1_000
+    assert settings(text="[services.launcher]\nruns_history = 50\n", service="launcher").runs_history == 50
+    assert settings("--runs-history", "5", env={"SLUICE_RUNS_HISTORY": "20"}).runs_history == 5
+    assert error(env={"SLUICE_RUNS_HISTORY": "0"}) == "SLUICE_RUNS_HISTORY: must be at least 1, got 0"
+
+
 def test_grpc_token_and_tls_files_come_from_option_environment_or_file(tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert.write_text("certificate"), key.write_text("key")

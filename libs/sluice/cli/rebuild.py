@@ -10,11 +10,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from sluice.cli import render
 from sluice.clock import SystemClock
 from sluice.eventlog.port import EventLog
+
+if TYPE_CHECKING:
+    from sluice_services.composition import Settings
 
 SERVICES = ("registry", "matcher", "checker", "launcher")
 PROJECTIONS = ("jobs", "lineage", *SERVICES, "snapshots")
@@ -47,7 +50,7 @@ def _rebuild(settings, args) -> int:
     log = open_log(settings)
     try:
         names = [*SERVICES, "jobs"] if args.projection == "snapshots" else [args.projection]
-        results = [rebuild(name, log) for name in names]
+        results = [rebuild(name, log, settings) for name in names]
     finally:
         log.close()
     if args.json:
@@ -59,16 +62,20 @@ def _rebuild(settings, args) -> int:
     return 0
 
 
-def rebuild(projection: str, log: EventLog) -> Rebuilt:
-    """Drop the projection's snapshots, fold the whole log, save new snapshots."""
+def rebuild(projection: str, log: EventLog, settings: "Settings | None" = None) -> Rebuilt:
+    """Drop the projection's snapshots, fold the whole log, save new snapshots (keeping the
+    histories the settings ask the jobs view and the launcher for; by default the defaults)."""
     from sluice.readmodels import jobs as jobs_model
     from sluice.runtime.aggregates import AggregateStore
     from sluice.runtime.map_snapshots import delete_map_snapshot
+    from sluice_services.composition import Settings
+
+    settings = settings or Settings()
 
     started = time.perf_counter()
     position = log.head_position()
     if projection == "jobs":
-        view = jobs_model.JobsView()
+        view = jobs_model.JobsView(finished_per_schedule=settings.jobs_history)
         store = jobs_model.snapshots_of(log)
         store.delete()
         view.recover(log)
@@ -80,7 +87,7 @@ def rebuild(projection: str, log: EventLog) -> Rebuilt:
         lineage = LineageService(log, SystemClock())
         lineage.rebuild()
         return Rebuilt("lineage", (LINEAGE_SNAPSHOT,), position, len(lineage.state.runs), time.perf_counter() - started)
-    service, names, entities = _service(projection, log)
+    service, names, entities = _service(projection, log, settings)
     for name in names:
         delete_map_snapshot(log, name)
     service.recover()
@@ -92,7 +99,7 @@ def rebuild(projection: str, log: EventLog) -> Rebuilt:
     return Rebuilt(projection, written, position, count, time.perf_counter() - started)
 
 
-def _service(name: str, log: EventLog) -> tuple[Any, tuple[str, ...], Callable[[Any], int]]:
+def _service(name: str, log: EventLog, settings: "Settings") -> tuple[Any, tuple[str, ...], Callable[[Any], int]]:
     clock = SystemClock()
     match name:
         case "registry":
@@ -111,6 +118,7 @@ def _service(name: str, log: EventLog) -> tuple[Any, tuple[str, ...], Callable[[
             from sluice_services.launcher import service as launcher
             from sluice_services.launcher.programs import DirectoryCatalog, SparkSubmitter
 
-            return (launcher.LauncherService(log, clock, DirectoryCatalog(Path(".")), SparkSubmitter(), Path(".")),
+            return (launcher.LauncherService(log, clock, DirectoryCatalog(Path(".")), SparkSubmitter(), Path("."),
+                                             runs_history=settings.runs_history),
                     launcher.SNAPSHOTS, lambda s: len(s.runs()))
     raise ValueError(f"unknown projection {name!r}")

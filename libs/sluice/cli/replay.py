@@ -78,7 +78,8 @@ def service_state(service: str, log: EventLog) -> dict[str, Any]:
             from sluice_services.launcher.programs import DirectoryCatalog, SparkSubmitter
             from sluice_services.launcher.service import LauncherService
 
-            launcher = LauncherService(log, clock, DirectoryCatalog(Path(".")), SparkSubmitter(), Path("."))
+            launcher = LauncherService(log, clock, DirectoryCatalog(Path(".")), SparkSubmitter(), Path("."),
+                                       runs_history=None)  # every run, not only those a service keeps
             launcher.recover()
             return {run.id: {"job": run.job.id, "program": run.job.program.qualified(), "status": run.status.value}
                     for run in launcher.runs()}

@@ -66,6 +66,9 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--jobs-history", type=int, metavar="JOBS",
            help="checker: finished jobs listed per schedule, the newest; the event log keeps every one "
                 "(env SLUICE_JOBS_HISTORY; default 1000)")
+    option("--runs-history", type=int, metavar="RUNS",
+           help="launcher: ended runs kept in memory and listed per schedule, the newest; older ones are still "
+                "found by id (GetRun) in the event log (env SLUICE_RUNS_HISTORY; default 1000)")
 
 
 def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from bisect import bisect_left, bisect_right, insort
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -27,6 +26,7 @@ from sluice.domain import checking, matching, runs
 from sluice.domain.codec import EventTypes, from_jsonable
 from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
 from sluice.runtime.snapshots import LoopPacer, schema_of
@@ -84,7 +84,6 @@ view lives in memory, and a schedule firing every minute adds 1,440 jobs a day. 
 class JobsView:
     def __init__(self, snapshot_every: int | None = None,
                  finished_per_schedule: int = DEFAULT_FINISHED_PER_SCHEDULE) -> None:
-        self._finished_per_schedule = finished_per_schedule
         self._jobs: dict[str, JobView] = {}
         self.position = 0
         """Every event up to this position is in the view."""
@@ -95,15 +94,8 @@ class JobsView:
         self._writing: Future[bool] | None = None
         self._pacer: LoopPacer | None = None
         self._restored = False
-        self._order: list[ListingKey] = []
-        """Every job's listing key, sorted: the listing order. Also holds the keys of `_gone` jobs
-        forgotten since it was last compacted."""
-        self._gone = 0
-        self._by_schedule: dict[str, list[ListingKey]] = {}
-        self._pending: set[ListingKey] = set()
-        """The keys of jobs not LAUNCHED or DISCARDED."""
-        self._finished: dict[str, list[ListingKey]] = {}
-        """Each schedule's finished jobs' keys, sorted: the oldest go beyond finished_per_schedule."""
+        self._kept = RetainedListing(finished_per_schedule)
+        """The listing order; which finished (LAUNCHED or DISCARDED) jobs stay."""
 
     def list(self, schedule_id: str = "") -> list[JobView]:
         """Every job (of the schedule, when given), oldest first."""
@@ -113,17 +105,9 @@ class JobsView:
                 after: ListingKey | None = None) -> Iterator[tuple[ListingKey, JobView]]:
         """The jobs (of the schedule, when given; only those not LAUNCHED or DISCARDED with
         `pending_only`) in listing order, with their keys: the ones after `after`. Kept sorted as jobs
-        are created, so a page costs its own jobs, not the whole view's; pending jobs are few (one per
-        schedule in the matcher, and the checker's queue), so `pending_only` sorts them at each call."""
-        if pending_only:
-            keys = sorted(key for key in self._pending
-                          if not schedule_id or self._jobs[key[1]].schedule_id == schedule_id)
-        else:
-            keys = self._by_schedule.get(schedule_id, []) if schedule_id else self._order
-        start = 0 if after is None else bisect_right(keys, after)
+        are created, so a page costs its own jobs, not the whole view's."""
         jobs = self._jobs
-        return ((keys[index], jobs[keys[index][1]]) for index in range(start, len(keys))  # no copy of the tail
-                if keys[index][1] in jobs)
+        return ((key, jobs[key[1]]) for key in self._kept.listing(schedule_id, after, pending_only))
 
     def get(self, job_id: str) -> JobView | None:
         return self._jobs.get(job_id)
@@ -171,17 +155,8 @@ class JobsView:
         self._index_all()
 
     def _index_all(self) -> None:
-        self._order, self._gone = sorted(listing_key(job) for job in self._jobs.values()), 0
-        self._by_schedule, self._pending, self._finished = {}, set(), {}
-        for key in self._order:
-            job = self._jobs[key[1]]
-            self._by_schedule.setdefault(job.schedule_id, []).append(key)
-            if job.state in FINISHED:
-                self._finished.setdefault(job.schedule_id, []).append(key)
-            else:
-                self._pending.add(key)
-        for schedule_id in list(self._finished):  # a snapshot of a view that kept more
-            self._forget_oldest_finished(schedule_id)
+        self._forget(self._kept.index((listing_key(job), job.schedule_id, job.state in FINISHED)
+                                      for job in self._jobs.values()))  # a snapshot of a view that kept more
 
     def snapshot(self, store: MapSnapshots) -> None:
         store.save(self.position, self._jobs, self._changed)
@@ -250,10 +225,7 @@ class JobsView:
         view = self._jobs[job_id] = JobView(
             job_id, schedule_id, JobState.PENDING_TRIGGER, at, at, notifications=notifications,
             transitions=((JobState.PENDING_TRIGGER.value, at, "first matching notification"),))
-        key = listing_key(view)
-        insort(self._order, key)  # mostly an append: jobs are created in about the order of their times
-        insort(self._by_schedule.setdefault(schedule_id, []), key)
-        self._pending.add(key)
+        self._kept.add(listing_key(view), schedule_id)
 
     def _transition(self, job_id: str, state: JobState, at: datetime, cause: str, **changes: object) -> None:
         view = self._jobs.get(job_id)
@@ -261,35 +233,18 @@ class JobsView:
             return
         self._update(job_id, at, state=state, transitions=(*view.transitions, (state.value, at, cause)), **changes)
         if state in FINISHED and view.state not in FINISHED:
-            key = listing_key(view)
-            self._pending.discard(key)
-            insort(self._finished.setdefault(view.schedule_id, []), key)
-            self._forget_oldest_finished(view.schedule_id)
+            self._forget(self._kept.finish(listing_key(view), view.schedule_id))
 
-    def _forget_oldest_finished(self, schedule_id: str) -> None:
-        """Keep the schedule's newest finished jobs: the same ones, whatever order they finished in."""
-        finished = self._finished[schedule_id]
-        excess = len(finished) - self._finished_per_schedule
-        if excess <= 0:
-            return
-        listed = self._by_schedule[schedule_id]
-        for key in finished[:excess]:
-            del self._jobs[key[1]]
-            self._changed.add(key[1])
-            del listed[bisect_left(listed, key)]
-        del finished[:excess]
-        self._gone += excess  # their keys stay in _order until it is compacted: no O(all jobs) delete each
-        if self._gone > len(self._order) // 2:
-            self._order = [key for key in self._order if key[1] in self._jobs]
-            self._gone = 0
+    def _forget(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            del self._jobs[job_id]
+            self._changed.add(job_id)
 
     def _update(self, job_id: str, at: datetime, **changes: object) -> None:
         self._changed.add(job_id)
         self._jobs[job_id] = replace(self._jobs[job_id], updated_at=at, **changes)
 
 
-ListingKey = tuple[int, str]
-"""(creation time in microseconds since the epoch, job id): jobs are listed oldest first."""
 FINISHED = frozenset({JobState.LAUNCHED, JobState.DISCARDED})
 
 

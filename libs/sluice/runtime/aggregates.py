@@ -85,6 +85,14 @@ class AggregateStore(Generic[S]):
                 self._changed.add(stream)
         return cached
 
+    def peek(self, stream: str) -> Loaded[S]:
+        """The stream's state as `load` has it, but one not in memory is read without being kept:
+        a look at what the service let go of (`forget`) does not bring it back."""
+        cached = self._cache.get(stream)
+        if cached is not None:
+            return cached
+        return self._fold(stream, self._restored.get(stream) or Loaded(self._initial, NO_STREAM))
+
     def states(self) -> dict[str, S]:
         return {stream: loaded.state for stream, loaded in {**self._restored, **self._cache}.items()}
 
