@@ -62,16 +62,14 @@ class LauncherService:
         self._tasks: set[asyncio.Task] = set()
         self._following: set[str] = set()
         """Runs whose current attempt a task of this launcher starts or waits for."""
-        self._unfinished: set[str] = set()
-        """Runs not ended: what fire_due looks at, instead of every run ever."""
         self._kept = RetainedListing(runs_history)
-        """The listing order of the runs kept in memory: every run not ended, each schedule's newest ended ones."""
+        """The listing order of the runs kept in memory: every run not ended (what fire_due looks at,
+        instead of every run ever), each schedule's newest ended ones."""
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
         found = [run for run in self._store.states().values() if run is not None]
-        self._unfinished = {run.id for run in found if not run.status.terminal}
         for run_id in self._kept.index((listing_key(run), run.job.schedule_id, run.status.terminal) for run in found):
             self._store.forget(runs.stream_name(run_id))
 
@@ -94,8 +92,8 @@ class LauncherService:
 
     def _waiting(self) -> list[Run]:
         """Unfinished runs no task follows, oldest first."""
-        found = [self.get(run_id) for run_id in self._unfinished - self._following]
-        return sorted((r for r in found if r is not None and not r.status.terminal), key=lambda r: (r.requested_at, r.id))
+        found = (self.get(run_id) for _, run_id in self._kept.listing(unfinished_only=True) if run_id not in self._following)
+        return [run for run in found if run is not None and not run.status.terminal]
 
     async def run_timers(self) -> None:
         await run_timer_loop(self._clock, self.fire_due, self.next_wake_at, self._timers_changed)
@@ -223,10 +221,6 @@ class LauncherService:
         now = self._clock.now()
         run, events = execute(self._store, self._log, runs.stream_name(run_id),
                               lambda r: runs.decide(r, command, now))
-        if run is not None and not run.status.terminal:
-            self._unfinished.add(run_id)
-        else:
-            self._unfinished.discard(run_id)
         if run is not None:
             self._keep(run)
         return events
