@@ -96,6 +96,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "grpc_token": (str, "", _any),
     "tls_cert": (Path, None, _readable_file),
     "tls_key": (Path, None, _readable_file),
+    "tls_client_ca": (Path, None, _readable_file),
     "lineage_port": (int, None, _port),
     "lineage_token": (str, "", _any),
     "openlineage_url": (str, "", _http_url),
@@ -216,7 +217,9 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
 def _grpc_security(values: Mapping[str, Any]) -> GrpcSecurity:
     if (values["tls_cert"] is None) != (values["tls_key"] is None):
         raise ConfigError("tls_cert, tls_key: give both (the certificate and its private key) or neither")
-    return GrpcSecurity(values["grpc_token"], values["tls_cert"], values["tls_key"])
+    if values["tls_client_ca"] is not None and values["tls_cert"] is None:
+        raise ConfigError("tls_client_ca: client certificates need TLS: give tls_cert and tls_key too")
+    return GrpcSecurity(values["grpc_token"], values["tls_cert"], values["tls_key"], values["tls_client_ca"])
 
 
 def _spark(values: Mapping[str, Any]) -> SparkConfig:

@@ -37,16 +37,21 @@ def default_server() -> str:
 class SluiceClient:
     """`token`: the bearer token a server started with --grpc-token asks for (default: SLUICE_TOKEN).
     `tls`: speak TLS, trusting the system's certificate authorities, or `tls_ca`'s (a PEM file,
-    default SLUICE_TLS_CA; giving one implies TLS)."""
+    default SLUICE_TLS_CA; giving one implies TLS). `client_cert` and `client_key` (PEM files,
+    default SLUICE_CLIENT_CERT, SLUICE_CLIENT_KEY): the certificate a server with a client CA asks for."""
 
     def __init__(self, target: str | None = None, timeout: float = 10.0, *, token: str | None = None,
-                 tls: bool = False, tls_ca: str | os.PathLike | None = None) -> None:
+                 tls: bool = False, tls_ca: str | os.PathLike | None = None,
+                 client_cert: str | os.PathLike | None = None, client_key: str | os.PathLike | None = None) -> None:
         self.target = target or default_server()
         token = os.environ.get("SLUICE_TOKEN", "") if token is None else token
         tls_ca = tls_ca or os.environ.get("SLUICE_TLS_CA") or None
-        if tls or tls_ca:
-            roots = Path(tls_ca).read_bytes() if tls_ca else None
-            self._channel = grpc.secure_channel(self.target, grpc.ssl_channel_credentials(root_certificates=roots))
+        client_cert = client_cert or os.environ.get("SLUICE_CLIENT_CERT") or None
+        client_key = client_key or os.environ.get("SLUICE_CLIENT_KEY") or None
+        if tls or tls_ca or client_cert:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca), private_key=_read(client_key), certificate_chain=_read(client_cert))
+            self._channel = grpc.secure_channel(self.target, credentials)
         else:
             self._channel = grpc.insecure_channel(self.target)
         self.channel = grpc.intercept_channel(self._channel, _BearerToken(token)) if token else self._channel
@@ -130,6 +135,10 @@ def parse_pairs(pairs: Iterable[str], what: str) -> Mapping[str, str]:
             raise ValueError(f"{what}: expected KEY=VALUE, got {pair!r}")
         result[key.strip()] = value.strip()
     return result
+
+
+def _read(path: str | os.PathLike | None) -> bytes | None:
+    return Path(path).read_bytes() if path else None
 
 
 class _CallDetails(namedtuple("_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready",

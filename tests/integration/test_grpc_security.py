@@ -119,9 +119,44 @@ def test_a_served_registry_speaks_tls_and_asks_the_cli_for_its_token(tmp_path, c
             assert client.list_schedules() == []
 
 
+@pytest.fixture(scope="module")
+def authority(tmp_path_factory) -> dict[str, Path]:
+    """A CA, and a server certificate for 127.0.0.1 and a client certificate it signed (openssl)."""
+    where = tmp_path_factory.mktemp("ca")
+    files = {name: where / f"{name}.pem" for name in ("ca", "ca_key", "server", "server_key", "client", "client_key")}
+
+    def openssl(*args: object) -> None:
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+    new_key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *new_key, "-keyout", files["ca_key"], "-out", files["ca"], "-days", "1",
+            "-subj", "/CN=sluice test CA")
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        request, extensions = where / f"{name}.csr", where / f"{name}.ext"
+        extensions.write_text(extension + "\n")
+        openssl("req", "-new", *new_key, "-keyout", files[f"{name}_key"], "-out", request, "-subj", f"/CN={name}")
+        openssl("x509", "-req", "-in", request, "-CA", files["ca"], "-CAkey", files["ca_key"], "-CAcreateserial",
+                "-out", files[name], "-days", "1", "-extfile", extensions)
+    return files
+
+
+def test_with_a_client_ca_only_callers_with_a_certificate_it_signed_get_in(tmp_path, authority, certificate):
+    env = {"SLUICE_TLS_CERT": str(authority["server"]), "SLUICE_TLS_KEY": str(authority["server_key"]),
+           "SLUICE_TLS_CLIENT_CA": str(authority["ca"])}
+    with LocalServer(tmp_path / "data", command=("serve", "registry"), env=env) as server:
+        over_tls = ["--server", server.address, "--tls-ca", str(authority["ca"])]
+        signed = ["--client-cert", str(authority["client"]), "--client-key", str(authority["client_key"])]
+        assert main([*over_tls, *signed, "schedules", "list"]) == 0
+        assert main([*over_tls, "schedules", "list"]) == 3  # no client certificate: no connection
+        self_signed, its_key = certificate
+        assert main([*over_tls, "--client-cert", str(self_signed), "--client-key", str(its_key), "schedules", "list"]) == 3
+        with SluiceClient(server.address, tls_ca=authority["ca"], client_cert=authority["client"],
+                          client_key=authority["client_key"]) as client:
+            assert client.list_schedules() == []
+
+
 def test_the_cli_names_an_unreadable_ca_file(tmp_path, capsys):
     assert main(["--tls-ca", str(tmp_path / "gone.pem"), "schedules", "list"]) == 2
-    assert capsys.readouterr().err == f"sluice: error: --tls-ca: cannot read {tmp_path / 'gone.pem'}: No such file or directory\n"
+    assert capsys.readouterr().err == f"sluice: error: cannot read {tmp_path / 'gone.pem'}: No such file or directory\n"
 
 
 def test_serve_refuses_half_a_tls_configuration_in_one_line(tmp_path, certificate):

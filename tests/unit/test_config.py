@@ -114,6 +114,10 @@ def test_tls_files_must_be_readable_and_come_in_pairs(tmp_path):
     cert.write_text("certificate")
     assert error("--tls-cert", str(cert)) == (
         "tls_cert, tls_key: give both (the certificate and its private key) or neither")
+    assert error("--tls-client-ca", str(cert)) == (
+        "tls_client_ca: client certificates need TLS: give tls_cert and tls_key too")
+    assert settings("--tls-cert", str(cert), "--tls-key", str(cert), "--tls-client-ca", str(cert)).grpc_security == (
+        GrpcSecurity("", cert, cert, cert))
     assert error("--tls-cert", str(cert), env={"SLUICE_TLS_KEY": str(tmp_path / "gone.pem")}) == (
         f"SLUICE_TLS_KEY: cannot read {tmp_path / 'gone.pem'}: No such file or directory")
 

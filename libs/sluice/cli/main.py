@@ -32,9 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "server_mode", False):
         return args.handler(args)
     try:
-        client = SluiceClient(args.server, token=args.token, tls=args.tls, tls_ca=args.tls_ca)
+        client = SluiceClient(args.server, token=args.token, tls=args.tls, tls_ca=args.tls_ca,
+                              client_cert=args.client_cert, client_key=args.client_key)
     except OSError as error:
-        print(f"sluice: error: --tls-ca: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
+        print(f"sluice: error: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
     try:
         with client:
@@ -62,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tls", action="store_true", help="speak TLS to the server, trusting the system's CAs")
     parser.add_argument("--tls-ca", metavar="PEM", default=None,
                         help="speak TLS, trusting this CA certificate (env SLUICE_TLS_CA)")
+    parser.add_argument("--client-cert", metavar="PEM", default=None,
+                        help="mutual TLS: this client's certificate, with --client-key (env SLUICE_CLIENT_CERT)")
+    parser.add_argument("--client-key", metavar="PEM", default=None,
+                        help="the client certificate's private key (env SLUICE_CLIENT_KEY)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     commands = parser.add_subparsers(metavar="COMMAND")
 

@@ -35,6 +35,9 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--tls-cert", type=Path, metavar="PEM",
            help="serve gRPC over TLS with this certificate chain, with --tls-key (env SLUICE_TLS_CERT; default: plaintext)")
     option("--tls-key", type=Path, metavar="PEM", help="the certificate's private key (env SLUICE_TLS_KEY)")
+    option("--tls-client-ca", type=Path, metavar="PEM",
+           help="mutual TLS: accept only callers with a certificate this CA signed (env SLUICE_TLS_CLIENT_CA; "
+                "default: no client certificate asked for)")
     option("--spark-master", help="Spark master URL for programs (env SLUICE_SPARK_MASTER; default local[*])")
     option("--spark-submit", metavar="PATH",
            help="the spark-submit command that starts programs (env SLUICE_SPARK_SUBMIT; default the venv's)")

@@ -4,7 +4,8 @@ With a token, every call must carry the metadata `authorization: Bearer <token>`
 checking and reflection: probes (Kubernetes, grpc_health_probe) and grpcurl's discovery need no
 secret, and neither reveals any data. A call without it ends UNAUTHENTICATED with a message saying
 what to send. With a certificate and its key the server speaks only TLS, so the token does not
-cross the network in clear text."""
+cross the network in clear text; with a client CA as well, only to callers presenting a
+certificate that CA signed (mutual TLS; health probes then need one too)."""
 from __future__ import annotations
 
 import hmac
@@ -31,11 +32,15 @@ class GrpcSecurity:
     tls_cert: Path | None = None
     """PEM certificate chain the server presents; with tls_key. None: plaintext."""
     tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    """PEM certificate of the CA whose client certificates the server requires; None: none asked for."""
 
     def server_credentials(self) -> grpc.ServerCredentials | None:
         if self.tls_cert is None or self.tls_key is None:
             return None
-        return grpc.ssl_server_credentials([(self.tls_key.read_bytes(), self.tls_cert.read_bytes())])
+        client_ca = self.tls_client_ca.read_bytes() if self.tls_client_ca else None
+        return grpc.ssl_server_credentials([(self.tls_key.read_bytes(), self.tls_cert.read_bytes())],
+                                           root_certificates=client_ca, require_client_auth=client_ca is not None)
 
     def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         return [BearerTokenAuth(self.token)] if self.token else []
