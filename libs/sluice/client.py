@@ -126,6 +126,7 @@ class SluiceClient:
             if not (token := response.next_page_token):
                 return items
 
+
 def parse_pairs(pairs: Iterable[str], what: str) -> Mapping[str, str]:
     """k=v strings to a dict; ValueError names what was malformed."""
     result = {}
