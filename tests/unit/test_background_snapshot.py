@@ -6,6 +6,7 @@ import asyncio
 import threading
 from datetime import datetime, timezone
 
+from sluice.bus.inprocess import InProcessBus
 from sluice.domain import matching
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import ProgramRef
@@ -16,6 +17,7 @@ from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime import aggregates
 from sluice.runtime.aggregates import AggregateStore
 from sluice.runtime.map_snapshots import MapSnapshots
+from sluice.runtime.service import ServiceSpec, run_services
 from sluice.runtime.snapshots import Snapshots
 
 T0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
@@ -97,3 +99,26 @@ async def test_a_background_snapshot_finds_what_other_writers_appended_off_the_l
     await store._saving
     assert store.load("matcher-s0") == restored.load("matcher-s0")
     log.close()
+
+
+async def test_services_stopping_wait_for_the_snapshot_being_written_before_the_log_closes(tmp_path, monkeypatch):
+    monkeypatch.setattr(aggregates, "BACKGROUND_SNAPSHOT_STREAMS", 3)
+    release = threading.Event()
+    original = Snapshots.save
+    monkeypatch.setattr(Snapshots, "save", lambda self, *args: release.wait(10) and original(self, *args))
+    log = SqliteEventLog(tmp_path / "events.db")
+    store = store_with_streams(log, 5)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    spec = ServiceSpec("holder", start=store.snapshot)  # the snapshot starts with the service
+    services = asyncio.create_task(run_services([spec], InProcessBus(), log, stop=stop,
+                                                on_ready=lambda port: ready.set(), refreeze_seconds=0))
+    await asyncio.wait_for(ready.wait(), 10)
+    stop.set()
+    await asyncio.sleep(0.1)
+    assert not services.done()  # waits for the snapshot
+    release.set()
+    await asyncio.wait_for(services, 10)
+    log.close()  # what the caller does next: the snapshot is in
+    reopened = SqliteEventLog(tmp_path / "events.db")
+    assert len(Snapshots(reopened, "test", store._snapshots.schema).load()[1]) == 5
+    reopened.close()

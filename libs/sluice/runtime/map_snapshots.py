@@ -18,6 +18,7 @@ unpickling; a base is the entries dict itself, the format a whole-state snapshot
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -30,6 +31,16 @@ log = logging.getLogger(__name__)
 SNAPSHOT_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sluice-snapshot")
 """Packs and writes big snapshots off the event loop (`MapSnapshots.write` of a `prepare`d save),
 one at a time for every store of the process."""
+WRITTEN_AT_STOP_SECONDS = 30.0
+
+
+async def snapshots_written(timeout: float = WRITTEN_AT_STOP_SECONDS) -> None:
+    """Wait until every snapshot submitted so far is written (the writer runs them in order): a
+    service stopping waits for them before its log is closed under them."""
+    try:
+        await asyncio.wait_for(asyncio.wrap_future(SNAPSHOT_WRITER.submit(lambda: None)), timeout)
+    except TimeoutError:
+        log.warning("snapshots still being written after %.0f s at stop: they are abandoned", timeout)
 
 DELTA_SUFFIX = "+delta"
 REBASE_FRACTION = 0.5

@@ -14,6 +14,7 @@ from sluice.runtime.consumer import Subscription, consume
 from sluice.runtime.grpc_metrics import MetricsInterceptor
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.grpc_server import GrpcBinding, start_server
+from sluice.runtime.map_snapshots import snapshots_written
 from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen
 from sluice.runtime.metrics import Registry
 from sluice.runtime.metrics_http import start_metrics_server
@@ -66,6 +67,7 @@ async def run_services(
             spec.recover()
     freeze_long_lived()
     async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(snapshots_written)
         producer = bus.producer()
         stack.push_async_callback(producer.close)
         bindings = [b for spec in specs for b in spec.grpc]
