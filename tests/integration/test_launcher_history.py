@@ -3,6 +3,9 @@
 again for it starts nothing and does not bring it back, and a restarted launcher keeps the same runs."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -101,3 +104,21 @@ async def test_a_launcher_restored_from_a_snapshot_keeps_the_same_runs(world):
     assert len(restored._store.states()) == HISTORY
     assert restored.get(a_runs[0]).status is RunStatus.FAILED
 
+
+
+async def test_sluice_rebuild_launcher_keeps_the_history_of_the_launchers_own_configuration(world, tmp_path):
+    """`sluice rebuild launcher` reads [services.launcher] as `sluice serve launcher` does; --service another section."""
+    clock, log, start = world
+    launcher = start(history=None)
+    for schedule_id in ("schedule-a", "schedule-b"):
+        await run_jobs(clock, launcher, schedule_id, 4)
+    config = tmp_path / "sluice.toml"
+    config.write_text("[sluice]\nruns_history = 3\n\n[services.launcher]\nruns_history = 1\n", encoding="utf-8")
+    kept = {}
+    for section in ((), ("--service", "standalone")):
+        rebuilt = subprocess.run([sys.executable, "-m", "sluice.cli.main", "--json", "rebuild", "launcher",
+                                  "--data-dir", str(tmp_path), "--config", str(config), *section],
+                                 capture_output=True, text=True, timeout=120)
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        kept[section] = json.loads(rebuilt.stdout)[0]["entities"]
+    assert kept == {(): 2, ("--service", "standalone"): 6}

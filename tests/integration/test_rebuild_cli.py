@@ -106,3 +106,10 @@ def test_missing_log_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert "no event log" in line
+
+
+def test_an_unknown_service_is_one_line_and_exit_2(data_dir: Path) -> None:
+    result = sluice("rebuild", "launcher", "--service", "nonsense", "--data-dir", str(data_dir))
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("sluice: error: --service:") and "nonsense" in line and "standalone" in line

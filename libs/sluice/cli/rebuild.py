@@ -1,7 +1,11 @@
 """`sluice rebuild PROJECTION`: drop a projection's snapshots and fold it again from the whole log,
 offline, then save fresh snapshots. PROJECTION is `jobs` (the jobs read model), `lineage`, a
 service (`registry`, `matcher`, `checker`, `launcher`: its aggregate stores' snapshots) or
-`snapshots` (every service and the jobs view)."""
+`snapshots` (every service and the jobs view).
+
+The configuration is read as the process that hosts the projection reads it (`sluice serve NAME`:
+the checker hosts the jobs view; `sluice standalone` for `snapshots`), or as `--service` says: the
+histories it keeps (`jobs_history`, `runs_history`) are what its snapshots hold."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
 
 SERVICES = ("registry", "matcher", "checker", "launcher")
 PROJECTIONS = ("jobs", "lineage", *SERVICES, "snapshots")
+HOSTS = {"jobs": "checker", "snapshots": "standalone"}
+"""The process whose configuration a projection is rebuilt with, where it is not the projection's own name."""
 
 
 @dataclass(frozen=True)
@@ -36,17 +42,26 @@ class Rebuilt:
 def add_command(commands: argparse._SubParsersAction, offline: Callable, add_sources: Callable) -> None:
     rebuild = commands.add_parser("rebuild", help="drop a projection's snapshots and rebuild it from the log (offline)")
     rebuild.add_argument("projection", metavar="PROJECTION", help=", ".join(PROJECTIONS))
+    rebuild.add_argument("--service", metavar="NAME",
+                         help="read the configuration as `sluice serve NAME` does (standalone: as `sluice standalone`);"
+                              " default: the projection's service (the checker's for jobs), standalone for snapshots")
     add_sources(rebuild)
     rebuild.set_defaults(handler=offline(_rebuild), server_mode=True)
 
 
 def _rebuild(settings, args) -> int:
     from sluice.cli.sre import open_log
+    from sluice_services.config import SECTIONS, load_settings
 
     if args.projection not in PROJECTIONS:
         print(f"sluice: error: PROJECTION: unknown projection {args.projection!r} (one of {', '.join(PROJECTIONS)})",
               file=sys.stderr)
         return 2
+    if args.service is not None and args.service not in SECTIONS:
+        print(f"sluice: error: --service: unknown service {args.service!r} (one of {', '.join(SECTIONS)})",
+              file=sys.stderr)
+        return 2
+    settings = load_settings(args, args.service or HOSTS.get(args.projection, args.projection))
     log = open_log(settings)
     try:
         names = [*SERVICES, "jobs"] if args.projection == "snapshots" else [args.projection]
