@@ -55,6 +55,7 @@ from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import AndTrigger, PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.heap import freeze_long_lived
+from sluice.runtime.map_snapshots import snapshots_written
 from sluice.v1 import matching_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice.wire.schedules import schedule_to_proto
@@ -112,6 +113,7 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
                      f"{notifications / matching:.0f} notifications/s, {requests / matching:.0f} requests/s, "
                      f"{appended} events appended ({appended / matching:.0f} events/s)")
         finally:
+            await snapshots_written()  # the last background snapshot, before its log closes
             log.close()
     return [
         Figure("notifications_per_s", notifications / matching, "notifications/s", 20000),
@@ -169,6 +171,7 @@ async def _memory_per_schedule(path: Path, schedules: int, datasets: int, seed: 
         progress(f"[matcher] memory pass: {index} notifications until every schedule matched {RECENT_PER_SCHEDULE}")
         return (registered - before) / schedules, (matched - before) / schedules
     finally:
+        await snapshots_written()
         log.close()
 
 
