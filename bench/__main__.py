@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedules", type=_positive, default=None,
                    help="schedules to register (matcher default 10000, e2e-latency default 10000)")
     p.add_argument("--notifications", type=_positive, default=None,
-                   help="notifications to push (matcher default 5000, e2e-latency default 1000 per rate)")
+                   help="notifications to push (matcher default 5000; e2e-latency default 5 s of sending per rate, at least 1000)")
     p.add_argument("--datasets", type=_positive, default=None, help="matcher: datasets the schedules spread over (default 1000)")
     p.add_argument("--rates", type=_rates, default=None,
                    help="e2e-latency: offered notification rates per second, comma-separated (default 200,1000)")

@@ -18,11 +18,12 @@ restart with those schedules leaves: embedded, the heap is frozen out of garbage
 freezes theirs). A probe notification's LaunchRequested is awaited, so no consumer is still
 joining its group when the clock starts. Setup time (stderr) here, 2 cores at load ~5: ~50 s
 per rate for 10,000 schedules in either mode (one at a time it took ~100 s over Kafka), so
-`make bench BENCH=e2e-latency` (3 runs, 2 modes, 2 rates) takes ~12 minutes.
+`make bench BENCH=e2e-latency` (3 runs, 2 modes, 2 rates) takes ~13 minutes.
 
 Measurement: after a warm-up pass at the same rate, of N notifications or WARM_UP_SECONDS of
 sending if that is more (their launch requests awaited and not counted), a bus producer publishes
-N PartitionCommitted notifications (default 1000) at the offered rate (open loop, paced against
+N PartitionCommitted notifications (default: MEASURE_SECONDS of sending at the rate, at least
+1000; a second at 1000/s let a run's tail miss the stalls of sustained load) at the offered rate (open loop, paced against
 the schedule; when behind it sends at once), stamping each send time just before the send. A
 separate consumer group on `sluice.launch-requests` maps each LaunchRequested back to its
 notification (job.context.notifications[].id); latency = receive - send. CPU per notification goes
@@ -71,7 +72,8 @@ from sluice_services.composition import checker_spec, matcher_spec, registry_spe
 
 DESCRIPTION = "registry+matcher+checker (embedded, or processes over Kafka): notification -> LaunchRequested p50/p99, throughput"
 DEFAULT_SCHEDULES = 10_000
-DEFAULT_NOTIFICATIONS = 1_000  # per rate: 5 s of sending at 200/s, 1 s at 1000/s
+DEFAULT_NOTIFICATIONS = 1_000  # per rate, at least
+MEASURE_SECONDS = 5.0
 DEFAULT_RATES = (200.0, 1000.0)
 TARGET_P99_MS = {"file": 5.0, "memory": 5.0, "kafka": 50.0}
 MODES = {"all": ("file", "kafka"), "file": ("file",), "memory": ("memory",), "kafka": ("kafka",)}
@@ -101,7 +103,8 @@ class Services:
 
 def run(options: object) -> list[Figure]:
     schedules = option(options, "schedules", DEFAULT_SCHEDULES)
-    notifications = option(options, "notifications", DEFAULT_NOTIFICATIONS)
+    given = (option(options, "notifications", 1) if getattr(options, "notifications", None) is not None
+             or os.environ.get("BENCH_NOTIFICATIONS") else None)
     rates = getattr(options, "rates", None) or DEFAULT_RATES
     seed = getattr(options, "seed", 42)
     warm_up = getattr(options, "warm_up", None)
@@ -111,6 +114,7 @@ def run(options: object) -> list[Figure]:
         prefix = "kafka_" if bus_kind == "kafka" else ""
         for rate in rates:
             label = f"{rate:g}/s"
+            notifications = given or max(DEFAULT_NOTIFICATIONS, math.ceil(rate * MEASURE_SECONDS))
             with tempfile.TemporaryDirectory(prefix="sluice-bench-e2e-") as tmp:
                 latencies, throughput = asyncio.run(
                     _measure(bus_kind, Path(tmp), rate, schedules, notifications, warm_up, random.Random(seed)))
