@@ -20,7 +20,7 @@ from sluice.domain.checking import (
 )
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import ProgramStatusChanged
-from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
+from sluice.domain.constraints import UNLIMITED, AdmissionDecision, Capacity, Waiting
 from sluice.eventlog.port import Checkpoint, CheckpointMoved, EventLog, RecordedEvent
 from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, execute
 from sluice.runtime.consumer import BatchHandler
@@ -156,19 +156,27 @@ class CheckerService:
 
     def _decide(self, commands: list[object], checkpoints: list[Checkpoint] = ()) -> None:
         now = self._clock.now()
-        state, events = execute(self._store, self._log, QUEUE_STREAM,
-                                lambda s: checking.decide_many(s, commands, now, self._capacity), checkpoints=checkpoints)
+        passes: list[AdmissionDecision | None] = []
+
+        def decide(state: CheckerState) -> list[checking.CheckerEvent]:
+            events, admission = checking.decide_admitting(state, commands, now, self._capacity)
+            passes.append(admission)  # the last attempt's is the one appended
+            return events
+
+        _, events = execute(self._store, self._log, QUEUE_STREAM, decide, checkpoints=checkpoints)
         if events:
             for checkpoint in checkpoints:
                 self._offsets.recorded(checkpoint)
-        if events or any(isinstance(command, CheckTime) for command in commands):
-            self._set_timer(state)
+        if passes[-1] is not None:
+            self._wake(passes[-1].wake_at)
 
     def _set_timer(self, state: CheckerState) -> None:
         now = self._clock.now()
         decision = checking.next_check(state, now, self._capacity)
         # A pass now would act (e.g. recovered after a crash between a check falling due and its append): due now.
-        wake_at = now if decision.launch or decision.discard else decision.wake_at
+        self._wake(now if decision.launch or decision.discard else decision.wake_at)
+
+    def _wake(self, wake_at: datetime | None) -> None:
         if wake_at != self._wake_at:
             self._wake_at = wake_at
             self._timers_changed.set()

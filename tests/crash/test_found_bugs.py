@@ -33,5 +33,5 @@ async def test_a_checker_restarted_after_a_check_fell_due_admits_at_once(tmp_pat
     restarted = CheckerService(log, clock)
     restarted.recover()
     assert restarted.next_wake_at() == clock.now()
-    assert restarted.fire_due() and restarted.state.queue == {}
+    assert restarted.fire_due() and not restarted.state.queue
     log.close()

@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from sluice.domain import checking
 from sluice.domain.checking import (
     CheckerState,
@@ -25,6 +28,7 @@ from sluice.domain.constraints import (
     ConcurrencyConstraint,
     DelayConstraint,
     MinSinceLastRunConstraint,
+    TimeWindowConstraint,
 )
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.schedules import Schedule
@@ -60,7 +64,7 @@ def kinds(events) -> list[str]:
 def test_a_job_without_constraints_is_queued_and_admitted_in_one_decision():
     state, events = run(CheckerState(), EnqueueJob(job(1)))
     assert kinds(events) == ["JobAdmitted"]  # admitted on arrival: one event queues and admits it
-    assert state.queue == {} and state.world.runs == {}  # no constraint counts P's runs: none kept
+    assert not state.queue and state.world.runs == {}  # no constraint counts P's runs: none kept
     assert run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))[1] == []
 
 
@@ -99,7 +103,7 @@ def test_a_waiting_job_is_deferred_once_and_admitted_when_its_delay_ends():
     assert checking.next_check(state, T0).wake_at == T0 + timedelta(seconds=60)
     assert run(state, CheckTime(), T0 + timedelta(seconds=30))[1] == []  # not due: nothing recorded
     state, events = run(state, CheckTime(), T0 + timedelta(seconds=60))
-    assert kinds(events) == ["JobAdmitted"] and state.queue == {}
+    assert kinds(events) == ["JobAdmitted"] and not state.queue
 
 
 def test_concurrency_slot_is_taken_by_one_job_and_freed_by_the_run_end():
@@ -209,3 +213,54 @@ def test_admitted_on_arrival_folds_to_what_queued_then_admitted_folds_to():
     assert isinstance(admitted, JobAdmitted)
     assert checking.fold(state, events) == checking.fold(state, [JobQueued(admitted.job, admitted.at), admitted])
     assert run(checking.fold(state, events), EnqueueJob(job(1, ConcurrencyConstraint(2, group="g"))))[1] == []
+
+
+
+def test_a_group_slot_stays_taken_when_the_jobs_arrive_before_their_schedules_are_tracked():
+    """The admitted job's program belongs to the group its constraint names while its run goes,
+    also with no ScheduleTracked yet to say so: a later pass does not admit a second job of the group."""
+    group = ConcurrencyConstraint(1, group="g")
+    state, events = run(CheckerState(), EnqueueJob(job(1, group, schedule="a", program=P)))
+    assert kinds(events) == ["JobAdmitted"]
+    state, events = run(state, EnqueueJob(job(1, group, schedule="b", program=Q)))
+    assert kinds(events) == ["JobQueued", "JobDeferred"]
+    assert run(state, CheckTime(), T0 + timedelta(minutes=5))[1] == []
+    state, events = run(state, ObserveRun(P, run_id_for("a-j1"), RunStatus.COMPLETED, T0 + timedelta(minutes=6)))
+    assert kinds(events) == ["RunObserved", "JobAdmitted"] and events[1].job.id == "b-j1"
+
+CONSTRAINTS = st.lists(st.sampled_from([
+    ConcurrencyConstraint(1), ConcurrencyConstraint(2), ConcurrencyConstraint(1, group="g"),
+    DelayConstraint(30), DelayConstraint(90), MinSinceLastRunConstraint(60),
+    TimeWindowConstraint("00:01", "00:03", "UTC"), TimeWindowConstraint("23:00", "01:00", "Europe/Paris"),
+]), max_size=3, unique=True)
+ARRIVALS = st.lists(st.tuples(st.sampled_from([P, Q]), CONSTRAINTS, st.integers(0, 2), st.integers(0, 150)),
+                    min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrivals=ARRIVALS, batch=st.integers(1, 4), ended=st.lists(st.integers(0, 11), max_size=4))
+def test_one_admission_pass_gives_the_timer_no_later_than_a_second_pass_over_the_queue_it_left(arrivals, batch, ended):
+    """The checker sets its timer from the pass that decided (`decide_admitting`), not from a second
+    pass over the state the decision leads to: that pass would launch or discard nothing, and wait
+    on the same jobs until no earlier than the first said."""
+    state, now = CheckerState(), T0
+    jobs = [job(index + 1, *constraints, program=program, priority=priority, schedule=f"s{index}")
+            for index, (program, constraints, priority, _) in enumerate(arrivals)]
+    commands = [EnqueueJob(queued) for queued in jobs]
+    commands += [ObserveRun(jobs[i].program, run_id_for(jobs[i].id), RunStatus.COMPLETED, T0)
+                 for i in ended if i < len(jobs)]
+    for start, (*_, seconds) in zip(range(0, len(commands), batch), arrivals):
+        now = now + timedelta(seconds=seconds)
+        for step in ([CheckTime()], commands[start:start + batch]):
+            events, decision = checking.decide_admitting(state, step, now)
+            assert events == checking.decide_many(state, step, now)
+            state = checking.fold(state, events)
+            if decision is None:
+                continue
+            again = checking.next_check(state, now)
+            assert again.launch == () and again.discard == ()
+            assert {w.job_id for w in decision.waiting} == {w.job_id for w in again.waiting} == set(state.queue)
+            if decision.wake_at is None:
+                assert again.wake_at is None
+            else:
+                assert again.wake_at is None or decision.wake_at <= again.wake_at

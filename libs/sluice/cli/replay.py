@@ -72,7 +72,7 @@ def service_state(service: str, log: EventLog) -> dict[str, Any]:
             checker.recover()
             state = checker.state
             return {**{f"job {job_id}": {"schedule": queued.job.schedule_id, "checked": queued.checked}
-                       for job_id, queued in state.queue.items()},
+                       for job_id, queued in sorted(state.queue.items())},
                     **{f"running {program.qualified()}": state.world.running(program) for program in state.world.runs}}
         case "launcher":
             from sluice_services.launcher.programs import DirectoryCatalog, SparkSubmitter

@@ -32,6 +32,7 @@ from sluice.domain.constraints import (
     WorldFacts,
     admit,
     history_needed,
+    join_groups,
 )
 from sluice.domain.jobs import Job
 from sluice.domain.schedules import Schedule
@@ -174,7 +175,8 @@ class TrackedSchedule:
 
 @dataclass(frozen=True)
 class CheckerState:
-    queue: Mapping[str, QueuedJob] = field(default_factory=dict)
+    queue: Mapping[str, QueuedJob] = field(default_factory=immutables.Map)
+    """Persistent: a job queued, deferred or admitted costs O(log n), not a copy of the whole queue."""
     world: WorldFacts = field(default_factory=WorldFacts)
     schedules: Mapping[str, TrackedSchedule] = field(default_factory=immutables.Map)
     """Persistent: a queued job records its schedule's sequence without copying every schedule's entry."""
@@ -188,8 +190,9 @@ class CheckerState:
     """A load limit counts every program's runs."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.schedules, immutables.Map):
-            object.__setattr__(self, "schedules", immutables.Map(self.schedules))
+        for name in ("queue", "schedules"):
+            if not isinstance(getattr(self, name), immutables.Map):
+                object.__setattr__(self, name, immutables.Map(getattr(self, name)))
 
     def watches(self, program: ProgramRef) -> bool:
         """Runs of other programs change no answer: the checker neither records nor reserves them."""
@@ -207,6 +210,15 @@ def decide(state: CheckerState, command: object, now: datetime, capacity: Capaci
 def decide_many(state: CheckerState, commands: list[object], now: datetime,
                 capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
     """Several commands (a poll's worth of messages), then one admission pass: one decision, one append."""
+    return decide_admitting(state, commands, now, capacity)[0]
+
+
+def decide_admitting(state: CheckerState, commands: list[object], now: datetime, capacity: Capacity = UNLIMITED
+                     ) -> tuple[list[CheckerEvent], AdmissionDecision | None]:
+    """`decide_many`, with its admission pass (None when nothing changed and no check was due). The
+    pass's `wake_at` stays right for the state its events lead to: its launches only make the world
+    stricter for the jobs left waiting, whose next check can only come later, so the checker's timer
+    needs no second pass over the queue."""
     events: list[CheckerEvent] = []
     if (capacity.limit is not None or capacity.hard_limit is not None) and not state.watch_all:
         events.append(LoadLimited(now))  # the load counts every run from now on
@@ -216,10 +228,11 @@ def decide_many(state: CheckerState, commands: list[object], now: datetime,
         state = fold(state, own)
         events += own
     if not events and not any(isinstance(command, CheckTime) for command in commands):
-        return []
-    admission = _admission(state, admit(state.facts(), state.world, now, capacity), now)
+        return [], None
+    decision = admit(state.facts(), state.world, now, capacity)
+    admission = _admission(state, decision, now)
     admitted = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
-    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in admitted)), *admission]
+    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in admitted)), *admission], decision
 
 
 def _own_events(state: CheckerState, command: object, now: datetime) -> list[CheckerEvent]:
@@ -282,9 +295,10 @@ def _observe_schedule(state: CheckerState, schedule_id: str, schedule: Schedule 
 def _withdraw(state: CheckerState, schedule_id: str, reason: str, now: datetime, below: int | None = None,
               skip: frozenset[str] | set[str] = frozenset()) -> list[JobWithdrawn]:
     """Discard the schedule's queued jobs (those of a generation below `below`, when given)."""
-    return [JobWithdrawn(job_id, schedule_id, reason, now) for job_id, queued in state.queue.items()
-            if queued.job.schedule_id == schedule_id and job_id not in skip
-            and (below is None or queued.job.schedule_generation < below)]
+    withdrawn = [queued.job for job_id, queued in state.queue.items()
+                 if queued.job.schedule_id == schedule_id and job_id not in skip
+                 and (below is None or queued.job.schedule_generation < below)]
+    return [JobWithdrawn(job.id, schedule_id, reason, now) for job in sorted(withdrawn, key=lambda job: job.sequence)]
 
 
 def _admission(state: CheckerState, decision: AdmissionDecision, now: datetime) -> list[CheckerEvent]:
@@ -301,7 +315,7 @@ def _admission(state: CheckerState, decision: AdmissionDecision, now: datetime) 
 def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
     match event:
         case JobQueued(job, at):
-            queue = {**state.queue, job.id: QueuedJob(job, job.triggered_at or at)}
+            queue = state.queue.set(job.id, QueuedJob(job, job.triggered_at or at))
             tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
             schedules = state.schedules.set(job.schedule_id,
                                             replace(tracked, last_sequence=max(tracked.last_sequence, job.sequence)))
@@ -309,16 +323,19 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
                            horizon=max(state.horizon, history_needed(job.constraints)),
                            watched=_watch(state.watched, job.program, job.constraints))
         case JobDeferred(job_id):
-            return replace(state, queue={**state.queue, job_id: replace(state.queue[job_id], checked=True)})
+            return replace(state, queue=state.queue.set(job_id, replace(state.queue[job_id], checked=True)))
         case JobAdmitted(job, at) if job.id not in state.queue:  # admitted on arrival: queued by the same event
             return evolve(evolve(state, JobQueued(job, at)), event)
         case JobAdmitted(job, at):
-            queue = {k: v for k, v in state.queue.items() if k != job.id}
+            queue = _without(state.queue, job.id)
             if not state.watches(job.program):
                 return replace(state, queue=queue)
-            return replace(state, queue=queue, world=state.world.reserve(job.program, run_id_for(job.id), at))
+            # The run counts for the groups its job names also when the checker has not tracked the
+            # schedule yet (a job can arrive first): else the next pass let a second job into the group.
+            world = join_groups(state.world, job.program, job.constraints)
+            return replace(state, queue=queue, world=world.reserve(job.program, run_id_for(job.id), at))
         case JobWithdrawn(job_id):
-            return replace(state, queue={k: v for k, v in state.queue.items() if k != job_id})
+            return replace(state, queue=_without(state.queue, job_id))
         case RunObserved(program, run_id, status, at):
             world = state.world.observe(program, run_id, status, at)
             if status.terminal:
@@ -337,6 +354,10 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             new = replace(old, active=False, groups=frozenset(), deleted=True)
             return _regroup(replace(state, schedules=state.schedules.set(schedule_id, new)), old, new)
     raise TypeError(f"unknown event {event!r}")
+
+
+def _without(queue: immutables.Map, job_id: str) -> immutables.Map:
+    return queue.delete(job_id) if job_id in queue else queue
 
 
 def fold(state: CheckerState, events: list[CheckerEvent]) -> CheckerState:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from sluice.domain.constraints.clock import in_window, next_opening, parse_hh_mm, window_bounds
 from sluice.domain.constraints.facts import PendingJobFacts, WorldFacts
@@ -91,7 +92,9 @@ def _concurrency(constraint: ConcurrencyConstraint, job: PendingJobFacts, world:
     return NotYet(None, f"{running} of at most {constraint.max_running} runs of {scope} running")
 
 
+@lru_cache(maxsize=1024)
 def _time_window(constraint: TimeWindowConstraint, now: datetime) -> Verdict:
+    """Cached: an admission pass asks it for every waiting job at one `now`, and jobs share windows."""
     start, end, zone = parse_hh_mm(constraint.start), parse_hh_mm(constraint.end), zone_of(constraint.zone)
     if in_window(now, start, end, zone):
         return SATISFIED
