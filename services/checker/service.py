@@ -20,7 +20,7 @@ from sluice.domain.checking import (
 )
 from sluice.domain.codec import EventTypes
 from sluice.domain.common import ProgramStatusChanged
-from sluice.domain.constraints import UNLIMITED, AdmissionDecision, Capacity, Waiting
+from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
 from sluice.eventlog.port import Checkpoint, CheckpointMoved, EventLog, RecordedEvent
 from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, execute
 from sluice.runtime.consumer import BatchHandler
@@ -51,11 +51,14 @@ class CheckerService:
                                                                      snapshot=SNAPSHOTS[0], size=snapshot_size)
         self._offsets = ConsumedOffsets(log, "checker")
         self._wake_at: datetime | None = None
+        self._settled: checking.Settled | None = None
+        """What the passes since the last full one settled (decide_admitting); None: the next is full."""
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
         self._store.restore()  # the queue's last snapshot; its first load reads the stream after it
         self._offsets.clear()
+        self._settled = None
         self._set_timer(self.state)
 
     @property
@@ -156,19 +159,26 @@ class CheckerService:
 
     def _decide(self, commands: list[object], checkpoints: list[Checkpoint] = ()) -> None:
         now = self._clock.now()
-        passes: list[AdmissionDecision | None] = []
+        attempts: list[checking.Settled | None] = []
 
         def decide(state: CheckerState) -> list[checking.CheckerEvent]:
-            events, admission = checking.decide_admitting(state, commands, now, self._capacity)
-            passes.append(admission)  # the last attempt's is the one appended
+            # a retry follows another writer's append: what the earlier passes settled no longer holds
+            events, settled = checking.decide_admitting(state, commands, now, self._capacity,
+                                                        None if attempts else self._settled)
+            attempts.append(settled)
             return events
 
-        _, events = execute(self._store, self._log, QUEUE_STREAM, decide, checkpoints=checkpoints)
+        try:
+            _, events = execute(self._store, self._log, QUEUE_STREAM, decide, checkpoints=checkpoints)
+        except BaseException:
+            self._settled = None
+            raise
         if events:
             for checkpoint in checkpoints:
                 self._offsets.recorded(checkpoint)
-        if passes[-1] is not None:
-            self._wake(passes[-1].wake_at)
+        if attempts[-1] is not None:
+            self._settled = attempts[-1]
+            self._wake(self._settled.until)
 
     def _set_timer(self, state: CheckerState) -> None:
         now = self._clock.now()

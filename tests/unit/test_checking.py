@@ -252,15 +252,46 @@ def test_one_admission_pass_gives_the_timer_no_later_than_a_second_pass_over_the
     for start, (*_, seconds) in zip(range(0, len(commands), batch), arrivals):
         now = now + timedelta(seconds=seconds)
         for step in ([CheckTime()], commands[start:start + batch]):
-            events, decision = checking.decide_admitting(state, step, now)
+            events, settled = checking.decide_admitting(state, step, now)
             assert events == checking.decide_many(state, step, now)
             state = checking.fold(state, events)
-            if decision is None:
+            if settled is None:
                 continue
             again = checking.next_check(state, now)
             assert again.launch == () and again.discard == ()
-            assert {w.job_id for w in decision.waiting} == {w.job_id for w in again.waiting} == set(state.queue)
-            if decision.wake_at is None:
+            assert {w.job_id for w in again.waiting} == set(state.queue)
+            if settled.until is None:
                 assert again.wake_at is None
             else:
-                assert again.wake_at is None or decision.wake_at <= again.wake_at
+                assert again.wake_at is None or settled.until <= again.wake_at
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrivals=ARRIVALS, batch=st.integers(1, 4), ended=st.lists(st.integers(0, 11), max_size=4),
+       late=st.lists(st.booleans(), max_size=16))
+def test_a_pass_over_the_arriving_jobs_alone_decides_what_a_pass_over_the_whole_queue_decides(arrivals, batch, ended,
+                                                                                             late):
+    """The checker checks a batch of arriving jobs alone while what the earlier passes settled holds
+    (`Settled`): the same events as a checker that always passes over the whole queue, its timer
+    firing at the `until` it keeps, or late (jobs arrive first)."""
+    jobs = [job(index + 1, *constraints, program=program, priority=priority, schedule=f"s{index}")
+            for index, (program, constraints, priority, _) in enumerate(arrivals)]
+    steps = [[EnqueueJob(queued) for queued in jobs[start:start + batch]] for start in range(0, len(jobs), batch)]
+    for position, index in enumerate(ended):  # runs end between the batches, each its own step
+        if index < len(jobs):
+            steps.insert(min(position + 1, len(steps)),
+                         [ObserveRun(jobs[index].program, run_id_for(jobs[index].id), RunStatus.COMPLETED, T0)])
+    whole = partial = CheckerState()
+    settled, now = None, T0
+    for index, (step, (*_, seconds)) in enumerate(zip(steps, arrivals * 2)):
+        now += timedelta(seconds=seconds)
+        due = settled is not None and settled.until is not None and settled.until <= now
+        due = due and not (index < len(late) and late[index])
+        for commands in ([CheckTime()], step) if due else (step,):
+            expected = checking.decide_many(whole, commands, now)
+            events, after = checking.decide_admitting(partial, commands, now, settled=settled)
+            assert events == expected
+            whole, partial = checking.fold(whole, expected), checking.fold(partial, events)
+            settled = after or settled
+            full = checking.next_check(partial, now).wake_at  # the timer a full pass would set
+            assert full is None or (settled.until is not None and settled.until <= full)

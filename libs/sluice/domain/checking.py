@@ -209,30 +209,52 @@ def decide(state: CheckerState, command: object, now: datetime, capacity: Capaci
 
 def decide_many(state: CheckerState, commands: list[object], now: datetime,
                 capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
-    """Several commands (a poll's worth of messages), then one admission pass: one decision, one append."""
+    """Several commands (a poll's worth of messages), then one admission pass over the whole queue:
+    one decision, one append."""
     return decide_admitting(state, commands, now, capacity)[0]
 
 
-def decide_admitting(state: CheckerState, commands: list[object], now: datetime, capacity: Capacity = UNLIMITED
-                     ) -> tuple[list[CheckerEvent], AdmissionDecision | None]:
-    """`decide_many`, with its admission pass (None when nothing changed and no check was due). The
-    pass's `wake_at` stays right for the state its events lead to: its launches only make the world
-    stricter for the jobs left waiting, whose next check can only come later, so the checker's timer
-    needs no second pass over the queue."""
+@dataclass(frozen=True)
+class Settled:
+    """What an admission pass leaves: every job it left waiting waits until `until` at least (None:
+    until a run or a schedule changes), while nothing but new jobs arrives (`decide_admitting`)."""
+
+    until: datetime | None
+
+
+def decide_admitting(state: CheckerState, commands: list[object], now: datetime, capacity: Capacity = UNLIMITED,
+                     settled: Settled | None = None) -> tuple[list[CheckerEvent], Settled | None]:
+    """`decide_many`, and what its admission pass settled (None when nothing changed and no check
+    was due): `until` is the checker's next timer.
+
+    `settled` is what the passes since the last full one settled, when the caller knows nothing but
+    this function changed the state since (else None). Then a batch of arriving jobs before `until`
+    is checked alone: the jobs already waiting would wait on, as the jobs admitted since only made
+    the world stricter, their blockers clear no earlier than their next check, an ABORT discards
+    only at a first check, and a waiting job holds no slot. The events are those of a full pass."""
     events: list[CheckerEvent] = []
     if (capacity.limit is not None or capacity.hard_limit is not None) and not state.watch_all:
         events.append(LoadLimited(now))  # the load counts every run from now on
         state = evolve(state, events[-1])
+        settled = None
     for command in commands:
         own = _own_events(state, command, now)
         state = fold(state, own)
         events += own
     if not events and not any(isinstance(command, CheckTime) for command in commands):
         return [], None
-    decision = admit(state.facts(), state.world, now, capacity)
+    if (settled is not None and (settled.until is None or now < settled.until)
+            and all(isinstance(command, EnqueueJob) for command in commands)):
+        arrived = [state.queue[event.job.id].facts() for event in events
+                   if isinstance(event, JobQueued) and event.job.id in state.queue]
+        decision = admit(arrived, state.world, now, capacity)
+        until = min((t for t in (settled.until, decision.wake_at) if t is not None), default=None)
+    else:
+        decision = admit(state.facts(), state.world, now, capacity)
+        until = decision.wake_at
     admission = _admission(state, decision, now)
     admitted = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
-    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in admitted)), *admission], decision
+    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in admitted)), *admission], Settled(until)
 
 
 def _own_events(state: CheckerState, command: object, now: datetime) -> list[CheckerEvent]:
@@ -319,7 +341,10 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
             schedules = state.schedules.set(job.schedule_id,
                                             replace(tracked, last_sequence=max(tracked.last_sequence, job.sequence)))
-            return replace(state, queue=queue, schedules=schedules,
+            # Its program joins the groups it names, tracked schedule or not (a job can arrive first):
+            # its runs count for them from now on, also in a pass that checks only newer jobs.
+            world = join_groups(state.world, job.program, job.constraints)
+            return replace(state, queue=queue, schedules=schedules, world=world,
                            horizon=max(state.horizon, history_needed(job.constraints)),
                            watched=_watch(state.watched, job.program, job.constraints))
         case JobDeferred(job_id):
@@ -330,10 +355,7 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             queue = _without(state.queue, job.id)
             if not state.watches(job.program):
                 return replace(state, queue=queue)
-            # The run counts for the groups its job names also when the checker has not tracked the
-            # schedule yet (a job can arrive first): else the next pass let a second job into the group.
-            world = join_groups(state.world, job.program, job.constraints)
-            return replace(state, queue=queue, world=world.reserve(job.program, run_id_for(job.id), at))
+            return replace(state, queue=queue, world=state.world.reserve(job.program, run_id_for(job.id), at))
         case JobWithdrawn(job_id):
             return replace(state, queue=_without(state.queue, job_id))
         case RunObserved(program, run_id, status, at):
