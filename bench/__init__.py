@@ -8,6 +8,7 @@ Benchmarks only use temporary directories and loopback.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ BENCHMARKS: dict[str, str] = {
     "append": "bench.append",
     "lineage": "bench.lineage",
     "followers": "bench.followers",
+    "checker": "bench.checker",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 
@@ -53,3 +55,9 @@ def option(options: object, name: str, default: int) -> int:
     if value < 1:
         raise ValueError(f"--{name} must be at least 1, got {value}")
     return value
+
+
+def percentile(values: list[float], percent: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)]

@@ -51,7 +51,7 @@ from typing import Callable
 
 import grpc
 
-from bench import Figure, option, progress
+from bench import Figure, option, percentile, progress
 from sluice.bus.inprocess import InProcessBus
 from sluice.bus.kafka import KafkaBus
 from sluice.bus.topics import LAUNCH_REQUESTS, PARTITION_NOTIFICATIONS, partition_event_key
@@ -119,8 +119,8 @@ def run(options: object) -> list[Figure]:
                 latencies, throughput = asyncio.run(
                     _measure(bus_kind, Path(tmp), rate, schedules, notifications, warm_up, random.Random(seed)))
             figures += [
-                Figure(f"{prefix}latency_p50@{label}", _percentile(latencies, 50), "ms", None),
-                Figure(f"{prefix}latency_p99@{label}", _percentile(latencies, 99), "ms", TARGET_P99_MS[bus_kind]),
+                Figure(f"{prefix}latency_p50@{label}", percentile(latencies, 50), "ms", None),
+                Figure(f"{prefix}latency_p99@{label}", percentile(latencies, 99), "ms", TARGET_P99_MS[bus_kind]),
                 Figure(f"{prefix}throughput@{label}", throughput, "launch-requests/s", rate),
             ]
     return figures
@@ -270,7 +270,7 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
     if behind > 0.05:  # the producer was held back: embedded, by the services on its loop; else by the machine
         intended = [(received[nid] - due[nid]) * 1000 for nid in due if nid in received]
         progress(f"[e2e-latency] from the intended send times instead (what a producer that is not held back"
-                 f" would see): p50 {_percentile(intended, 50):.1f} ms, p99 {_percentile(intended, 99):.1f} ms")
+                 f" would see): p50 {percentile(intended, 50):.1f} ms, p99 {percentile(intended, 99):.1f} ms")
     if missing:
         progress(f"[e2e-latency] WARNING: {missing} of {count} notifications produced no LaunchRequested"
                  f" within {DRAIN_TIMEOUT:.0f} s; their latency is not in the percentiles")
@@ -416,15 +416,10 @@ def _report_stages(log: EventLog, after: int, sent: dict[str, float], received: 
     for name, start, end in stages:
         spans = [(end[nid] - start[nid]) * 1000 for nid in start if nid in end]
         if spans:
-            parts.append(f"{name}: p50 {_percentile(spans, 50):.1f} / p99 {_percentile(spans, 99):.1f} ms")
+            parts.append(f"{name}: p50 {percentile(spans, 50):.1f} / p99 {percentile(spans, 99):.1f} ms")
     progress("[e2e-latency] stages: " + "; ".join(parts))
 
 
 def _dataset(index: int) -> str:
     return f"ds-{index:05d}"
 
-
-def _percentile(values: list[float], percent: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)]

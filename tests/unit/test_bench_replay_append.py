@@ -1,4 +1,4 @@
-"""The replay and append benchmarks run at a tiny size and print well-formed figures."""
+"""The replay, append and checker benchmarks run at a tiny size and print well-formed figures."""
 from __future__ import annotations
 
 import pytest
@@ -25,3 +25,10 @@ def test_append_prints_its_figures(capsys, monkeypatch):
     assert {line["metric"] for line in lines} == {
         "sqlite_single_appends_per_s", "sqlite_batched_events_per_s",
         "postgres_single_appends_per_s", "postgres_batched_events_per_s"}
+
+
+def test_checker_prints_its_figures(capsys, monkeypatch):
+    monkeypatch.setenv("BENCH_WAITING", "300")
+    monkeypatch.setenv("BENCH_ARRIVALS", "40")
+    lines = figures(capsys, ["checker", "--runs", "1"])
+    assert {line["metric"] for line in lines} == {"decision_ms_p50", "decision_ms_p99", "queued_per_s"}
