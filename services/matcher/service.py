@@ -350,7 +350,14 @@ class MatcherService:
         return due
 
     def next_wake_at(self) -> datetime | None:
-        return min(self._wake_at.values(), default=None)
+        """The earliest live timer: superseded entries on top of the heap are dropped (the timer
+        loop asks after every change; a min over every schedule's timer cost O(schedules))."""
+        while self._timers:
+            when, schedule_id = self._timers[0]
+            if self._wake_at.get(schedule_id) == when:
+                return when
+            heapq.heappop(self._timers)
+        return None
 
     async def run_timers(self) -> None:
         await run_timer_loop(self._clock, self.fire_due, self.next_wake_at, self._timers_changed)

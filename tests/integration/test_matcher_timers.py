@@ -96,3 +96,17 @@ def test_program_status_trigger_hands_over_the_triggering_run(tmp_path):
     matcher.match(Notification("st-2", T0, ProgramStatusChanged(upstream, "run-10", RunStatus.COMPLETED)))
     (event,) = fired(log)
     assert [n.payload.run_id for n in event.job.context.notifications] == ["run-10"]
+
+
+def test_the_next_wake_up_is_the_earliest_live_timer_once_others_moved_or_went(tmp_path):
+    clock, log, matcher = setup(tmp_path, QuietPeriodTrigger("experiments", "clickstream", 600))
+    matcher.observe("s-2", Schedule("s-2", "hourly", PROGRAM, TimeTrigger("0 * * * *"), enabled=True))
+    assert matcher.next_wake_at() == datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
+    matcher.match(partition(1))
+    assert matcher.next_wake_at() == T0 + timedelta(minutes=10)
+    clock.advance(timedelta(minutes=5))
+    matcher.match(partition(2))  # the quiet period starts again: its first timer is superseded
+    assert matcher.next_wake_at() == T0 + timedelta(minutes=15)
+    matcher.observe("s-1", None)
+    assert matcher.next_wake_at() == datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
+    log.close()
