@@ -57,6 +57,12 @@ def option(options: object, name: str, default: int) -> int:
     return value
 
 
+async def deliver(handler, poll: list) -> None:
+    """What the consumer loop does with a poll's run of one topic (runtime.consumer._handle_batch):
+    parse every record, apply them together."""
+    await handler.apply([(record, handler.parse(record)) for record in poll])
+
+
 def percentile(values: list[float], percent: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)

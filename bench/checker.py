@@ -20,7 +20,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench import Figure, option, percentile, progress
+from bench import Figure, deliver, option, percentile, progress
 from sluice.bus.port import Record
 from sluice.bus.topics import JOBS
 from sluice.clock import SimulatedClock
@@ -54,7 +54,7 @@ async def _run(waiting: int, arrivals: int) -> list[Figure]:
             records = [_record(offset, f"waiting-{offset:06d}", (CLOSED,)) for offset in range(waiting)]
             started = time.perf_counter()
             for start in range(0, waiting, FILL_POLL):
-                await _deliver(handler, records[start:start + FILL_POLL])
+                await deliver(handler, records[start:start + FILL_POLL])
             queuing = time.perf_counter() - started
             progress(f"[checker] {waiting} jobs queued waiting in {queuing:.2f} s ({waiting / queuing:.0f} jobs/s)")
 
@@ -63,7 +63,7 @@ async def _run(waiting: int, arrivals: int) -> list[Figure]:
             for start in range(0, arrivals, ARRIVAL_POLL):
                 poll = records[start:start + ARRIVAL_POLL]
                 started = time.perf_counter()
-                await _deliver(handler, poll)
+                await deliver(handler, poll)
                 decisions.append((time.perf_counter() - started) * 1000)
             if len(checker.state.queue) != waiting:
                 raise RuntimeError(f"{len(checker.state.queue)} jobs queued, {waiting} expected: arrivals were not admitted")
@@ -78,10 +78,6 @@ async def _run(waiting: int, arrivals: int) -> list[Figure]:
         Figure("queued_per_s", waiting / queuing, "jobs/s", None),
     ]
 
-
-async def _deliver(handler, poll: list[Record]) -> None:
-    """What the consumer loop does with a poll's run of one topic (runtime.consumer._handle_batch)."""
-    await handler.apply([(record, handler.parse(record)) for record in poll])
 
 
 def _record(offset: int, schedule: str, constraints: tuple) -> Record:

@@ -23,12 +23,12 @@ per rate for 10,000 schedules in either mode (one at a time it took ~100 s over 
 Measurement: after a warm-up pass at the same rate, of N notifications or WARM_UP_SECONDS of
 sending if that is more (their launch requests awaited and not counted), a bus producer publishes
 N PartitionCommitted notifications (default: MEASURE_SECONDS of sending at the rate, at least
-1000; a second at 1000/s let a run's tail miss the stalls of sustained load) at the offered rate (open loop, paced against
-the schedule; when behind it sends at once), stamping each send time just before the send. A
-separate consumer group on `sluice.launch-requests` maps each LaunchRequested back to its
-notification (job.context.notifications[].id); latency = receive - send. CPU per notification goes
-to stderr: this process's (embedded), or the service processes' sum and each one's share, from
-/proc/<pid>/stat (Linux only).
+1000; a second at 1000/s let a run's tail miss the stalls of sustained load) at the offered rate
+(open loop, paced against the schedule; when behind it sends at once), stamping each send time
+just before the send. A separate consumer group on `sluice.launch-requests` maps each
+LaunchRequested back to its notification (job.context.notifications[].id); latency = receive -
+send. CPU per notification goes to stderr: this process's (embedded), or the service processes'
+sum and each one's share, from /proc/<pid>/stat (Linux only).
 
 Figures per rate R: latency_p50@R/s and latency_p99@R/s in ms (target p99 5 ms embedded,
 50 ms over Kafka at 1000/s), and throughput@R/s: launch requests received per second from the
@@ -103,8 +103,6 @@ class Services:
 
 def run(options: object) -> list[Figure]:
     schedules = option(options, "schedules", DEFAULT_SCHEDULES)
-    given = (option(options, "notifications", 1) if getattr(options, "notifications", None) is not None
-             or os.environ.get("BENCH_NOTIFICATIONS") else None)
     rates = getattr(options, "rates", None) or DEFAULT_RATES
     seed = getattr(options, "seed", 42)
     warm_up = getattr(options, "warm_up", None)
@@ -114,7 +112,7 @@ def run(options: object) -> list[Figure]:
         prefix = "kafka_" if bus_kind == "kafka" else ""
         for rate in rates:
             label = f"{rate:g}/s"
-            notifications = given or max(DEFAULT_NOTIFICATIONS, math.ceil(rate * MEASURE_SECONDS))
+            notifications = option(options, "notifications", max(DEFAULT_NOTIFICATIONS, math.ceil(rate * MEASURE_SECONDS)))
             with tempfile.TemporaryDirectory(prefix="sluice-bench-e2e-") as tmp:
                 latencies, throughput = asyncio.run(
                     _measure(bus_kind, Path(tmp), rate, schedules, notifications, warm_up, random.Random(seed)))
@@ -367,10 +365,10 @@ async def _send(producer, batch: list[tuple[str, bytes, bytes]], rate: float, se
         # Always yield: the services run on this loop, a late producer must not starve them.
         await asyncio.sleep(max(start + index / rate - time.perf_counter(), 0.0))
         now = time.perf_counter()
-        while index < len(batch) and start + index / rate <= now:
+        while index < len(batch) and (due_at := start + index / rate) <= now:
             nid, key, value = batch[index]
-            due[nid] = start + index / rate
-            behind = max(behind, now - due[nid])
+            due[nid] = due_at
+            behind = max(behind, now - due_at)
             sent[nid] = time.perf_counter()
             sending.append(asyncio.ensure_future(producer.send(PARTITION_NOTIFICATIONS, value, key=key)))
             index += 1

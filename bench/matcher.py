@@ -46,7 +46,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator
 
-from bench import Figure, option, progress
+from bench import Figure, deliver, option, progress
 from sluice.bus.port import Record, kafka_partition
 from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS, PARTITION_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SystemClock
@@ -105,7 +105,7 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
             for polls in workload.match_polls(notifications):
                 started = time.perf_counter()
                 for poll in polls:
-                    await _deliver(handlers[MATCHES], poll)
+                    await deliver(handlers[MATCHES], poll)
                 matching += time.perf_counter() - started
             requests = workload.requests - requests
             appended = log.head_position() - head
@@ -124,15 +124,11 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
     ]
 
 
-async def _deliver(handler, poll: list[Record]) -> None:
-    """What the consumer loop does with a poll's run of one topic (runtime.consumer._handle_batch)."""
-    await handler.apply([(record, handler.parse(record)) for record in poll])
-
 
 async def _register(handler, workload: "Workload") -> float:
     started = time.perf_counter()
     for poll in workload.schedule_polls():
-        await _deliver(handler, poll)
+        await deliver(handler, poll)
     return time.perf_counter() - started
 
 
@@ -150,7 +146,7 @@ async def _memory_per_schedule(path: Path, schedules: int, datasets: int, seed: 
         try:
             before, _ = tracemalloc.get_traced_memory()
             for poll in polls:
-                await _deliver(handlers[SCHEDULES], poll)
+                await deliver(handlers[SCHEDULES], poll)
             del polls, poll
             gc.collect()
             registered, _ = tracemalloc.get_traced_memory()
@@ -158,7 +154,7 @@ async def _memory_per_schedule(path: Path, schedules: int, datasets: int, seed: 
             index = 0
             while min(matches.values()) < RECENT_PER_SCHEDULE:
                 for poll in next(workload.match_polls(1, first_index=index)):
-                    await _deliver(handlers[MATCHES], poll)
+                    await deliver(handlers[MATCHES], poll)
                     for record in poll:
                         for target in matching_pb2.MatchRequested.FromString(record.value).targets:
                             matches[target.schedule_id] += 1

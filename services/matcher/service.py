@@ -340,10 +340,8 @@ class MatcherService:
 
     def _pop_due(self, now: datetime) -> list[str]:
         due = []
-        while self._timers and self._timers[0][0] <= now:
-            when, schedule_id = heapq.heappop(self._timers)
-            if self._wake_at.get(schedule_id) != when:
-                continue  # superseded by a later decision
+        while (when := self.next_wake_at()) is not None and when <= now:
+            _, schedule_id = heapq.heappop(self._timers)
             del self._wake_at[schedule_id]
             if self.owns(schedule_id):  # else another member's now; a rebalance back makes this one re-read it
                 due.append(schedule_id)

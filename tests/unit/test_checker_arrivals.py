@@ -11,7 +11,7 @@ from sluice.domain.common import ProgramRef
 from sluice.domain.constraints import DelayConstraint
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice_services.checker.service import CheckerService
+from sluice_services.checker.service import TYPES, CheckerService
 
 T0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
 P = ProgramRef("ns", "app", "p")
@@ -25,8 +25,7 @@ def arriving(offset: int, *constraints) -> tuple[Record, EnqueueJob]:
 
 
 def admitted(log: SqliteEventLog) -> list[str]:
-    return [event.data.split(b'"id":"')[1].split(b'"')[0].decode()
-            for event in log.read_stream(QUEUE_STREAM) if event.type == "JobAdmitted"]
+    return [TYPES.decode(event).job.id for event in log.read_stream(QUEUE_STREAM) if event.type == "JobAdmitted"]
 
 
 async def test_a_job_arriving_after_a_waiting_one_fell_due_admits_both_before_the_timer_fires():

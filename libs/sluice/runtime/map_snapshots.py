@@ -42,6 +42,7 @@ async def snapshots_written(timeout: float = WRITTEN_AT_STOP_SECONDS) -> None:
     except TimeoutError:
         log.warning("snapshots still being written after %.0f s at stop: they are abandoned", timeout)
 
+
 DELTA_SUFFIX = "+delta"
 REBASE_FRACTION = 0.5
 """A new base once the entries changed since the last one are this share of it: a delta then costs

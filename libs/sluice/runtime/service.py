@@ -14,8 +14,8 @@ from sluice.runtime.consumer import Subscription, consume
 from sluice.runtime.grpc_metrics import MetricsInterceptor
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.grpc_server import GrpcBinding, start_server
-from sluice.runtime.map_snapshots import snapshots_written
 from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen
+from sluice.runtime.map_snapshots import snapshots_written
 from sluice.runtime.metrics import Registry
 from sluice.runtime.metrics_http import start_metrics_server
 from sluice.runtime.outbox import OutboxRelay, Route
