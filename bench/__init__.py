@@ -24,6 +24,7 @@ BENCHMARKS: dict[str, str] = {
     "lineage": "bench.lineage",
     "followers": "bench.followers",
     "checker": "bench.checker",
+    "matcher-bound": "bench.matcher_bound",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 
