@@ -31,4 +31,5 @@ def test_checker_prints_its_figures(capsys, monkeypatch):
     monkeypatch.setenv("BENCH_WAITING", "300")
     monkeypatch.setenv("BENCH_ARRIVALS", "40")
     lines = figures(capsys, ["checker", "--runs", "1"])
-    assert {line["metric"] for line in lines} == {"decision_ms_p50", "decision_ms_p99", "queued_per_s"}
+    assert {line["metric"] for line in lines} == {"decision_ms_p50", "decision_ms_p99", "run_end_ms_p50", "run_end_ms_p99",
+                                                  "queued_per_s"}

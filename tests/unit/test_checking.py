@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sluice.domain import checking
@@ -27,6 +27,7 @@ from sluice.domain.constraints import (
     Capacity,
     ConcurrencyConstraint,
     DelayConstraint,
+    MaxRunsPerWindowConstraint,
     MinSinceLastRunConstraint,
     TimeWindowConstraint,
 )
@@ -38,6 +39,7 @@ from sluice.ids import run_id_for
 T0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
 P = ProgramRef("ns", "app", "p")
 Q = ProgramRef("ns", "app", "q")
+R = ProgramRef("ns", "app", "r")
 
 
 def job(sequence: int, *constraints, schedule: str = "s1", program: ProgramRef = P, generation: int = 1,
@@ -266,32 +268,68 @@ def test_one_admission_pass_gives_the_timer_no_later_than_a_second_pass_over_the
                 assert again.wake_at is None or settled.until <= again.wake_at
 
 
-@settings(max_examples=200, deadline=None)
-@given(arrivals=ARRIVALS, batch=st.integers(1, 4), ended=st.lists(st.integers(0, 11), max_size=4),
-       late=st.lists(st.booleans(), max_size=16))
-def test_a_pass_over_the_arriving_jobs_alone_decides_what_a_pass_over_the_whole_queue_decides(arrivals, batch, ended,
-                                                                                             late):
-    """The checker checks a batch of arriving jobs alone while what the earlier passes settled holds
-    (`Settled`): the same events as a checker that always passes over the whole queue, its timer
-    firing at the `until` it keeps, or late (jobs arrive first)."""
+RUN_CONSTRAINTS = st.lists(st.sampled_from([
+    ConcurrencyConstraint(1), ConcurrencyConstraint(2), ConcurrencyConstraint(1, group="g"),
+    ConcurrencyConstraint(2, group="g"), MinSinceLastRunConstraint(60), MaxRunsPerWindowConstraint(1, "hour"),
+    DelayConstraint(30), TimeWindowConstraint("00:01", "00:03", "UTC"),
+]), max_size=2, unique=True)
+"""Mostly constraints that count runs: the jobs a run concerns."""
+RUNS = st.lists(st.tuples(st.integers(0, 11), st.sampled_from([P, Q, R]), st.booleans(),
+                          st.sampled_from([RunStatus.RUNNING, RunStatus.COMPLETED, RunStatus.FAILED]), st.booleans()),
+                max_size=6)
+"""(which run, its program if not a job's, a run the checker admitted or another, status, a step of
+its own or with the next arrivals)."""
+
+
+@settings(max_examples=400, deadline=None)
+@given(arrivals=st.lists(st.tuples(st.sampled_from([P, Q, R]), RUN_CONSTRAINTS, st.integers(0, 2), st.integers(0, 150)),
+                        min_size=1, max_size=12),
+       batch=st.integers(1, 4), runs=RUNS, late=st.lists(st.booleans(), max_size=16),
+       capacity=st.sampled_from([Capacity(), Capacity(limit=2), Capacity(limit=1, hard_limit=3)]))
+@example(arrivals=[(P, (ConcurrencyConstraint(1, group="g"),), 0, 0), (Q, (ConcurrencyConstraint(1, group="g"),), 0, 0)],
+         batch=2, runs=[(0, R, True, RunStatus.COMPLETED, True)], late=[], capacity=Capacity())  # rare at random
+def test_a_pass_over_the_jobs_a_batch_concerns_decides_what_a_pass_over_the_whole_queue_decides(
+        arrivals, batch, runs, late, capacity):
+    """The checker checks arriving jobs, and the jobs of programs whose runs changed (with their
+    groups' members), alone while what the earlier passes settled holds (`Settled`): the same
+    events as a checker that always passes over the whole queue, its timer firing at the `until`
+    it keeps, or late (jobs arrive first). Runs of admitted jobs and others start and end; under a
+    load limit a run concerns every job."""
     jobs = [job(index + 1, *constraints, program=program, priority=priority, schedule=f"s{index}")
             for index, (program, constraints, priority, _) in enumerate(arrivals)]
-    steps = [[EnqueueJob(queued) for queued in jobs[start:start + batch]] for start in range(0, len(jobs), batch)]
-    for position, index in enumerate(ended):  # runs end between the batches, each its own step
-        if index < len(jobs):
-            steps.insert(min(position + 1, len(steps)),
-                         [ObserveRun(jobs[index].program, run_id_for(jobs[index].id), RunStatus.COMPLETED, T0)])
+    steps: list[list] = [[EnqueueJob(queued) for queued in jobs[start:start + batch]]
+                         for start in range(0, len(jobs), batch)]
+    for position, run_ in enumerate(runs):  # a run is chosen when its step comes, among the jobs admitted by then
+        at = min(position + 1, len(steps))
+        if run_[-1] or at == len(steps):
+            steps.insert(at, [run_])
+        else:
+            steps[at] = [run_, *steps[at]]
     whole = partial = CheckerState()
-    settled, now = None, T0
-    for index, (step, (*_, seconds)) in enumerate(zip(steps, arrivals * 2)):
+    settled, now, admitted = None, T0, []
+    for index, (step, (*_, seconds)) in enumerate(zip(steps, arrivals * 3)):
         now += timedelta(seconds=seconds)
+        step = [_observed(command, admitted) if isinstance(command, tuple) else command for command in step]
         due = settled is not None and settled.until is not None and settled.until <= now
         due = due and not (index < len(late) and late[index])
         for commands in ([CheckTime()], step) if due else (step,):
-            expected = checking.decide_many(whole, commands, now)
-            events, after = checking.decide_admitting(partial, commands, now, settled=settled)
+            expected = checking.decide_many(whole, commands, now, capacity)
+            events, after = checking.decide_admitting(partial, commands, now, capacity, settled=settled)
             assert events == expected
             whole, partial = checking.fold(whole, expected), checking.fold(partial, events)
+            admitted += [event.job for event in events if isinstance(event, JobAdmitted)]
+            by_program: dict = {}
+            for job_id, queued in partial.queue.items():
+                by_program.setdefault(queued.job.program, set()).add(job_id)
+            assert {program: set(ids) for program, ids in partial.queued_by_program.items()} == by_program
             settled = after or settled
-            full = checking.next_check(partial, now).wake_at  # the timer a full pass would set
+            full = checking.next_check(partial, now, capacity).wake_at  # the timer a full pass would set
             assert full is None or (settled.until is not None and settled.until <= full)
+
+
+def _observed(run_: tuple, admitted: list[Job]) -> ObserveRun:
+    index, program, of_admitted, status, _ = run_
+    if of_admitted and admitted:
+        ran = admitted[index % len(admitted)]
+        return ObserveRun(ran.program, run_id_for(ran.id), status, T0)
+    return ObserveRun(program, f"elsewhere-{index}", status, T0)

@@ -237,6 +237,9 @@ def test_world_folds_run_status_idempotently_and_in_any_order():
     assert WorldFacts().reserve(P, "r3", at(0)).observe(P, "r3", RunStatus.STARTING, at(2)).last_start(P) == at(0)
     kept = ended.observe(P, "r4", RunStatus.RUNNING, at(-600)).forget(at(1))
     assert [r.run_id for r in kept.runs[P]] == ["r4"] and WorldFacts().forget(T0) == WorldFacts()
+    both = ended.observe(Q, "q1", RunStatus.STARTING, at(0)).observe(Q, "q1", RunStatus.COMPLETED, at(2))
+    assert both.forget(at(1), (Q,)).runs == {P: ended.runs[P]}  # only the programs named
+    assert both.forget(at(1), (P, Q)).runs == {} and both.forget(at(-1), (P,)) is both
     assert history_needed(ALL_KINDS) == timedelta(hours=36)
     assert WorldFacts().join("g", P).join("g", Q).leave("g", P).members("g") == {Q}
 

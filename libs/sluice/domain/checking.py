@@ -177,6 +177,8 @@ class TrackedSchedule:
 class CheckerState:
     queue: Mapping[str, QueuedJob] = field(default_factory=immutables.Map)
     """Persistent: a job queued, deferred or admitted costs O(log n), not a copy of the whole queue."""
+    queued_by_program: Mapping[ProgramRef, Mapping[str, None]] = field(default_factory=immutables.Map)
+    """The queue's job ids by program: a run concerns the jobs of few programs (`_rechecked`)."""
     world: WorldFacts = field(default_factory=WorldFacts)
     schedules: Mapping[str, TrackedSchedule] = field(default_factory=immutables.Map)
     """Persistent: a queued job records its schedule's sequence without copying every schedule's entry."""
@@ -190,7 +192,7 @@ class CheckerState:
     """A load limit counts every program's runs."""
 
     def __post_init__(self) -> None:
-        for name in ("queue", "schedules"):
+        for name in ("queue", "queued_by_program", "schedules"):
             if not isinstance(getattr(self, name), immutables.Map):
                 object.__setattr__(self, name, immutables.Map(getattr(self, name)))
 
@@ -228,10 +230,11 @@ def decide_admitting(state: CheckerState, commands: list[object], now: datetime,
     was due): `until` is the checker's next timer.
 
     `settled` is what the passes since the last full one settled, when the caller knows nothing but
-    this function changed the state since (else None). Then a batch of arriving jobs before `until`
-    is checked alone: the jobs already waiting would wait on, as the jobs admitted since only made
-    the world stricter, their blockers clear no earlier than their next check, an ABORT discards
-    only at a first check, and a waiting job holds no slot. The events are those of a full pass."""
+    this function changed the state since (else None). Then a batch of arriving jobs and observed
+    runs before `until` checks the jobs it can concern alone (`_rechecked`): the other jobs would
+    wait on, as the jobs admitted since only made the world stricter, their blockers clear no
+    earlier than their next check, an ABORT discards only at a first check, and a waiting job holds
+    no slot. The events are those of a full pass."""
     events: list[CheckerEvent] = []
     if (capacity.limit is not None or capacity.hard_limit is not None) and not state.watch_all:
         events.append(LoadLimited(now))  # the load counts every run from now on
@@ -243,11 +246,11 @@ def decide_admitting(state: CheckerState, commands: list[object], now: datetime,
         events += own
     if not events and not any(isinstance(command, CheckTime) for command in commands):
         return [], None
-    if (settled is not None and (settled.until is None or now < settled.until)
-            and all(isinstance(command, EnqueueJob) for command in commands)):
-        arrived = [state.queue[event.job.id].facts() for event in events
-                   if isinstance(event, JobQueued) and event.job.id in state.queue]
-        decision = admit(arrived, state.world, now, capacity)
+    rechecked = None
+    if settled is not None and (settled.until is None or now < settled.until):
+        rechecked = _rechecked(state, commands, events, capacity)
+    if rechecked is not None:
+        decision = admit(rechecked, state.world, now, capacity)
         until = min((t for t in (settled.until, decision.wake_at) if t is not None), default=None)
     else:
         decision = admit(state.facts(), state.world, now, capacity)
@@ -255,6 +258,30 @@ def decide_admitting(state: CheckerState, commands: list[object], now: datetime,
     admission = _admission(state, decision, now)
     admitted = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
     return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in admitted)), *admission], Settled(until)
+
+
+def _rechecked(state: CheckerState, commands: list[object], events: list[CheckerEvent],
+               capacity: Capacity) -> list[PendingJobFacts] | None:
+    """The jobs whose answer the commands can change, when they are arrivals and runs only (None:
+    every queued job): the arrivals, and the jobs of the programs whose runs changed or that share
+    a concurrency group with one of them. Another job's constraints count no run of those programs,
+    so its answer and next check stand; a load limit counts every run, so then it is every job."""
+    if not all(isinstance(command, (EnqueueJob, ObserveRun)) for command in commands):
+        return None
+    changed = {event.program for event in events if isinstance(event, RunObserved)}
+    if changed and (capacity.limit is not None or capacity.hard_limit is not None):
+        return None
+    arrived = {event.job.id for event in events if isinstance(event, JobQueued) and event.job.id in state.queue}
+    if not changed:
+        return [state.queue[job_id].facts() for job_id in arrived]
+    programs = set(changed)
+    for members in state.world.groups.values():
+        if not changed.isdisjoint(members):
+            programs |= members
+    concerned = dict.fromkeys(arrived)
+    for program in programs:
+        concerned.update(dict.fromkeys(state.queued_by_program.get(program, ())))
+    return [state.queue[job_id].facts() for job_id in concerned]
 
 
 def _own_events(state: CheckerState, command: object, now: datetime) -> list[CheckerEvent]:
@@ -344,7 +371,8 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             # Its program joins the groups it names, tracked schedule or not (a job can arrive first):
             # its runs count for them from now on, also in a pass that checks only newer jobs.
             world = join_groups(state.world, job.program, job.constraints)
-            return replace(state, queue=queue, schedules=schedules, world=world,
+            return replace(state, queue=queue, queued_by_program=_indexed(state.queued_by_program, job.program, job.id),
+                           schedules=schedules, world=world,
                            horizon=max(state.horizon, history_needed(job.constraints)),
                            watched=_watch(state.watched, job.program, job.constraints))
         case JobDeferred(job_id):
@@ -352,16 +380,16 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
         case JobAdmitted(job, at) if job.id not in state.queue:  # admitted on arrival: queued by the same event
             return evolve(evolve(state, JobQueued(job, at)), event)
         case JobAdmitted(job, at):
-            queue = _without(state.queue, job.id)
+            state = _dequeued(state, job.id)
             if not state.watches(job.program):
-                return replace(state, queue=queue)
-            return replace(state, queue=queue, world=state.world.reserve(job.program, run_id_for(job.id), at))
+                return state
+            return replace(state, world=state.world.reserve(job.program, run_id_for(job.id), at))
         case JobWithdrawn(job_id):
-            return replace(state, queue=_without(state.queue, job_id))
+            return _dequeued(state, job_id)
         case RunObserved(program, run_id, status, at):
             world = state.world.observe(program, run_id, status, at)
             if status.terminal:
-                world = world.forget(at - state.horizon)
+                world = world.forget(at - state.horizon, (program,))
             return replace(state, world=world)
         case ScheduleTracked(schedule_id):
             old = state.schedules.get(schedule_id)
@@ -378,8 +406,18 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
     raise TypeError(f"unknown event {event!r}")
 
 
-def _without(queue: immutables.Map, job_id: str) -> immutables.Map:
-    return queue.delete(job_id) if job_id in queue else queue
+def _dequeued(state: CheckerState, job_id: str) -> CheckerState:
+    queued = state.queue.get(job_id)
+    if queued is None:
+        return state
+    program = queued.job.program
+    ids = state.queued_by_program[program].delete(job_id)
+    by_program = state.queued_by_program.set(program, ids) if ids else state.queued_by_program.delete(program)
+    return replace(state, queue=state.queue.delete(job_id), queued_by_program=by_program)
+
+
+def _indexed(by_program: immutables.Map, program: ProgramRef, job_id: str) -> immutables.Map:
+    return by_program.set(program, by_program.get(program, immutables.Map()).set(job_id, None))
 
 
 def fold(state: CheckerState, events: list[CheckerEvent]) -> CheckerState:

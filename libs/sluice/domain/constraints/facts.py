@@ -77,13 +77,10 @@ class WorldFacts:
     groups: Mapping[str, frozenset[ProgramRef]] = field(default_factory=dict)
 
     # Queries
-    @cached_property
-    def _running(self) -> dict[ProgramRef, int]:
-        """Running runs per program, counted once per value (a frozen value never changes)."""
-        return {program: sum(1 for run in runs if not run.ended) for program, runs in self.runs.items()}
-
     def running(self, program: ProgramRef) -> int:
-        return self._running.get(program, 0)
+        """From the program's runs alone: an admission pass asks after each run it reserves, and
+        counting every program's there made admitting k jobs cost k times the programs."""
+        return sum(1 for run in self.runs.get(program, ()) if not run.ended)
 
     def running_in(self, programs: Iterable[ProgramRef]) -> int:
         return sum(self.running(program) for program in set(programs))
@@ -148,16 +145,22 @@ class WorldFacts:
         groups = {**self.groups, group: members - {program}}
         return replace(self, groups={name: m for name, m in groups.items() if m})
 
-    def forget(self, before: datetime) -> WorldFacts:
-        """Drop ended runs that started before `before` (or whose start was never seen): the
-        checker calls it with `now - history_needed(...)` to bound its state. Running runs stay."""
-        runs = {}
-        for program, records in self.runs.items():
-            kept = tuple(r for r in records
-                         if not r.ended or (r.started_at is not None and r.started_at >= before))
+    def forget(self, before: datetime, programs: Iterable[ProgramRef] | None = None) -> WorldFacts:
+        """Drop ended runs that started before `before` (or whose start was never seen), of
+        `programs` (None: of all): the checker calls it with `now - history_needed(...)` for the
+        program whose run ended, to bound its state. Running runs stay."""
+        runs = None
+        for program in list(self.runs) if programs is None else programs:
+            records = self.runs.get(program, ())
+            kept = tuple(r for r in records if not r.ended or (r.started_at is not None and r.started_at >= before))
+            if len(kept) == len(records):
+                continue
+            runs = dict(self.runs) if runs is None else runs
             if kept:
                 runs[program] = kept
-        return self if runs == dict(self.runs) else replace(self, runs=runs)
+            else:
+                del runs[program]
+        return self if runs is None else replace(self, runs=runs)
 
 
 def join_groups(world: WorldFacts, program: ProgramRef, constraints: Iterable[Constraint]) -> WorldFacts:
