@@ -149,6 +149,7 @@ def _connect(path: str) -> sqlite3.Connection:
     if not in_memory:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA cache_size=-65536")
     conn.executescript(_SCHEMA)
     return conn
 
