@@ -185,7 +185,7 @@ class Workload:
             target = matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(
                 schedule_id=schedule.id, schedule=schedule_to_proto(schedule))]).SerializeToString()
             partition = kafka_partition(schedule.id.encode(), MATCHES_PARTITIONS)
-            for leaf in _leaves(schedule):
+            for leaf in leaves(schedule):
                 self._listeners.setdefault(leaf.dataset, []).append((partition, schedule.id, target))
         self._offsets = [0] * MATCHES_PARTITIONS
         self.requests = 0
@@ -234,7 +234,7 @@ class Workload:
                         properties={"experiment": f"exp-{index % 100}"}, enabled=True)
 
 
-def _leaves(schedule: Schedule) -> tuple[PartitionTrigger, ...]:
+def leaves(schedule: Schedule) -> tuple[PartitionTrigger, ...]:
     trigger = schedule.trigger
     return trigger.all_of if isinstance(trigger, AndTrigger) else (trigger,)
 

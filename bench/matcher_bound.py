@@ -27,7 +27,7 @@ import orjson
 
 from bench import Figure, option, progress
 from bench.matcher import (DEFAULT_DATASETS, DEFAULT_NOTIFICATIONS, DEFAULT_SCHEDULES, FULL_DATASETS,
-                           FULL_NOTIFICATIONS, FULL_SCHEDULES, Workload, _leaves)
+                           FULL_NOTIFICATIONS, FULL_SCHEDULES, Workload, leaves)
 from sluice.eventlog.port import ANY_VERSION, NewEvent, StreamAppend
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import matching_pb2
@@ -72,9 +72,9 @@ class CountingMatcher:
         self._log = log
         self._leaves = {}
         for schedule in workload.schedules:
-            leaves = _leaves(schedule)
-            self._leaves[schedule.id] = ({leaf.dataset: i for i, leaf in enumerate(leaves)},
-                                         [leaf.count for leaf in leaves])
+            of_schedule = leaves(schedule)
+            self._leaves[schedule.id] = ({leaf.dataset: i for i, leaf in enumerate(of_schedule)},
+                                         [leaf.count for leaf in of_schedule])
         self._states: dict[str, list] = {}
         self.parsing = self.deciding = self.appending = 0.0
         self.fires = 0
@@ -105,7 +105,7 @@ class CountingMatcher:
     def _decide(self, requests: list) -> dict[int, tuple[int, list, list, list]]:
         """Per matches partition: its first offset in the poll, the notifications, the matches
         (schedule, notification index), the fires (schedule, job number)."""
-        states, leaves, blake2b = self._states, self._leaves, hashlib.blake2b
+        states, by_schedule, blake2b = self._states, self._leaves, hashlib.blake2b
         decided: dict[int, tuple[int, list, list, list]] = {}
         for partition, offset, notification_id, dataset, partitions, raw, schedule_ids in requests:
             record = decided.get(partition)
@@ -118,7 +118,7 @@ class CountingMatcher:
             for schedule_id in schedule_ids:
                 state = states.get(schedule_id)
                 if state is None:
-                    by_dataset, needed = leaves[schedule_id]
+                    by_dataset, needed = by_schedule[schedule_id]
                     state = states[schedule_id] = [0, [0] * len(needed), [], b"", by_dataset, needed]
                 recent = state[3]
                 if digest in recent:

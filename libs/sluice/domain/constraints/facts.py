@@ -150,7 +150,7 @@ class WorldFacts:
         `programs` (None: of all): the checker calls it with `now - history_needed(...)` for the
         program whose run ended, to bound its state. Running runs stay."""
         runs = None
-        for program in list(self.runs) if programs is None else programs:
+        for program in self.runs if programs is None else programs:
             records = self.runs.get(program, ())
             kept = tuple(r for r in records if not r.ended or (r.started_at is not None and r.started_at >= before))
             if len(kept) == len(records):
