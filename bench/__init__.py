@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, str] = {
     "followers": "bench.followers",
     "checker": "bench.checker",
     "matcher-bound": "bench.matcher_bound",
+    "kafka-floor": "bench.kafka_floor",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 

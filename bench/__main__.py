@@ -49,14 +49,14 @@ def parser() -> argparse.ArgumentParser:
                    help="notifications to push (matcher default 5000; e2e-latency default 5 s of sending per rate, at least 1000)")
     p.add_argument("--datasets", type=_positive, default=None, help="matcher: datasets the schedules spread over (default 1000)")
     p.add_argument("--rates", type=_rates, default=None,
-                   help="e2e-latency: offered notification rates per second, comma-separated (default 200,1000)")
+                   help="e2e-latency, kafka-floor: offered notification rates per second, comma-separated (default 200,1000)")
     p.add_argument("--bus", choices=("all", "file", "memory", "kafka"), default="all",
                    help="e2e-latency: embedded (the in-process bus on a WAL file, or in memory), a real Kafka "
                         "broker with PostgreSQL, or all = file and kafka (default all)")
     p.add_argument("--warm-up", type=_seconds, default=None, dest="warm_up",
-                   help="e2e-latency: seconds of load at each rate before the measured one (default 10)")
+                   help="e2e-latency, kafka-floor: seconds of load at each rate before the measured one (default 10)")
     p.add_argument("--full", action="store_true",
-                   help="matcher: the issue's size (100000 schedules, 10000 datasets, 200000 notifications)")
+                   help="matcher, matcher-bound: the issue's size (100000 schedules, 10000 datasets, 200000 notifications)")
     p.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
     return p
 
