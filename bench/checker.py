@@ -24,15 +24,14 @@ from pathlib import Path
 
 from bench import Figure, deliver, option, percentile, progress
 from sluice.bus.port import Record
-from sluice.bus.topics import JOBS
+from sluice.bus.topics import JOBS, PROGRAM_NOTIFICATIONS
 from sluice.clock import SimulatedClock
-from sluice.bus.topics import PROGRAM_NOTIFICATIONS
 from sluice.domain.common import Notification, ProgramRef, ProgramStatusChanged, RunStatus
 from sluice.domain.constraints import ConcurrencyConstraint, TimeWindowConstraint
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.v1 import jobs_pb2
 from sluice.ids import run_id_for
+from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto
 from sluice.wire.jobs import job_to_proto
 from sluice_services.checker.service import CheckerService

@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -130,8 +131,6 @@ async def _receive(consumer: AIOKafkaConsumer, received: dict[bytes, float]) -> 
 async def relay(bootstrap: str, source: str, target: str, dsn: str) -> None:
     """One trivial service: every poll of `source` inserted into PostgreSQL (when `dsn`) in one
     transaction, then published to `target` and acknowledged."""
-    import psycopg
-
     connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True) if dsn else None
     table = "events_" + source.replace(".", "_").replace("-", "_")
     if connection is not None:

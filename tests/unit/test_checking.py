@@ -1,6 +1,7 @@
 """The constraint-checker's aggregate (`sluice.domain.checking`): pure decide/evolve over the queue."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -307,7 +308,7 @@ def test_a_pass_over_the_jobs_a_batch_concerns_decides_what_a_pass_over_the_whol
             steps[at] = [run_, *steps[at]]
     whole = partial = CheckerState()
     settled, now, admitted = None, T0, []
-    for index, (step, (*_, seconds)) in enumerate(zip(steps, arrivals * 3)):
+    for index, (step, (*_, seconds)) in enumerate(zip(steps, itertools.cycle(arrivals))):
         now += timedelta(seconds=seconds)
         step = [_observed(command, admitted) if isinstance(command, tuple) else command for command in step]
         due = settled is not None and settled.until is not None and settled.until <= now
