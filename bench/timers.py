@@ -12,6 +12,13 @@ Two figures, on a simulated clock (schedule time) measured in wall time (process
   the clock steps through one simulated day minute by minute and the matcher fires what is due.
   Wall time of the day divided by the fires (each one a JobTriggered and the next job's
   JobCreated, appended durably).
+
+The matcher, the relays and the checker take turns on one thread, as in embedded mode: the spread
+is the sum of their work. Where it goes (10,000 schedules, 2026-11-25, 3.3 s in all): the matcher's
+fires 1.1 s (~110 us each: the cron evaluation, the fired job and the next one, their encoding and
+append), the checker's decisions 1.0 s, the two outbox routes 0.7 s (each event decoded from its
+JSON, then encoded as protobuf), reading the log and parsing the jobs 0.5 s. Over Kafka the matcher
+and the checker work at once, in two processes.
 """
 from __future__ import annotations
 
