@@ -238,7 +238,7 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
             due: dict[str, float] = {}
             cpu = services.cpu()
             head = log.head_position()
-            behind = await _send(bus.producer(), batch, rate, sent, due)
+            behind = await send_at_rate(bus.producer(), batch, rate, sent, due)
             last_send = time.perf_counter()
             deadline = last_send + DRAIN_TIMEOUT
             while len(received) < count and time.perf_counter() < deadline:
@@ -330,7 +330,7 @@ async def _warm_up(producer, batch: list[tuple[str, bytes, bytes]], rate: float,
     Kafka the broker's CPU at 200/s halved once warm), and the services' state grows to what a stack
     that has served for a while holds (the jobs view's snapshots then pack thousands of jobs): both
     what a running deployment has long done. One second of warm-up at 1000/s hid both."""
-    await _send(producer, batch, rate, {}, {})
+    await send_at_rate(producer, batch, rate, {}, {})
     await _until(lambda: all(nid in received for nid, _, _ in batch), check,
                  lambda: f"{sum(nid not in received for nid, _, _ in batch)} warm-up notifications produced no LaunchRequested")
     for nid, _, _ in batch:
@@ -351,8 +351,8 @@ def _encoded(nid: str, at: datetime, dataset: str, seq: str) -> tuple[str, bytes
     return nid, partition_event_key(NAMESPACE, dataset).encode(), notification_to_proto(notification).SerializeToString()
 
 
-async def _send(producer, batch: list[tuple[str, bytes, bytes]], rate: float, sent: dict[str, float],
-                due: dict[str, float]) -> float:
+async def send_at_rate(producer, batch: list[tuple[str, bytes, bytes]], rate: float, sent: dict[str, float],
+                       due: dict[str, float]) -> float:
     """Open loop at `rate`: each send starts on schedule without waiting for the previous one's
     acknowledgement (as many producers publishing at once would), and every send already due starts
     in the same turn of the loop; how far behind schedule the producer fell at worst (s). One send

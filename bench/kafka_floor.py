@@ -2,16 +2,16 @@
 
 e2e-latency over Kafka measures notification -> LaunchRequested through the registry, matcher and
 checker processes. This measures the same hops with trivial services, to tell what the hops cost
-on this machine from what the scheduling adds: three processes, each a consumer (its own group)
-and an idempotent acks=all producer (aiokafka, as KafkaBus), relay every record of a poll to the
-next topic: `lookup` (notifications -> matches), `matcher` (-> jobs) and `checker` (-> launch
-requests), the last two first inserting the poll's records into a PostgreSQL table in one
-transaction, as a service appends its events. Nothing else: no parsing, no decisions, no outbox
-reading the events back. Topics of DEFAULT_PARTITIONS partitions, as Sluice's.
+on this machine from what the scheduling adds: three processes, each a consumer of its own group
+and a producer of Sluice's KafkaBus, relay every record of a poll to the next of Sluice's topics:
+`lookup` (notifications -> matches), `matcher` (-> jobs) and `checker` (-> launch requests), the
+last two first inserting the poll's records into a PostgreSQL table in one transaction, as a
+service appends its events. Nothing else: no parsing, no decisions, no outbox reading the events
+back.
 
-The load is e2e-latency's: after a warm-up at the rate (WARM_UP_SECONDS, `--warm-up`), an open
-loop publishes N records (default MEASURE_SECONDS of sending, at least 1000) at the rate, keyed
-over 1,000 keys; latency = receipt by a consumer of the last topic - send.
+The load is e2e-latency's (`send_at_rate`): after a warm-up at the rate (WARM_UP_SECONDS,
+`--warm-up`), N records (default MEASURE_SECONDS of sending, at least 1000) are published at the
+rate, keyed over 1,000 keys; latency = receipt by a consumer of the launch requests - send.
 
 Figures per rate R: latency_p50@R/s, latency_p99@R/s (the target is e2e-latency's: 50 ms at
 1000/s). Processes are stopped by pid however the run ends.
@@ -26,18 +26,19 @@ import time
 from pathlib import Path
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from bench import Figure, option, percentile, progress
-from sluice.bus.topics import DEFAULT_PARTITIONS
+from bench.e2e_latency import send_at_rate
+from sluice.bus.kafka import KafkaBus
+from sluice.bus.port import Message
+from sluice.bus.topics import ALL_TOPICS, JOBS, LAUNCH_REQUESTS, MATCHES, PARTITION_NOTIFICATIONS
 from sluice.testing.kafka import KafkaBroker
 from sluice.testing.postgres import PostgresServer
 
 DESCRIPTION = "e2e-latency's Kafka hops with trivial services (relay, PostgreSQL insert): p50/p99, the floor here"
-TOPICS = ("floor.notifications", "floor.matches", "floor.jobs", "floor.launch-requests")
+PATH = (PARTITION_NOTIFICATIONS, MATCHES, JOBS, LAUNCH_REQUESTS)
 HOPS = (("lookup", False), ("matcher", True), ("checker", True))
-"""(service, inserts into PostgreSQL), relaying TOPICS[i] to TOPICS[i + 1]."""
+"""(service, inserts into PostgreSQL), relaying PATH[i] to PATH[i + 1]."""
 DEFAULT_RATES = (200.0, 1000.0)
 MEASURE_SECONDS = 5.0
 WARM_UP_SECONDS = 10.0
@@ -53,7 +54,7 @@ def run(options: object) -> list[Figure]:
     for rate in rates:
         count = option(options, "notifications", max(1000, math.ceil(rate * MEASURE_SECONDS)))
         latencies = asyncio.run(_measure(rate, count, math.ceil(rate * warm_up)))
-        progress(f"[kafka-floor] {rate:g}/s: {len(latencies)} of {count} received, max {latencies[-1]:.1f} ms")
+        progress(f"[kafka-floor] {rate:g}/s: {len(latencies)} of {count} received, max {max(latencies):.1f} ms")
         figures += [Figure(f"latency_p50@{rate:g}/s", percentile(latencies, 50), "ms", None),
                     Figure(f"latency_p99@{rate:g}/s", percentile(latencies, 99), "ms", 50.0)]
     return figures
@@ -62,70 +63,56 @@ def run(options: object) -> list[Figure]:
 async def _measure(rate: float, count: int, warm_up: int) -> list[float]:
     with KafkaBroker() as kafka, PostgresServer() as postgres:
         dsn = postgres.create_database("floor")
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, DEFAULT_PARTITIONS, 1) for topic in TOPICS])
-        finally:
-            await admin.close()
+        bus = KafkaBus(kafka.bootstrap)
         relays = []
         try:
-            for (name, inserts), source, target in zip(HOPS, TOPICS, TOPICS[1:]):
+            await bus.create_topics(ALL_TOPICS)
+            for (name, inserts), source, target in zip(HOPS, PATH, PATH[1:]):
                 relays.append(subprocess.Popen(
                     [sys.executable, "-m", "bench.kafka_floor", "relay", kafka.bootstrap, source, target,
                      dsn if inserts else ""], cwd=ROOT, stdout=subprocess.PIPE))
                 if relays[-1].stdout.readline().strip() != b"ready":
                     raise RuntimeError(f"the {name} relay did not start")
-            return await _load(kafka.bootstrap, rate, count, warm_up)
+            received: dict[str, float] = {}
+            receiving = asyncio.create_task(_receive(bus, received))
+            try:
+                if warm_up:
+                    await _load(bus, rate, "warm", warm_up, received)
+                return await _load(bus, rate, "measured", count, received)
+            finally:
+                receiving.cancel()
+                await asyncio.gather(receiving, return_exceptions=True)
         finally:
             for relay in relays:
                 relay.kill()
                 relay.wait()
+            await bus.close()
 
 
-async def _load(bootstrap: str, rate: float, count: int, warm_up: int) -> list[float]:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-    consumer = AIOKafkaConsumer(TOPICS[-1], bootstrap_servers=bootstrap, group_id="floor-receiver",
-                                auto_offset_reset="earliest")
-    await producer.start()
-    await consumer.start()
-    received: dict[bytes, float] = {}
-    receiving = asyncio.create_task(_receive(consumer, received))
-    try:
-        if warm_up:
-            await _send(producer, rate, [f"warm-{i}".encode() for i in range(warm_up)], received)
-        return await _send(producer, rate, [f"measured-{i}".encode() for i in range(count)], received)
-    finally:
-        receiving.cancel()
-        await asyncio.gather(receiving, return_exceptions=True)
-        await consumer.stop()
-        await producer.stop()
-
-
-async def _send(producer: AIOKafkaProducer, rate: float, values: list[bytes], received: dict[bytes, float]) -> list[float]:
-    """Open loop at `rate`, then wait for every value at the end of the path; the sorted latencies (ms)."""
-    sent, sending, start = {}, [], time.perf_counter()
-    for index, value in enumerate(values):
-        await asyncio.sleep(max(start + index / rate - time.perf_counter(), 0.0))
-        sent[value] = time.perf_counter()
-        sending.append(asyncio.ensure_future(producer.send(TOPICS[0], value, key=str(index % 1000).encode())))
-    await asyncio.gather(*sending)
+async def _load(bus: KafkaBus, rate: float, prefix: str, count: int, received: dict[str, float]) -> list[float]:
+    """`count` records at `rate`, then every one awaited at the end of the path; the sorted latencies (ms)."""
+    batch = [(f"{prefix}-{index}", str(index % 1000).encode(), f"{prefix}-{index}".encode()) for index in range(count)]
+    sent: dict[str, float] = {}
+    await send_at_rate(bus.producer(), batch, rate, sent, {})
     deadline = time.perf_counter() + DRAIN_TIMEOUT
-    while any(value not in received for value in sent) and time.perf_counter() < deadline:
+    while any(nid not in received for nid in sent) and time.perf_counter() < deadline:
         await asyncio.sleep(0.05)
-    latencies = sorted((received[value] - at) * 1000 for value, at in sent.items() if value in received)
+    latencies = sorted((received[nid] - at) * 1000 for nid, at in sent.items() if nid in received)
     if not latencies:
         raise RuntimeError(f"nothing came through within {DRAIN_TIMEOUT:.0f} s")
     return latencies
 
 
-async def _receive(consumer: AIOKafkaConsumer, received: dict[bytes, float]) -> None:
-    while True:
-        batches = await consumer.getmany(timeout_ms=200)
-        now = time.perf_counter()
-        for records in batches.values():
+async def _receive(bus: KafkaBus, received: dict[str, float]) -> None:
+    consumer = bus.consumer("floor-receiver", [LAUNCH_REQUESTS])
+    try:
+        while True:
+            records = await consumer.poll(timeout=0.2)
+            now = time.perf_counter()
             for record in records:
-                received.setdefault(record.value, now)
+                received.setdefault(record.value.decode(), now)
+    finally:
+        await consumer.close()
 
 
 async def relay(bootstrap: str, source: str, target: str, dsn: str) -> None:
@@ -136,21 +123,19 @@ async def relay(bootstrap: str, source: str, target: str, dsn: str) -> None:
     if connection is not None:
         await connection.execute(f"CREATE TABLE IF NOT EXISTS {table} (position bigserial PRIMARY KEY,"
                                  " id text UNIQUE NOT NULL, data bytea NOT NULL)")
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-    consumer = AIOKafkaConsumer(source, bootstrap_servers=bootstrap, group_id=f"floor-{source}",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
-    await producer.start()
-    await consumer.start()
+    bus = KafkaBus(bootstrap)
+    consumer, producer = bus.consumer(f"floor-{source}", [source]), bus.producer()
+    await consumer.poll(timeout=0.1)  # joined its group
     print("ready", flush=True)
     while True:
-        records = [r for batch in (await consumer.getmany(timeout_ms=1000, max_records=500)).values() for r in batch]
+        records = await consumer.poll(timeout=1.0)
         if not records:
             continue
         if connection is not None:
             async with connection.transaction(), connection.cursor() as cursor:
                 await cursor.executemany(f"INSERT INTO {table} (id, data) VALUES (%s, %s)",
                                          [(f"{r.topic}:{r.partition}:{r.offset}", r.value) for r in records])
-        await asyncio.gather(*[await producer.send(target, r.value, key=r.key) for r in records])
+        await producer.send_batch([Message(target, r.value, r.key) for r in records])
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["relay"]:

@@ -124,7 +124,6 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
     ]
 
 
-
 async def _register(handler, workload: "Workload") -> float:
     started = time.perf_counter()
     for poll in workload.schedule_polls():

@@ -86,8 +86,9 @@ class CountingMatcher:
             message = matching_pb2.MatchRequested.FromString(record.value)
             notification = message.notification
             committed = notification.partition_committed
-            requests.append((record.partition, record.offset, notification.id, committed.dataset, len(committed.partitions),
-                             notification.SerializeToString(), [target.schedule_id for target in message.targets]))
+            requests.append((record.partition, record.offset, notification.id, committed.dataset,
+                             len(committed.partitions), notification.SerializeToString(),
+                             [target.schedule_id for target in message.targets]))
         parsed = time.perf_counter()
         decided = self._decide(requests)
         deciding = time.perf_counter()

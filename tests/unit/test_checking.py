@@ -198,7 +198,6 @@ def test_replaying_the_events_gives_the_same_state():
     assert replace(state, queue={}) == state  # everything was admitted
 
 
-
 def test_a_queued_job_leaves_the_state_before_it_unchanged():
     """The schedules map is persistent: evolving records the sequence in a new map, sharing the rest."""
     before = CheckerState(schedules={f"s{i}": checking.TrackedSchedule(P, 1, True) for i in range(1, 1000)})
@@ -287,7 +286,8 @@ its own or with the next arrivals)."""
                         min_size=1, max_size=12),
        batch=st.integers(1, 4), runs=RUNS, late=st.lists(st.booleans(), max_size=16),
        capacity=st.sampled_from([Capacity(), Capacity(limit=2), Capacity(limit=1, hard_limit=3)]))
-@example(arrivals=[(P, (ConcurrencyConstraint(1, group="g"),), 0, 0), (Q, (ConcurrencyConstraint(1, group="g"),), 0, 0)],
+@example(arrivals=[(P, (ConcurrencyConstraint(1, group="g"),), 0, 0),
+                   (Q, (ConcurrencyConstraint(1, group="g"),), 0, 0)],
          batch=2, runs=[(0, R, True, RunStatus.COMPLETED, True)], late=[], capacity=Capacity())  # rare at random
 def test_a_pass_over_the_jobs_a_batch_concerns_decides_what_a_pass_over_the_whole_queue_decides(
         arrivals, batch, runs, late, capacity):
