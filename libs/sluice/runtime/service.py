@@ -10,6 +10,7 @@ from typing import Awaitable, Callable
 from sluice.bus.port import Bus, Producer
 from sluice.bus.topics import ALL_TOPICS
 from sluice.eventlog.port import EventLog
+from sluice.runtime.access import Authenticator
 from sluice.runtime.consumer import Subscription, consume
 from sluice.runtime.grpc_metrics import MetricsInterceptor
 from sluice.runtime.grpc_security import GrpcSecurity
@@ -37,6 +38,9 @@ class ServiceSpec:
     """Resume work recorded but not finished (called in the event loop, after recover)."""
     background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Tasks that run as long as the service does."""
+    authenticators: list[Authenticator] = field(default_factory=list)
+    """Credentials this service issues (per-run program tokens): the server's gRPC interceptor and
+    HTTP middleware ask them, after the policy file's and the server token's, who a caller is."""
 
 
 async def run_services(
