@@ -202,6 +202,13 @@ async def _handle_batch(records: list[Record], handler: BatchHandler, subscripti
         except (MalformedMessage, InvalidArgument) as error:
             await send_to_dead_letter(dead_letter, record, subscription.group, f"malformed: {error}")
             instruments.record(record.topic, subscription.group, 0.0, MALFORMED)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # parsing reads only the record: its error is the record's, never retried
+            log.exception("%s: parsing %s@%s/%s failed", subscription.group, record.topic, record.partition,
+                          record.offset)
+            await send_to_dead_letter(dead_letter, record, subscription.group, f"malformed: unparsable: {error!r}")
+            instruments.record(record.topic, subscription.group, 0.0, MALFORMED)
     try:
         await handler.apply(parsed)
     except asyncio.CancelledError:
@@ -249,7 +256,13 @@ def _one_by_one(handler: Handler | BatchHandler) -> Handler:
         return handler
 
     async def handle(record: Record) -> None:
-        await handler.apply([(record, handler.parse(record))])
+        try:
+            command = handler.parse(record)
+        except (MalformedMessage, InvalidArgument, asyncio.CancelledError):
+            raise
+        except Exception as error:  # the record's own error: dead-lettered at once, not retried
+            raise MalformedMessage(f"unparsable: {error!r}") from error
+        await handler.apply([(record, command)])
     return handle
 
 

@@ -17,6 +17,11 @@ class InvalidArgument(Exception):
         self.message = message
 
 
+class ResourceExhausted(InvalidArgument):
+    """Input over a size limit; `field` names it, the message the limit (gRPC RESOURCE_EXHAUSTED).
+    An InvalidArgument too: every path that refuses bad input refuses it the same way."""
+
+
 class NotFound(Exception):
     """The named entity does not exist (gRPC NOT_FOUND)."""
 

@@ -11,7 +11,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from sluice.runtime.grpc_security import GrpcSecurity
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,8 @@ def grpc_errors(method: Callable) -> Callable:
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         try:
             return await method(self, request, context)
+        except ResourceExhausted as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
         except InvalidArgument as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except NotFound as error:

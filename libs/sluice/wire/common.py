@@ -15,6 +15,7 @@ from sluice.domain.common import (
     ProgramStatusChanged,
     RunStatus,
 )
+from sluice.domain.bounds import EARLIEST_SECONDS, LATEST_SECONDS, check_timestamp_seconds
 from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.v1 import notifications_pb2 as pb
 
@@ -30,8 +31,12 @@ def timestamp_to_proto(when: datetime | None) -> timestamp_pb2.Timestamp | None:
     return timestamp_pb2.Timestamp(seconds=since.days * 86_400 + since.seconds, nanos=since.microseconds * 1000)
 
 
-def timestamp_from_proto(stamp: timestamp_pb2.Timestamp) -> datetime:
-    """Timestamp.ToDatetime(tzinfo=UTC)'s result, without its per-call conversions."""
+def timestamp_from_proto(stamp: timestamp_pb2.Timestamp, path: str = "timestamp") -> datetime:
+    """Timestamp.ToDatetime(tzinfo=UTC)'s result, without its per-call conversions. A time outside
+    bounds.EARLIEST_TIME..LATEST_TIME is an InvalidArgument naming `path` (it would overflow date
+    arithmetic later, or here)."""
+    if not EARLIEST_SECONDS <= stamp.seconds < LATEST_SECONDS or not 0 <= stamp.nanos <= 999_999_999:
+        check_timestamp_seconds(path, stamp.seconds, stamp.nanos)
     return _EPOCH + timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
 
 
@@ -97,7 +102,7 @@ def notification_from_proto(message: pb.Notification, path: str = "notification"
         payload = _program_status_from_proto(message.program_status_changed, f"{path}.program_status_changed")
     else:
         raise InvalidArgument(f"{path}.payload", "must be one of partition_committed, program_status_changed")
-    return Notification(message.id, timestamp_from_proto(message.time), payload)
+    return Notification(message.id, timestamp_from_proto(message.time, f"{path}.time"), payload)
 
 
 M = TypeVar("M", bound=Message)

@@ -1,0 +1,101 @@
+"""The ranges of every number and the limits of every size Sluice accepts (README, "Bounds").
+
+Numbers: every duration, count and timestamp a request can carry has a range chosen so that any
+date arithmetic Sluice does with it stays finite (datetime covers years 1 to 9999; the latest
+accepted time plus the longest accepted duration, times a retry backoff, is far inside it).
+Sizes: every request that ends up in a bus message is checked where it enters, so nothing
+accepted is later too big for the bus (MAX_BUS_MESSAGE_BYTES, what consumers read)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sluice.runtime.errors import InvalidArgument, ResourceExhausted
+
+# --- numbers ---------------------------------------------------------------------------------
+MAX_DURATION_SECONDS = 10 * 366 * 86_400
+"""Ten years: the longest timeout, catch-up, delay, min interval, quiet period, elapsed time and
+retry delay (a retry's backed-off delay is capped at it too)."""
+MAX_COUNT = 1_000_000
+"""Counts: partitions / program runs a trigger waits for, max running, max runs per window."""
+MAX_BYTES = 2**62
+"""Byte sizes (data-size triggers, partition sizes, record counts): within int64, sums stay exact."""
+MAX_RETRIES = 100
+MIN_PRIORITY, MAX_PRIORITY = -1_000_000, 1_000_000
+EARLIEST_TIME = datetime(1900, 1, 1, tzinfo=timezone.utc)
+LATEST_TIME = datetime(3000, 1, 1, tzinfo=timezone.utc)
+"""Timestamps in requests and on the bus lie in [EARLIEST_TIME, LATEST_TIME)."""
+EARLIEST_SECONDS = -2_208_988_800  # EARLIEST_TIME as Unix seconds
+LATEST_SECONDS = 32_503_680_000  # LATEST_TIME as Unix seconds
+
+# --- sizes -------------------------------------------------------------------------------------
+MAX_BUS_MESSAGE_BYTES = 256 * 1024
+"""The largest bus message a consumer reads (runtime.consumer.MAX_MESSAGE_BYTES; larger ones are
+dead-lettered unread). Every limit below keeps what it bounds well under it."""
+MAX_PROPERTIES_BYTES = 64 * 1024
+"""A schedule's properties: keys and values, UTF-8, summed. A schedule travels in job and
+match messages with a notification beside it."""
+MAX_PROPERTIES = 1_000
+MAX_DESCRIPTION_BYTES = 4 * 1024
+MAX_PARTITIONS_PER_REQUEST = 1_000
+"""Partitions in one AddPartitions, one transaction, one partition notification."""
+MAX_KEY_VALUE_BYTES = 1024
+"""One partition key value (UTF-8)."""
+MAX_KEYS = 32
+"""Key values of one partition."""
+MAX_LOCATION_BYTES = 4 * 1024
+MAX_METADATA_BYTES = 16 * 1024
+"""One partition's metadata: keys and values, UTF-8, summed."""
+MAX_PARTITIONS_BYTES = 192 * 1024
+"""All partitions of one request (keys, locations, metadata): what its notification carries."""
+MAX_FILTER_VALUES = 1_000
+"""Allowed values of one trigger filter key."""
+MAX_TRIGGER_LEAVES = 256
+"""Triggers in one schedule's AND/OR tree (nesting depth: triggers.validation.MAX_DEPTH)."""
+MAX_CONSTRAINTS = 64
+MAX_PAGE_SIZE = 1_000
+
+
+def check_seconds(path: str, value: object, minimum: int = 0, maximum: int = MAX_DURATION_SECONDS) -> None:
+    check_int(path, value, minimum, maximum, unit=" seconds")
+
+
+def check_int(path: str, value: object, minimum: int, maximum: int, unit: str = "") -> None:
+    """InvalidArgument naming the field and the range unless `value` is a whole number in it."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(path, f"must be a whole number, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise InvalidArgument(path, f"must be between {minimum} and {maximum}{unit}, got {value}")
+
+
+def check_time(path: str, when: datetime) -> None:
+    if not EARLIEST_TIME <= when < LATEST_TIME:
+        raise InvalidArgument(path, f"must lie in [{EARLIEST_TIME:%Y-%m-%d}, {LATEST_TIME:%Y-%m-%d}), got {when}")
+
+
+def check_timestamp_seconds(path: str, seconds: int, nanos: int) -> None:
+    """A protobuf Timestamp's fields, before any datetime is built from them."""
+    if not EARLIEST_SECONDS <= seconds < LATEST_SECONDS:
+        raise InvalidArgument(path, f"must lie in [{EARLIEST_TIME:%Y-%m-%d}, {LATEST_TIME:%Y-%m-%d}) "
+                                    f"(Unix seconds {EARLIEST_SECONDS} to {LATEST_SECONDS}), got seconds={seconds}")
+    if not 0 <= nanos <= 999_999_999:
+        raise InvalidArgument(path, f"nanos must be between 0 and 999999999, got {nanos}")
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8; a lone surrogate (not encodable) is refused by the caller's parser."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_size(path: str, size: int, limit: int, what: str = "bytes") -> None:
+    """RESOURCE_EXHAUSTED naming the field and the limit when `size` exceeds it."""
+    if size > limit:
+        raise ResourceExhausted(path, f"{size} {what} exceeds the limit of {limit} {what}")
+
+
+def check_text(path: str, value: str, limit: int) -> None:
+    """A string that must be valid Unicode text (no lone surrogate) of at most `limit` UTF-8 bytes."""
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument(path, "must be valid Unicode text (holds a lone surrogate)") from None
+    check_size(path, size, limit)
