@@ -38,6 +38,9 @@ class ServiceSpec:
     """Resume work recorded but not finished (called in the event loop, after recover)."""
     background: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Tasks that run as long as the service does."""
+    on_listening: Callable[[int], None] | None = None
+    """Told the gRPC server's bound port once it listens, before `start` and any consumer (the
+    launcher tells its programs where its API is)."""
     authenticators: list[Authenticator] = field(default_factory=list)
     """Credentials this service issues (per-run program tokens): the server's gRPC interceptor and
     HTTP middleware ask them, after the policy file's and the server token's, who a caller is."""
@@ -77,6 +80,9 @@ async def run_services(
         bindings = [b for spec in specs for b in spec.grpc]
         server, bound = await start_server(bindings, host, port, [MetricsInterceptor(registry)], security)
         stack.push_async_callback(server.stop, 1.0)
+        for spec in specs:
+            if spec.on_listening:
+                spec.on_listening(bound)
         if metrics_port is not None:
             runner, metrics_bound = await start_metrics_server(registry, host, metrics_port)
             stack.push_async_callback(runner.cleanup)
