@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from sluice.datasets.store import PartitionQuery
+from sluice.domain import bounds
 from sluice.domain.consumer.serialization import state_to_bytes, state_to_json
 from sluice.domain.consumer.state import ConsumerConfig, ConsumerRef, PartitionId
 from sluice.runtime.errors import InvalidArgument, NotFound
@@ -80,11 +81,12 @@ class PartitionsServicer(datasets_pb2_grpc.PartitionsServicer):
     @grpc_errors
     async def ListPartitions(self, request, context):
         limit = request.limit or DEFAULT_LIST_LIMIT
+        bounds.check_int("limit", limit, 1, bounds.MAX_PAGE_SIZE)
         query = PartitionQuery(
             where=filter_from_proto(request.where),
-            committed_after=timestamp_from_proto(request.committed_after) if request.HasField("committed_after")
+            committed_after=timestamp_from_proto(request.committed_after, "committed_after") if request.HasField("committed_after")
             else None,
-            committed_before=timestamp_from_proto(request.committed_before) if request.HasField("committed_before")
+            committed_before=timestamp_from_proto(request.committed_before, "committed_before") if request.HasField("committed_before")
             else None,
             after=PartitionId.parse(request.after, "after") if request.after else None,
             limit=limit)

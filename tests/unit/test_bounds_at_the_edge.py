@@ -92,3 +92,73 @@ async def test_any_parse_error_of_one_record_in_a_batch_dead_letters_that_record
     assert applied == [b"ok", b"ok2"]
     assert [value for value, _ in dead.sent] == [b"boom"]
     assert "date value out of range" in dead.sent[0][1]["reason"].decode()
+
+
+# --- (b) every number of a schedule has a range that keeps date arithmetic finite -------------
+import pytest  # noqa: E402
+from google.protobuf import duration_pb2  # noqa: E402
+
+from sluice.runtime.errors import InvalidArgument  # noqa: E402
+from sluice.v1 import schedules_pb2 as spb  # noqa: E402
+from sluice.wire.schedules import schedule_from_proto  # noqa: E402
+
+HUGE = 10**15
+
+
+def _schedule_message(**changes) -> spb.Schedule:
+    message = spb.Schedule(name="s", program=pb.ProgramRef(namespace="ns", app="a", program="p"),
+                           trigger=spb.Trigger(time=spb.TimeTrigger(cron="* * * * * *", zone="UTC")))
+    for name, value in changes.items():
+        if name == "trigger":
+            message.trigger.CopyFrom(value)
+        elif name == "constraint":
+            message.constraints.append(value)
+        elif name in ("timeout", "catch_up"):
+            getattr(message, name).CopyFrom(duration_pb2.Duration(seconds=value))
+        elif name == "retry_policy":
+            message.retry_policy.CopyFrom(value)
+        else:
+            setattr(message, name, value)
+    return message
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(catch_up=1_000_000_000_000), "schedule.catch_up"),
+    (dict(timeout=HUGE), "schedule.timeout"),
+    (dict(priority=2**31 - 1), "schedule.priority"),
+    (dict(constraint=spb.Constraint(delay=spb.DelayConstraint(seconds=HUGE))), "schedule.constraints[0].delay.seconds"),
+    (dict(constraint=spb.Constraint(min_since_last_run=spb.MinSinceLastRunConstraint(min_seconds=HUGE))),
+     "schedule.constraints[0].min_since_last_run.min_seconds"),
+    (dict(constraint=spb.Constraint(max_runs_per_window=spb.MaxRunsPerWindowConstraint(max_runs=2**31 - 1))),
+     "schedule.constraints[0].max_runs_per_window.max_runs"),
+    (dict(constraint=spb.Constraint(concurrency=spb.ConcurrencyConstraint(max_running=2**31 - 1))),
+     "schedule.constraints[0].concurrency.max_running"),
+    (dict(trigger=spb.Trigger(elapsed=spb.ElapsedTrigger(seconds=HUGE))), "schedule.trigger.elapsed.seconds"),
+    (dict(trigger=spb.Trigger(quiet_period=spb.QuietPeriodTrigger(namespace="ns", dataset="d", quiet_seconds=HUGE))),
+     "schedule.trigger.quiet_period.quiet_seconds"),
+    (dict(trigger=spb.Trigger(partition=spb.PartitionTrigger(namespace="ns", dataset="d", count=2**31 - 1))),
+     "schedule.trigger.partition.count"),
+    (dict(trigger=spb.Trigger(data_size=spb.DataSizeTrigger(namespace="ns", dataset="d", min_bytes=2**63 - 1))),
+     "schedule.trigger.data_size.min_bytes"),
+    (dict(retry_policy=spb.RetryPolicy(max_retries=2**31 - 1)), "schedule.retry_policy.max_retries"),
+    (dict(retry_policy=spb.RetryPolicy(max_retries=1, delay=duration_pb2.Duration(seconds=HUGE))),
+     "schedule.retry_policy.delay"),
+])
+def test_a_number_beyond_its_range_is_invalid_argument_naming_the_field_and_the_range(changes, field):
+    with pytest.raises(InvalidArgument) as error:
+        schedule_from_proto(_schedule_message(**changes), "sid")
+    assert error.value.field == field
+    assert "range" in error.value.message
+
+
+def test_the_longest_accepted_durations_keep_date_arithmetic_finite():
+    """The latest accepted time plus every longest duration, and the largest backed-off retry delay."""
+    from datetime import timedelta
+
+    from sluice.domain import bounds
+    from sluice.domain.jobs import RetryPolicy
+    longest = bounds.LATEST_TIME + timedelta(seconds=bounds.MAX_DURATION_SECONDS) * 4
+    assert longest.year < 9999
+    policy = RetryPolicy(max_retries=bounds.MAX_RETRIES, delay_seconds=bounds.MAX_DURATION_SECONDS, backoff=100.0)
+    assert policy.delay_before(bounds.MAX_RETRIES) == bounds.MAX_DURATION_SECONDS
+    assert RetryPolicy(max_retries=10_000, backoff=100.0).delay_before(10_000) == bounds.MAX_DURATION_SECONDS

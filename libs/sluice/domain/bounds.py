@@ -17,9 +17,13 @@ MAX_DURATION_SECONDS = 10 * 366 * 86_400
 retry delay (a retry's backed-off delay is capped at it too)."""
 MAX_COUNT = 1_000_000
 """Counts: partitions / program runs a trigger waits for, max running, max runs per window."""
+MAX_TRIGGER_COUNT = 10_000
+"""Partitions or program runs one trigger waits for (each is carried in the job's context)."""
 MAX_BYTES = 2**62
 """Byte sizes (data-size triggers, partition sizes, record counts): within int64, sums stay exact."""
 MAX_RETRIES = 100
+MAX_WORKING_SET = 10_000
+"""Partitions a dataset consumer hands out at once (one gRPC answer)."""
 MIN_PRIORITY, MAX_PRIORITY = -1_000_000, 1_000_000
 EARLIEST_TIME = datetime(1900, 1, 1, tzinfo=timezone.utc)
 LATEST_TIME = datetime(3000, 1, 1, tzinfo=timezone.utc)
@@ -63,8 +67,10 @@ def check_int(path: str, value: object, minimum: int, maximum: int, unit: str = 
     """InvalidArgument naming the field and the range unless `value` is a whole number in it."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(path, f"must be a whole number, got {value!r}")
-    if not minimum <= value <= maximum:
-        raise InvalidArgument(path, f"must be between {minimum} and {maximum}{unit}, got {value}")
+    if value < minimum:
+        raise InvalidArgument(path, f"must be at least {minimum} (range {minimum} to {maximum}{unit}), got {value}")
+    if value > maximum:
+        raise InvalidArgument(path, f"must be at most {maximum} (range {minimum} to {maximum}{unit}), got {value}")
 
 
 def check_time(path: str, when: datetime) -> None:

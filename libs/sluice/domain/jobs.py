@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Mapping
 
+from sluice.domain.bounds import MAX_DURATION_SECONDS
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.constraints.specs import Constraint, TimeoutPolicy
 
@@ -29,8 +31,12 @@ class RetryPolicy:
     Failures to publish outputs are never retried: the program's result would not change."""
 
     def delay_before(self, retry: int) -> float:
-        """Seconds to wait before retry number `retry` (1, 2, ...)."""
-        return self.delay_seconds * self.backoff ** (retry - 1)
+        """Seconds to wait before retry number `retry` (1, 2, ...), at most bounds.MAX_DURATION_SECONDS."""
+        try:
+            delay = self.delay_seconds * self.backoff ** (retry - 1)
+        except OverflowError:
+            delay = math.inf
+        return min(delay, MAX_DURATION_SECONDS)
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Mapping
 
+from sluice.domain import bounds
 from sluice.domain.common import ProgramRef
 from sluice.domain.constraints import Constraint, TimeoutPolicy, validate_constraints
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -219,25 +220,46 @@ def validate(schedule: Schedule) -> None:
     _require_name("schedule.program.namespace", schedule.program.namespace)
     _require_name("schedule.program.app", schedule.program.app)
     _require_name("schedule.program.program", schedule.program.program)
-    if schedule.timeout_seconds < 0:
-        raise InvalidArgument("schedule.timeout", "must not be negative")
+    bounds.check_seconds("schedule.timeout", schedule.timeout_seconds, 0)
+    bounds.check_int("schedule.priority", schedule.priority, bounds.MIN_PRIORITY, bounds.MAX_PRIORITY)
+    _check_properties(schedule.properties)
+    bounds.check_text("schedule.description", schedule.description, bounds.MAX_DESCRIPTION_BYTES)
     validate_trigger(schedule.trigger, "schedule.trigger")
+    if len(schedule.constraints) > bounds.MAX_CONSTRAINTS:
+        raise bounds.ResourceExhausted("schedule.constraints", f"{len(schedule.constraints)} constraints exceed "
+                                                               f"the limit of {bounds.MAX_CONSTRAINTS}")
     validate_constraints(schedule.constraints, "schedule.constraints")
     if not isinstance(schedule.timeout_policy, TimeoutPolicy):
         raise InvalidArgument("schedule.timeout_policy", f"must be one of {', '.join(p.value for p in TimeoutPolicy)}")
     if not isinstance(schedule.misfire_policy, MisfirePolicy):
         raise InvalidArgument("schedule.misfire_policy", f"must be one of {', '.join(p.value for p in MisfirePolicy)}")
-    if schedule.catch_up_seconds < 1:
-        raise InvalidArgument("schedule.catch_up", f"must be at least 1 second, got {schedule.catch_up_seconds}")
+    bounds.check_seconds("schedule.catch_up", schedule.catch_up_seconds, 1)
     validate_retry_policy(schedule.retry_policy, "schedule.retry_policy")
 
 
+def _check_properties(properties: Mapping[str, str]) -> None:
+    """At most bounds.MAX_PROPERTIES properties of bounds.MAX_PROPERTIES_BYTES (keys and values,
+    UTF-8): a schedule travels in bus messages (jobs, matches) beside other data."""
+    if len(properties) > bounds.MAX_PROPERTIES:
+        raise bounds.ResourceExhausted("schedule.properties", f"{len(properties)} properties exceed the limit "
+                                                              f"of {bounds.MAX_PROPERTIES}")
+    size = 0
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgument("schedule.properties", f"keys and values must be strings, got {key!r}: {value!r}")
+        size += bounds.utf8_size(key) + bounds.utf8_size(value)
+        if size > bounds.MAX_PROPERTIES_BYTES:
+            raise bounds.ResourceExhausted("schedule.properties", f"over {bounds.MAX_PROPERTIES_BYTES} bytes "
+                                           f"(keys and values, UTF-8): exceeds the limit of "
+                                           f"{bounds.MAX_PROPERTIES_BYTES} bytes")
+    for key, value in properties.items():
+        bounds.check_text(f"schedule.properties[{key!r}]", key + value, bounds.MAX_PROPERTIES_BYTES)
+
+
 def validate_retry_policy(policy: RetryPolicy, path: str) -> None:
-    if not isinstance(policy.max_retries, int) or policy.max_retries < 0:
-        raise InvalidArgument(f"{path}.max_retries", f"must not be negative, got {policy.max_retries}")
-    if not isinstance(policy.delay_seconds, int) or policy.delay_seconds < 0:
-        raise InvalidArgument(f"{path}.delay", f"must not be negative, got {policy.delay_seconds} seconds")
-    if not policy.backoff >= 1.0 or policy.backoff > 100:
+    bounds.check_int(f"{path}.max_retries", policy.max_retries, 0, bounds.MAX_RETRIES)
+    bounds.check_seconds(f"{path}.delay", policy.delay_seconds, 0)
+    if not isinstance(policy.backoff, (int, float)) or not policy.backoff >= 1.0 or policy.backoff > 100:
         raise InvalidArgument(f"{path}.backoff", f"must be between 1 and 100, got {policy.backoff}")
 
 

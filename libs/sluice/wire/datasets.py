@@ -70,12 +70,30 @@ def config_from_proto(message: pb.ConsumerConfig, base: ConsumerConfig) -> Consu
     changes: dict = {name: getattr(message, name) for name in ("max_working_set", "max_retries", "timeout_seconds",
                                                                "history_size") if message.HasField(name)}
     if message.HasField("start"):
-        changes["start"] = timestamp_from_proto(message.start)
+        changes["start"] = timestamp_from_proto(message.start, "config.start")
     if message.HasField("end"):
-        changes["end"] = timestamp_from_proto(message.end)
+        changes["end"] = timestamp_from_proto(message.end, "config.end")
     if message.HasField("where"):
         changes["where"] = filter_from_proto(message.where)
     return replace(base, **changes)
+
+
+def config_to_proto(config: ConsumerConfig) -> pb.ConsumerConfig:
+    """Every field of `config` set (start and end when they are set), so the server applies it whole."""
+    message = pb.ConsumerConfig(max_working_set=config.max_working_set, max_retries=config.max_retries,
+                                timeout_seconds=config.timeout_seconds, history_size=config.history_size,
+                                where=filter_to_proto(config.where))
+    if config.start is not None:
+        message.start.CopyFrom(timestamp_to_proto(config.start))
+    if config.end is not None:
+        message.end.CopyFrom(timestamp_to_proto(config.end))
+    return message
+
+
+def consumed_from_proto(message: pb.ConsumedPartition, path: str = "partitions") -> WorkItem:
+    (partition,) = partitions_from_proto([message.partition], path)
+    return WorkItem(PartitionId.parse(message.id, f"{path}.id"), partition,
+                    timestamp_from_proto(message.committed_at, f"{path}.committed_at"), failures=message.failures)
 
 
 def partition_id_from_text(text: str, path: str) -> PartitionId:

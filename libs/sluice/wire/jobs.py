@@ -41,7 +41,7 @@ def context_from_proto(message: pb.TriggerContext) -> TriggerContext:
         message.schedule_name,
         dict(message.properties),
         tuple(notification_from_proto(n) for n in message.notifications),
-        timestamp_from_proto(message.logical_time) if message.HasField("logical_time") else None,
+        timestamp_from_proto(message.logical_time, "logical_time") if message.HasField("logical_time") else None,
     )
 
 

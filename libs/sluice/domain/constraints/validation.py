@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from sluice.domain import bounds
 from sluice.domain.constraints.clock import parse_hh_mm
 from sluice.domain.constraints.specs import (
     KINDS,
@@ -33,11 +34,12 @@ def validate_constraint(constraint: object, path: str = "schedule.constraints[0]
     here = f"{path}.{kind}"
     match constraint:
         case ConcurrencyConstraint(max_running, group):
-            _whole(f"{here}.max_running", max_running, minimum=1)
+            bounds.check_int(f"{here}.max_running", max_running, 1, bounds.MAX_COUNT)
             if not isinstance(group, str) or any(c.isspace() for c in group):
                 raise InvalidArgument(f"{here}.group", f"must be a name without white space, got {group!r}")
+            bounds.check_text(f"{here}.group", group, bounds.MAX_KEY_VALUE_BYTES)
         case DelayConstraint(seconds):
-            _whole(f"{here}.seconds", seconds, minimum=0)
+            bounds.check_seconds(f"{here}.seconds", seconds, 0)
         case TimeWindowConstraint(start, end, zone):
             _hh_mm(f"{here}.start", start)
             _hh_mm(f"{here}.end", end)
@@ -45,22 +47,15 @@ def validate_constraint(constraint: object, path: str = "schedule.constraints[0]
                 raise InvalidArgument(f"{here}.end", f"must differ from start ({start}): the window would be empty")
             _zone(f"{here}.zone", zone)
         case MinSinceLastRunConstraint(min_seconds):
-            _whole(f"{here}.min_seconds", min_seconds, minimum=1)
+            bounds.check_seconds(f"{here}.min_seconds", min_seconds, 1)
         case MaxRunsPerWindowConstraint(max_runs, unit, zone):
-            _whole(f"{here}.max_runs", max_runs, minimum=1)
+            bounds.check_int(f"{here}.max_runs", max_runs, 1, bounds.MAX_COUNT)
             if unit not in UNITS:
                 raise InvalidArgument(f"{here}.unit", f"must be one of {', '.join(UNITS)}, got {unit!r}")
             _zone(f"{here}.zone", zone)
     if not isinstance(constraint.on_not_met, NotMetPolicy):
         raise InvalidArgument(f"{here}.on_not_met", f"must be one of {', '.join(p.value for p in NotMetPolicy)}, "
                                                     f"got {constraint.on_not_met!r}")
-
-
-def _whole(path: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(path, f"must be a whole number, got {value!r}")
-    if value < minimum:
-        raise InvalidArgument(path, f"must be at least {minimum}, got {value}")
 
 
 def _hh_mm(path: str, value: object) -> None:

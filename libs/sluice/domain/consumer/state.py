@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import total_ordering
 
+from sluice.domain import bounds
 from sluice.domain.datasets.filters import MATCH_ALL, PartitionFilter
 from sluice.domain.datasets.specs import Partition, validate_name
 from sluice.runtime.errors import InvalidArgument
@@ -158,22 +159,18 @@ def validate_ref(ref: ConsumerRef, path: str = "consumer") -> ConsumerRef:
 
 
 def validate_config(config: ConsumerConfig, path: str = "config") -> ConsumerConfig:
-    _whole(f"{path}.max_working_set", config.max_working_set, minimum=1)
-    _whole(f"{path}.max_retries", config.max_retries, minimum=0)
-    _whole(f"{path}.timeout_seconds", config.timeout_seconds, minimum=0)
-    _whole(f"{path}.history_size", config.history_size, minimum=0)
+    bounds.check_int(f"{path}.max_working_set", config.max_working_set, 1, bounds.MAX_WORKING_SET)
+    bounds.check_int(f"{path}.max_retries", config.max_retries, 0, bounds.MAX_RETRIES)
+    bounds.check_seconds(f"{path}.timeout_seconds", config.timeout_seconds, 0)
+    bounds.check_int(f"{path}.history_size", config.history_size, 0, bounds.MAX_COUNT)
     for name in ("start", "end"):
         value = getattr(config, name)
         if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
             raise InvalidArgument(f"{path}.{name}", f"must be a time with a zone, got {value!r}")
+        if value is not None:
+            bounds.check_time(f"{path}.{name}", value)
     if config.start is not None and config.end is not None and config.end <= config.start:
         raise InvalidArgument(f"{path}.end", f"must be after start ({config.start.isoformat()}), "
                                              f"got {config.end.isoformat()}")
     return config
 
-
-def _whole(path: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(path, f"must be a whole number, got {value!r}")
-    if value < minimum:
-        raise InvalidArgument(path, f"must be at least {minimum}, got {value}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from sluice.domain import bounds
 from sluice.domain.common import ProgramRef
 from sluice.domain.triggers.cron import CronError, check_cron, zone_of
 from sluice.domain.triggers.specs import (
@@ -17,8 +18,9 @@ from sluice.domain.triggers.specs import (
     QuietPeriodTrigger,
     TimeTrigger,
     children,
+    leaves,
 )
-from sluice.runtime.errors import InvalidArgument
+from sluice.runtime.errors import InvalidArgument, ResourceExhausted
 
 MAX_DEPTH = 32
 """How deeply AND/OR may nest: deeper than any real schedule, shallow enough for the stack."""
@@ -32,6 +34,9 @@ def validate_trigger(trigger: object, path: str = "schedule.trigger", known_prog
     `known_program`, when given, says whether a program exists: a program-status trigger on an
     unknown program is rejected."""
     _validate(trigger, path, known_program, depth=1)
+    count = sum(1 for _ in leaves(trigger))
+    if count > bounds.MAX_TRIGGER_LEAVES:
+        raise ResourceExhausted(path, f"{count} triggers exceed the limit of {bounds.MAX_TRIGGER_LEAVES} per schedule")
 
 
 def _validate(trigger: object, path: str, known_program: KnownProgram | None, depth: int) -> None:
@@ -48,15 +53,15 @@ def _validate(trigger: object, path: str, known_program: KnownProgram | None, de
             _time(cron, zone, here)
         case PartitionTrigger(namespace, dataset, count, filter):
             _dataset(here, namespace, dataset, filter)
-            _positive(f"{here}.count", count)
+            _positive(f"{here}.count", count, bounds.MAX_TRIGGER_COUNT)
         case DataSizeTrigger(namespace, dataset, min_bytes, filter):
             _dataset(here, namespace, dataset, filter)
-            _positive(f"{here}.min_bytes", min_bytes)
+            _positive(f"{here}.min_bytes", min_bytes, bounds.MAX_BYTES)
         case QuietPeriodTrigger(namespace, dataset, quiet_seconds, filter):
             _dataset(here, namespace, dataset, filter)
-            _positive(f"{here}.quiet_seconds", quiet_seconds)
+            bounds.check_seconds(f"{here}.quiet_seconds", quiet_seconds, 1)
         case ElapsedTrigger(seconds):
-            _positive(f"{here}.seconds", seconds)
+            bounds.check_seconds(f"{here}.seconds", seconds, 1)
         case ProgramStatusTrigger():
             _program_status(trigger, here, known_program)
 
@@ -87,12 +92,16 @@ def _dataset(here: str, namespace: object, dataset: object, filter: Mapping) -> 
     _name(f"{here}.dataset", dataset)
     for key, allowed in filter.items():
         _name(f"{here}.filter", key)
+        if len(allowed) > bounds.MAX_FILTER_VALUES:
+            raise ResourceExhausted(f"{here}.filter[{key}]", f"{len(allowed)} values exceed the limit of "
+                                                             f"{bounds.MAX_FILTER_VALUES}")
         if not allowed:
             raise InvalidArgument(f"{here}.filter[{key}]", "must list at least one allowed value "
                                   "(leave the key out to admit every value)")
         for index, value in enumerate(allowed):
             if not isinstance(value, str):
                 raise InvalidArgument(f"{here}.filter[{key}][{index}]", f"must be a string, got {value!r}")
+            bounds.check_text(f"{here}.filter[{key}][{index}]", value, bounds.MAX_KEY_VALUE_BYTES)
 
 
 def _program_status(trigger: ProgramStatusTrigger, here: str, known_program: KnownProgram | None) -> None:
@@ -107,16 +116,13 @@ def _program_status(trigger: ProgramStatusTrigger, here: str, known_program: Kno
                                   f"must be one of {', '.join(TERMINAL_STATUSES)}, got {status!r}")
     if len(set(trigger.statuses)) != len(trigger.statuses):
         raise InvalidArgument(f"{here}.statuses", "must not repeat a status")
-    _positive(f"{here}.count", trigger.count)
+    _positive(f"{here}.count", trigger.count, bounds.MAX_TRIGGER_COUNT)
     if known_program is not None and not known_program(trigger.program_ref):
         raise InvalidArgument(f"{here}.program", f"unknown program {trigger.program_ref.qualified()}")
 
 
-def _positive(path: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(path, f"must be a whole number, got {value!r}")
-    if value < 1:
-        raise InvalidArgument(path, f"must be at least 1, got {value}")
+def _positive(path: str, value: object, maximum: int) -> None:
+    bounds.check_int(path, value, 1, maximum)
 
 
 def _name(path: str, value: object) -> None:
