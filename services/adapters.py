@@ -7,6 +7,7 @@
 | event log | kurrentdb://host:2113?tls=false       | KurrentDB 25.1+ (also esdb://, kdb://; &streamPrefix=p-) |
 | bus       | (empty) or inprocess:///path/bus.db   | durable in-process bus (default: <data-dir>/bus.db) |
 | bus       | kafka://host:port[,host:port]         | Kafka                                 |
+| bus       | kafka://host:9093?security_protocol=SASL_SSL&ssl_cafile=ca.pem | Kafka over TLS with SCRAM-SHA-512 logins (user and password: SLUICE_KAFKA_USERNAME, SLUICE_KAFKA_PASSWORD; options in sluice.bus.kafka_security) |
 """
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ def open_bus(url: str, data_dir: Path, clock: Clock) -> Bus:
         return InProcessBus(url.removeprefix("inprocess://") or data_dir / "bus.db", clock=clock)
     if url.startswith("kafka://"):
         from sluice.bus.kafka import KafkaBus
+        from sluice.bus.kafka_security import redact_url
 
-        return KafkaBus(url.removeprefix("kafka://"))
-    raise InvalidArgument("--bus", f"unsupported URL {url!r} (inprocess:///path or kafka://host:port)")
+        try:
+            return KafkaBus.from_url(url)
+        except ValueError as error:  # an unknown option, a missing password...: named in the message
+            raise InvalidArgument("--bus", f"{redact_url(url)!r}: {error}") from None
+    from sluice.bus.kafka_security import redact_url
+
+    raise InvalidArgument("--bus", f"unsupported URL {redact_url(url)!r} (inprocess:///path or kafka://host:port)")

@@ -17,6 +17,11 @@ Decisions:
   a topic created later joins the assignment at the next metadata refresh (metadata_max_age_ms).
   Heartbeats every `heartbeat_interval_ms` let members notice a rebalance quickly.
 - Commit errors (a partition not assigned, a group that rebalanced meanwhile) raise CommitFailed.
+- Security (TLS, SASL) comes from the bus URL (`KafkaBus.from_url`, sluice.bus.kafka_security) and
+  goes to every client the bus creates: producers, consumers and the admin client alike. A client that
+  cannot bootstrap raises KafkaUnreachable (a ConnectionError) with the first broker's real reason (a
+  refused login, a TLS failure, a listener of another protocol) instead of aiokafka's bare
+  "Unable to bootstrap".
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import (
     CommitFailedError,
+    KafkaConnectionError,
     ConsumerStoppedError,
     IllegalStateError,
     TopicAlreadyExistsError,
@@ -38,9 +44,10 @@ from aiokafka.errors import (
 )
 from aiokafka.protocol.metadata import MetadataRequest
 
+from sluice.bus.kafka_security import KafkaSecurity, KafkaUnreachable, diagnose, parse_kafka_url
 from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic
 
-__all__ = ["KafkaBus", "KafkaConsumer", "KafkaProducer"]
+__all__ = ["KafkaBus", "KafkaConsumer", "KafkaProducer", "KafkaSecurity", "KafkaUnreachable"]
 
 
 class KafkaBus:
@@ -56,8 +63,10 @@ class KafkaBus:
         session_timeout_ms: int = 10_000,
         metadata_max_age_ms: int = 30_000,
         topic_ready_timeout: float = 30.0,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = security or KafkaSecurity()
         self.client_id = client_id
         self.replication_factor = replication_factor
         self.topic_ready_timeout = topic_ready_timeout
@@ -70,6 +79,13 @@ class KafkaBus:
         self._producers: list[KafkaProducer] = []
         self._consumers: list[KafkaConsumer] = []
         self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, env: Mapping[str, str] | None = None, **options: object) -> KafkaBus:
+        """A bus for `kafka://[USER[:PASSWORD]@]HOST:PORT[,...][?security options]` (see
+        sluice.bus.kafka_security); ValueError naming the option that is wrong."""
+        parsed = parse_kafka_url(url, env)
+        return cls(parsed.bootstrap, security=parsed.security, **options)  # type: ignore[arg-type]
 
     async def create_topics(self, topics: Sequence[TopicSpec]) -> None:
         self._check_open()
@@ -118,14 +134,23 @@ class KafkaBus:
 
     async def _admin_client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=f"{self.client_id}-admin")
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=f"{self.client_id}-admin",
+                                        **self.security.client_options())
             try:
-                await admin.start()
+                await self._start_client(admin)
             except BaseException:
                 await admin.close()
                 raise
             self._admin = admin
         return self._admin
+
+    async def _start_client(self, client: AIOKafkaProducer | AIOKafkaConsumer | AIOKafkaAdminClient) -> None:
+        try:
+            await client.start()
+        except KafkaConnectionError as error:
+            if "Unable to bootstrap" not in str(error):
+                raise
+            raise await diagnose(self.bootstrap, self.security) from error
 
     async def _wait_visible(self, admin: AIOKafkaAdminClient, names: list[str]) -> None:
         """Until the broker's metadata has every topic with a leader for each partition."""
@@ -186,10 +211,10 @@ class KafkaProducer:
     async def _start(self) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bus.bootstrap, client_id=self._bus.client_id,
-            acks="all", enable_idempotence=True,
+            acks="all", enable_idempotence=True, **self._bus.security.client_options(),
         )
         try:
-            await producer.start()
+            await self._bus._start_client(producer)
         except BaseException:
             await producer.stop()
             raise
@@ -297,9 +322,10 @@ class KafkaConsumer:
             bootstrap_servers=self._bus.bootstrap, client_id=self._bus.client_id, group_id=self.group_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
             partition_assignment_strategy=(RangePartitionAssignor,), **self._bus._consumer_options,
+            **self._bus.security.client_options(),
         )
         try:
-            await consumer.start()
+            await self._bus._start_client(consumer)
         except BaseException:
             await consumer.stop()
             raise
