@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Mapping
 
 from sluice.domain import schedules
+from sluice.domain.names import validate_name
 from sluice.domain.schedules import Schedule, ScheduleState
 from sluice.runtime.errors import InvalidArgument
 
@@ -84,12 +85,10 @@ def plan_deployment(app: AppState, existing: Mapping[str, ScheduleState], comman
 
 def validate(command: DeployApp) -> None:
     for path, value in (("app.namespace", command.namespace), ("app.name", command.app)):
-        if not value.strip():
-            raise InvalidArgument(path, "must not be empty")
+        validate_name(path, value)
     names = [p.name for p in command.programs]
     for index, name in enumerate(names):
-        if not name.strip():
-            raise InvalidArgument(f"app.programs[{index}].name", "must not be empty")
+        validate_name(f"app.programs[{index}].name", name)
         if names.index(name) != index:
             raise InvalidArgument(f"app.programs[{index}].name", f"program {name!r} is given twice")
     seen: set[str] = set()

@@ -10,6 +10,7 @@ from sluice.domain import bounds
 from sluice.domain.common import ProgramRef
 from sluice.domain.constraints import Constraint, TimeoutPolicy, validate_constraints
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy
+from sluice.domain.names import validate_name
 from sluice.domain.triggers import Trigger, validate_trigger
 from sluice.ids import derived_id
 from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
@@ -264,7 +265,4 @@ def validate_retry_policy(policy: RetryPolicy, path: str) -> None:
 
 
 def _require_name(path: str, value: str) -> None:
-    if not value or not value.strip():
-        raise InvalidArgument(path, "must not be empty")
-    if any(c.isspace() for c in value):
-        raise InvalidArgument(path, f"must not contain white space, got {value!r}")
+    validate_name(path, value)  # the identifier rule: sluice.domain.names

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from typing import Any, Mapping
 
+from sluice.domain.names import key_segments, validate_name
 from sluice.runtime.errors import InvalidArgument
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,127}")
 _INT = re.compile(r"[+-]?[0-9]{1,18}")
 
 
@@ -91,8 +91,10 @@ class DatasetSpec:
         return next((key.type for key in self.partition_keys if key.name == name), None)
 
     def default_location(self, key: Mapping[str, str]) -> str:
-        """Where the partition with these (canonical) key values lives by convention."""
-        return "/".join([self.base_location.rstrip("/"), *(f"{k.name}={key[k.name]}" for k in self.partition_keys)])
+        """Where the partition with these (canonical) key values lives by convention: one directory per
+        key, its value encoded (sluice.domain.names), so any value stays one segment below the base."""
+        return "/".join([self.base_location.rstrip("/"),
+                         *key_segments({k.name: key[k.name] for k in self.partition_keys})])
 
 
 @dataclass(frozen=True)
@@ -104,15 +106,6 @@ class Partition:
     size_bytes: int = 0
     record_count: int = 0
     metadata: Mapping[str, str] = field(default_factory=dict)
-
-
-def validate_name(path: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidArgument(path, "must not be empty")
-    if not _NAME.fullmatch(value):
-        raise InvalidArgument(path, "must start with a letter or _ and hold only letters, digits, _ and - "
-                                    f"(at most 128), got {value!r}")
-    return value
 
 
 def validate_dataset(spec: DatasetSpec, path: str = "dataset") -> DatasetSpec:

@@ -5,6 +5,7 @@ from typing import Callable, Mapping
 
 from sluice.domain import bounds
 from sluice.domain.common import ProgramRef
+from sluice.domain.names import validate_name
 from sluice.domain.triggers.cron import CronError, check_cron, zone_of
 from sluice.domain.triggers.specs import (
     KINDS,
@@ -126,7 +127,4 @@ def _positive(path: str, value: object, maximum: int) -> None:
 
 
 def _name(path: str, value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidArgument(path, "must not be empty")
-    if any(c.isspace() for c in value):
-        raise InvalidArgument(path, f"must not contain white space, got {value!r}")
+    validate_name(path, value)  # the identifier rule: sluice.domain.names
