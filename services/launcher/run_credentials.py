@@ -1,0 +1,111 @@
+"""Per-run credentials: what a launched program presents to the launcher's Partitions API instead of
+any secret of the server.
+
+    credentials = RunCredentials(load_secret(data_dir), launcher.get, data_plane.datasets_in)
+    token = credentials.issue(run_id)                 # into the run's context.json (system.api.token)
+    principal = credentials.authenticate(token, None)  # Principal("run:<run id>", (Grant(PROGRAM, ...), ...))
+
+A token is `sluice-run.<run id>.<hex HMAC-SHA256(secret, run id)>`: stateless, so a program the
+launcher re-attaches to after a restart keeps working, and any launcher sharing the secret (the data
+dir's key file, or --run-credential-secret) verifies it. The HMAC is compared in constant time; then
+the run itself decides: a run that has ended (or that this launcher's log does not know) is refused.
+The grants: PROGRAM on its program's namespace (the datasets registered there, looked up at each
+call, and those its notifications name) and on each other namespace its triggering notifications
+name (those datasets only)."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Callable, Iterable
+
+from sluice.domain.common import PartitionCommitted
+from sluice.domain.runs import Run
+from sluice.runtime.access import Grant, Principal, Role
+
+PREFIX = "sluice-run"
+SECRET_FILE = "run-credentials.key"
+"""In the data dir, mode 0600: the key every launcher sharing the data dir signs run tokens with."""
+SECRET_ENV = "SLUICE_RUN_CREDENTIAL_SECRET"
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def load_secret(data_dir: Path, given: str = "") -> bytes:
+    """`given` (the operator's --run-credential-secret), else the data dir's key file, created with
+    32 random bytes (mode 0600) the first time."""
+    if given:
+        return given.encode()
+    path = Path(data_dir) / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text(encoding="ascii").strip()
+        if not key:
+            raise ValueError(f"{path}: empty run credential key (delete it to make a new one)") from None
+        return key.encode()
+    key = secrets.token_hex(32)
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(key + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return key.encode()
+
+
+class RunCredentials:
+    """The run credential authenticator (sluice.runtime.access.Authenticator) and issuer.
+
+    `runs`: a run by id (None: unknown); `datasets_in`: the dataset names registered in a namespace;
+    `compare`: the constant-time comparison (injected so a test can see it is the one used)."""
+
+    def __init__(self, secret: bytes, runs: Callable[[str], Run | None],
+                 datasets_in: Callable[[str], Iterable[str]] = lambda namespace: (),
+                 compare: Callable[[bytes, bytes], bool] = hmac.compare_digest) -> None:
+        if not secret:
+            raise ValueError("a run credential secret must not be empty")
+        self._secret = secret
+        self._runs = runs
+        self._datasets_in = datasets_in
+        self._compare = compare
+
+    def issue(self, run_id: str) -> str:
+        if not _RUN_ID.match(run_id):
+            raise ValueError(f"run id {run_id!r}: cannot carry a credential")
+        return f"{PREFIX}.{run_id}.{self._digest(run_id)}"
+
+    def authenticate(self, bearer: str | None, peer_subject: str | None) -> Principal | None:
+        run_id = self.verified_run(bearer)
+        if run_id is None:
+            return None
+        run = self._runs(run_id)
+        if run is None or run.status.terminal:
+            return None  # ended: its credential ends with it
+        return Principal(f"run:{run_id}", self.grants(run))
+
+    def verified_run(self, bearer: str | None) -> str | None:
+        """The run id of a well-formed token whose signature is this secret's, else None."""
+        if not bearer:
+            return None
+        token = bearer.removeprefix("Bearer ").strip()
+        prefix, _, rest = token.partition(".")
+        run_id, _, digest = rest.rpartition(".")
+        if prefix != PREFIX or not _RUN_ID.match(run_id) or not _DIGEST.match(digest):
+            return None
+        if not self._compare(digest.encode(), self._digest(run_id).encode()):
+            return None
+        return run_id
+
+    def grants(self, run: Run) -> tuple[Grant, ...]:
+        home = run.job.program.namespace
+        named: dict[str, set[str]] = {home: set(self._datasets_in(home))}
+        for notification in run.job.context.notifications:
+            payload = notification.payload
+            if isinstance(payload, PartitionCommitted):
+                named.setdefault(payload.namespace, set()).add(payload.dataset)
+        return tuple(Grant(Role.PROGRAM, namespace, frozenset(datasets)) for namespace, datasets in named.items())
+
+    def _digest(self, run_id: str) -> str:
+        return hmac.new(self._secret, run_id.encode(), hashlib.sha256).hexdigest()

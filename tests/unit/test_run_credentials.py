@@ -1,0 +1,161 @@
+"""Per-run program credentials (issue 23, least privilege): a token per run, signed with the
+launcher's secret, valid for its run's datasets until the run ends; the run's environment is an
+allowlist; URLs are printed with their password masked."""
+from __future__ import annotations
+
+import hmac
+import os
+import stat
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef, RunStatus
+from sluice.domain.jobs import Job, TriggerContext
+from sluice.domain.runs import Run
+from sluice.runtime.access import Grant, Principal, Role
+from sluice.runtime.secrets import mask_text, mask_url
+from sluice_services.launcher.program_api import ProgramApi, program_host
+from sluice_services.launcher.program_env import program_environment
+from sluice_services.launcher.run_credentials import SECRET_FILE, RunCredentials, load_secret
+
+T0 = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
+SECRET = b"k" * 32
+
+
+def a_run(run_id: str = "run-1", status: RunStatus = RunStatus.RUNNING, namespace: str = "experiments") -> Run:
+    arrivals = (
+        Notification("n-1", T0, PartitionCommitted("experiments", "clickstream", (PartitionRef({"h": "1"}, "/x"),))),
+        Notification("n-2", T0, PartitionCommitted("shop", "orders", (PartitionRef({"h": "1"}, "/y"),))),
+    )
+    job = Job("job-1", "schedule-1", 1, ProgramRef(namespace, "clickstream", "hourly_metrics"),
+              TriggerContext("schedule-1", "hourly", notifications=arrivals), T0)
+    return Run(run_id, job, status, T0)
+
+
+class Runs:
+    def __init__(self, *runs: Run) -> None:
+        self.runs = {run.id: run for run in runs}
+
+    def get(self, run_id: str) -> Run | None:
+        return self.runs.get(run_id)
+
+
+def credentials(*runs: Run, secret: bytes = SECRET, **kwargs) -> RunCredentials:
+    return RunCredentials(secret, Runs(*runs).get, lambda ns: {"experiments": ["clickstream", "hourly"]}.get(ns, []),
+                          **kwargs)
+
+
+def test_a_valid_token_is_its_runs_principal_with_its_namespace_and_the_datasets_that_triggered_it():
+    issuer = credentials(a_run())
+    token = issuer.issue("run-1")
+    assert token.startswith("sluice-run.run-1.")
+    assert issuer.authenticate(token, None) == Principal("run:run-1", (
+        Grant(Role.PROGRAM, "experiments", frozenset({"clickstream", "hourly"})),
+        Grant(Role.PROGRAM, "shop", frozenset({"orders"})),
+    ))
+    assert issuer.authenticate(f"Bearer {token}", None) is not None
+
+
+@pytest.mark.parametrize("forged", [
+    "", "sluice-run", "sluice-run.run-1", "sluice-run.run-1.", "sluice-run.run-1." + "0" * 64,
+    "sluice-run..abc", "other.run-1." + "0" * 64, "sluice-run.run/../1." + "0" * 64,
+])
+def test_a_malformed_or_forged_token_is_nobody(forged):
+    assert credentials(a_run()).authenticate(forged, None) is None
+    assert credentials(a_run()).authenticate(None, None) is None
+
+
+def test_a_token_signed_with_another_secret_is_refused():
+    token = credentials(a_run(), secret=b"another secret").issue("run-1")
+    assert credentials(a_run()).authenticate(token, None) is None
+
+
+def test_a_token_is_for_its_own_run_only():
+    issuer = credentials(a_run("run-1"), a_run("run-2"))
+    digest = issuer.issue("run-1").rsplit(".", 1)[1]
+    assert issuer.authenticate(f"sluice-run.run-2.{digest}", None) is None
+    assert issuer.authenticate(issuer.issue("run-2"), None).name == "run:run-2"
+
+
+@pytest.mark.parametrize("status", [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST])
+def test_the_credential_ends_with_its_run(status):
+    issuer = credentials(a_run(status=status))
+    assert issuer.authenticate(issuer.issue("run-1"), None) is None
+
+
+def test_a_run_the_launcher_does_not_know_is_refused():
+    token = credentials(a_run()).issue("run-1")
+    assert credentials().authenticate(token, None) is None
+
+
+def test_a_starting_run_is_valid_and_so_is_a_launcher_restarted_with_the_same_secret():
+    token = credentials(a_run(status=RunStatus.STARTING)).issue("run-1")
+    assert credentials(a_run(status=RunStatus.STARTING)).authenticate(token, None).name == "run:run-1"
+
+
+def test_signatures_are_compared_in_constant_time():
+    compared = []
+
+    def compare(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return hmac.compare_digest(a, b)
+
+    issuer = credentials(a_run(), compare=compare)
+    token = issuer.issue("run-1")
+    assert issuer.authenticate(token, None) is not None
+    assert compared == [(token.rsplit(".", 1)[1].encode(), token.rsplit(".", 1)[1].encode())]
+    assert RunCredentials.__init__.__defaults__[-1] is hmac.compare_digest
+
+
+def test_the_secret_is_made_once_in_the_data_dir_readable_by_its_owner_only(tmp_path: Path):
+    first = load_secret(tmp_path)
+    assert len(first) == 64 and load_secret(tmp_path) == first
+    assert stat.S_IMODE(os.stat(tmp_path / SECRET_FILE).st_mode) == 0o600
+    assert load_secret(tmp_path, "given by the operator") == b"given by the operator"
+
+
+def test_a_program_reaches_the_api_on_loopback_when_bound_to_every_address():
+    assert [program_host(h) for h in ("0.0.0.0", "::", "localhost", "127.0.0.1", "127.0.0.2", "10.1.2.3", "::1")] == [
+        "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.1.2.3", "[::1]"]
+    api = ProgramApi(credentials(a_run()), "0.0.0.0")
+    with pytest.raises(RuntimeError):
+        api.context_for("run-1")
+    api.listening(50123)
+    assert api.context_for("run-1") == {"api": {"address": "127.0.0.1:50123",
+                                                "token": credentials(a_run()).issue("run-1")}}
+    tls = ProgramApi(credentials(a_run()), "127.0.0.1", Path("/etc/sluice/server.pem"))
+    tls.listening(1)
+    assert tls.context_for("run-1")["api"]["tls_ca"] == "/etc/sluice/server.pem"
+
+
+def test_a_program_environment_is_the_allowlist_plus_what_the_operator_adds():
+    launcher = {"PATH": "/usr/bin", "HOME": "/root", "LANG": "C.UTF-8", "LC_ALL": "C", "TZ": "UTC",
+                "JAVA_HOME": "/jvm", "SPARK_HOME": "/spark", "PYSPARK_PYTHON": "python3", "TMPDIR": "/tmp",
+                "SLUICE_GRPC_TOKEN": "server-token", "SLUICE_OPENLINEAGE_API_KEY": "ol-key",
+                "SLUICE_EVENT_LOG": "postgresql://sluice:pw@db/sluice", "SLUICE_RUN_CREDENTIAL_SECRET": "s",
+                "AWS_SECRET_ACCESS_KEY": "aws", "SLUICE_TOKEN": "t", "MY_APP_CONFIG": "x", "MY_APP_MODE": "y"}
+    env = program_environment(launcher)
+    assert set(env) == {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "JAVA_HOME", "SPARK_HOME", "PYSPARK_PYTHON", "TMPDIR"}
+    assert set(program_environment(launcher, ["MY_APP_*"])) - set(env) == {"MY_APP_CONFIG", "MY_APP_MODE"}
+    assert program_environment(launcher, overrides={"SPARK_LOCAL_IP": "127.0.0.1"})["SPARK_LOCAL_IP"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("url, masked", [
+    ("postgresql://sluice:hunter2@db:5432/sluice", "postgresql://sluice:***@db:5432/sluice"),
+    ("postgresql://sluice@db/sluice", "postgresql://sluice@db/sluice"),
+    ("sqlite:///var/sluice/events.db", "sqlite:///var/sluice/events.db"),
+    ("esdb://admin:changeit@h:2113?tls=false", "esdb://admin:***@h:2113?tls=false"),
+    ("https://ol.example/api?api_key=k&x=1", "https://ol.example/api?api_key=***&x=1"),
+    ("kafka://h:9092?sasl_password=pw", "kafka://h:9092?sasl_password=***"),
+    ("", ""),
+])
+def test_urls_are_shown_with_their_secrets_masked(url, masked):
+    assert mask_url(url) == masked
+
+
+def test_a_drivers_message_quoting_the_url_or_its_password_is_masked():
+    url = "postgresql://sluice:hunter2@db/sluice"
+    assert mask_text(f"cannot connect to {url}: password hunter2 refused", url) == \
+        "cannot connect to postgresql://sluice:***@db/sluice: password *** refused"
