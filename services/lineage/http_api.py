@@ -19,6 +19,7 @@ from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from sluice.domain.bounds import lone_surrogate_error
 from sluice.domain.lineage import Job, LineageState, Run
 from sluice.runtime.errors import MalformedMessage
 from sluice_services.lineage.queries import DEFAULT_DEPTH, MAX_DEPTH, Graph, find_job, job_json, run_json
@@ -68,11 +69,13 @@ class _Routes:
         if body is None:
             return _error(413, f"body over {MAX_BODY_BYTES} bytes" + (" once decompressed" if gzipped else ""))
         try:
-            json.loads(body)
+            parsed = json.loads(body)
         except (ValueError, UnicodeDecodeError) as error:
             return _error(400, f"body: not JSON ({error})")
         except RecursionError:
             return _error(400, "body: JSON nested too deeply")
+        if (unicode_error := lone_surrogate_error(body, parsed)) is not None:
+            return _error(400, f"body: {unicode_error}")
         try:
             self._service.handle_message(body)
         except MalformedMessage as error:

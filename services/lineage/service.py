@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, Iterator
 
 from sluice.clock import Clock
+from sluice.domain.bounds import lone_surrogate_error
 from sluice.domain.lineage import EMPTY, InvalidRunEvent, LineageState, RunEventRecord, evolve, parse_run_event
 from sluice.domain.lineage_index import LineageIndex
 from sluice.eventlog.port import ANY_VERSION, DuplicateEventId, EventLog, NewEvent
@@ -53,6 +54,8 @@ def decode_message(value: bytes) -> tuple[dict[str, Any], RunEventRecord]:
         raise MalformedMessage(f"lineage event: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
     except RecursionError as exc:
         raise MalformedMessage("lineage event: JSON nested too deeply") from exc
+    if (unicode_error := lone_surrogate_error(value, obj)) is not None:
+        raise MalformedMessage(f"lineage event: {unicode_error}")
     try:
         return obj, parse_run_event(obj)
     except InvalidRunEvent as exc:

@@ -162,3 +162,61 @@ def test_the_longest_accepted_durations_keep_date_arithmetic_finite():
     policy = RetryPolicy(max_retries=bounds.MAX_RETRIES, delay_seconds=bounds.MAX_DURATION_SECONDS, backoff=100.0)
     assert policy.delay_before(bounds.MAX_RETRIES) == bounds.MAX_DURATION_SECONDS
     assert RetryPolicy(max_retries=10_000, backoff=100.0).delay_before(10_000) == bounds.MAX_DURATION_SECONDS
+
+
+# --- (c) an OpenLineage event holding a lone surrogate: 400, INVALID_ARGUMENT, a dead letter -------
+import json  # noqa: E402
+
+import grpc  # noqa: E402
+
+from sluice.clock import SimulatedClock  # noqa: E402
+from sluice.eventlog.sqlite import SqliteEventLog  # noqa: E402
+from sluice_services.lineage import http_api  # noqa: E402
+from sluice_services.lineage.grpc_api import LineageServicer  # noqa: E402
+from sluice_services.lineage.service import LineageService  # noqa: E402
+from sluice.v1 import lineage_pb2  # noqa: E402
+
+SURROGATE_EVENT = ('{"eventType": "START", "eventTime": "2026-03-01T00:00:00Z", "producer": "https://x", '
+                   '"schemaURL": "https://x", "run": {"runId": "0190e0a6-6c8e-7b3e-8c3e-3f1f6c1d2e4a"}, '
+                   '"job": {"namespace": "ns", "name": "job-\\ud800"}}').encode()
+
+
+class AbortingContext:
+    async def abort(self, code, details):
+        raise grpc.aio.AbortError(code, details)
+
+
+async def test_a_lone_surrogate_in_a_lineage_event_is_refused_on_every_path(tmp_path):
+    assert json.loads(SURROGATE_EVENT)["job"]["name"] == "job-\ud800"
+    log = SqliteEventLog(tmp_path / "events.db", clock=SimulatedClock(T0))
+    service = LineageService(log, SimulatedClock(T0))
+    try:
+        # HTTP: a 400 with the reason
+        import aiohttp
+        runner = await http_api.serve(service, "127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f"http://127.0.0.1:{http_api.bound_port(runner)}/api/v1/lineage",
+                                        data=SURROGATE_EVENT, headers={"Content-Type": "application/json"}) as answer:
+                    assert answer.status == 400
+                    assert "surrogate" in (await answer.json())["error"]
+        finally:
+            await runner.cleanup()
+        # gRPC RecordEvent: INVALID_ARGUMENT
+        with pytest.raises(grpc.aio.AbortError) as aborted:
+            await LineageServicer(service).RecordEvent(
+                lineage_pb2.RecordLineageEventRequest(event=SURROGATE_EVENT), AbortingContext())
+        assert aborted.value.args[0] == grpc.StatusCode.INVALID_ARGUMENT and "surrogate" in aborted.value.args[1]
+        # the lineage topic: a dead letter with its reason, at once
+        consumer, dead = OnePollConsumer([Record("lineage", 0, 0, b"k", SURROGATE_EVENT, (), 0)]), DeadLetters()
+
+        async def on_lineage_event(record):
+            service.handle_message(record.value)
+        loop = ConsumerLoop(consumer, Subscription("lineage", {"lineage": on_lineage_event}), dead)
+        assert await loop.step(0) == 1
+        assert len(dead.sent) == 1
+        reason = dead.sent[0][1]["reason"].decode()
+        assert reason.startswith("malformed:") and "surrogate" in reason
+        assert log.read_all(0, 10) == []  # nothing stored
+    finally:
+        log.close()

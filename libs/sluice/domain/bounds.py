@@ -7,6 +7,8 @@ Sizes: every request that ends up in a bus message is checked where it enters, s
 accepted is later too big for the bus (MAX_BUS_MESSAGE_BYTES, what consumers read)."""
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime, timezone
 
 from sluice.runtime.errors import InvalidArgument, ResourceExhausted
@@ -105,3 +107,19 @@ def check_text(path: str, value: str, limit: int) -> None:
     except UnicodeEncodeError:
         raise InvalidArgument(path, "must be valid Unicode text (holds a lone surrogate)") from None
     check_size(path, size, limit)
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate_error(raw: bytes, parsed: object) -> str | None:
+    """Why JSON text `raw` (parsed as `parsed`) is not valid Unicode, or None: a `\\ud800` escape
+    without its pair parses to a string that no UTF-8 encoder takes (raw UTF-8 bytes of a
+    surrogate fail decoding already). Only text holding such an escape is walked."""
+    if not _SURROGATE_ESCAPE.search(raw):
+        return None
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"not valid Unicode text: a lone surrogate {error.object[error.start:error.end]!r}"
+    return None
