@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast crash-test bench proto clean standalone postgres kafka-fetch kafka-up kafka-down compose-schema
+.PHONY: env demo test test-fast crash-test fuzz bench proto clean standalone postgres kafka-fetch kafka-up kafka-down compose-schema
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -63,6 +63,12 @@ crash-test: env postgres
 	$(PY) -m tests.crash.sweep $(if $(BACKEND),--backend $(BACKEND)) $(if $(SEED),--seed $(SEED)) \
 		$(if $(RUN_SEED),--run-seed $(RUN_SEED)) $(foreach p,$(POINT),--point $(p)) $(if $(POINTS),--points $(POINTS)) \
 		$(CRASH_ARGS)
+
+# The fuzz suite (tests/fuzz): hypothesis inputs to every gRPC method, HTTP route and bus topic of a real
+# standalone; prints `fuzz: inputs=N refused=N accepted=N crashes=N crash_loops=N`. FUZZ_EXAMPLES= per target, FUZZ_SEED=.
+FUZZ_EXAMPLES ?= 60
+fuzz: env
+	$(PY) -m tests.fuzz --examples $(FUZZ_EXAMPLES) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
 
 bench: env
 	$(PY) -m bench $(BENCH)
