@@ -7,10 +7,14 @@ Marquez's paths, so the official clients and Marquez-minded tools work unchanged
                                                          redirects (301) or lists the candidates (300)
     GET  /api/v1/namespaces/{ns}/jobs/{job}/runs         its runs, newest first
     GET  /api/v1/lineage?nodeId=job:ns:name&depth=N      the graph of jobs and datasets around a node
+
+With authorization on, every route asks the permission table (lineage.write to POST, lineage.read to
+GET, on the namespace of the job or node): 401 without a known token, 403 naming what is lacking.
 """
 from __future__ import annotations
 
 import json
+import ssl
 import zlib
 from datetime import datetime, timezone
 from urllib.parse import quote
@@ -21,6 +25,11 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from sluice.domain.bounds import lone_surrogate_error
 from sluice.domain.lineage import Job, LineageState, Run
+from sluice.runtime.access import ANY_NAMESPACE, Grant, Principal, Role
+from sluice.runtime.auth_policy import TokenAuthenticator
+from sluice.runtime.authorization import Authorizer
+from sluice.runtime.http_auth import middlewares
+from sluice.runtime.permissions import LINEAGE_BODY, UNRESOLVED, Target, lineage_event_target
 from sluice.runtime.errors import MalformedMessage
 from sluice_services.lineage.queries import DEFAULT_DEPTH, MAX_DEPTH, Graph, find_job, job_json, run_json
 from sluice_services.lineage.service import LineageService
@@ -29,9 +38,15 @@ MAX_BODY_BYTES = 1024 * 1024
 """A run event is a few kB; a larger body (compressed or not) is refused with 413."""
 
 
-def application(service: LineageService, token: str = "") -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
-    routes = _Routes(service, token)
+def application(service: LineageService, token: str = "", authorizer: Authorizer | None = None) -> web.Application:
+    """With `authorizer` (the server's), every route is authorized against the permission
+    table; `token` (--lineage-token) is one more principal, an operator of every namespace, and turns
+    authorization on by itself."""
+    authorizer = _with_lineage_token(authorizer, token)
+    if authorizer is not None:
+        authorizer = Authorizer(authorizer.authenticators, {**authorizer.resolvers, LINEAGE_BODY: _body_target})
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=middlewares(authorizer))
+    routes = _Routes(service)
     app.add_routes([
         web.post("/api/v1/lineage", routes.ingest),
         web.get("/api/v1/namespaces/{namespace}/jobs", routes.jobs),
@@ -42,11 +57,45 @@ def application(service: LineageService, token: str = "") -> web.Application:
     return app
 
 
-async def serve(service: LineageService, host: str, port: int, token: str = "") -> web.AppRunner:
-    runner = web.AppRunner(application(service, token), access_log=None)
+async def serve(service: LineageService, host: str, port: int, token: str = "", *,
+                authorizer: Authorizer | None = None, ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
+    """`ssl_context`: speak HTTPS (the server's certificate, sluice.runtime.http_auth.server_ssl_context)."""
+    runner = web.AppRunner(application(service, token, authorizer), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
     return runner
+
+
+def _with_lineage_token(authorizer: Authorizer | None, token: str) -> Authorizer | None:
+    if not token:
+        return authorizer
+    lineage = TokenAuthenticator(token, Principal("token:lineage", (Grant(Role.OPERATOR, ANY_NAMESPACE),)))
+    if authorizer is None:
+        return Authorizer([lineage])
+    return Authorizer([*authorizer.authenticators, lineage], authorizer.resolvers)
+
+
+async def _body_target(request: web.Request) -> list[Target]:
+    """The posted event's job namespace (the body is read once, bounded, and kept for the handler)."""
+    body = await _body(request)
+    return [lineage_event_target(body)] if isinstance(body, bytes) else [UNRESOLVED]
+
+
+async def _body(request: web.Request) -> bytes | web.Response:
+    """The request's body read at most once: the bytes, or the 4xx answer when unreadable or too big."""
+    if _BODY not in request:
+        gzipped = request.headers.get("Content-Encoding", "").lower() == "gzip"
+        try:  # aiohttp inflates a gzip body as it is read: stopping at the limit bounds a zip bomb
+            body = await _read_at_most(request, MAX_BODY_BYTES)
+        except (ContentEncodingError, ClientPayloadError, RequestPayloadError, zlib.error) as error:
+            body = _error(400, f"body: not gzip ({error})")
+        if body is None:
+            body = _error(413, f"body over {MAX_BODY_BYTES} bytes" + (" once decompressed" if gzipped else ""))
+        request[_BODY] = body
+    return request[_BODY]
+
+
+_BODY = "sluice.body"
 
 
 def bound_port(runner: web.AppRunner) -> int:
@@ -54,20 +103,13 @@ def bound_port(runner: web.AppRunner) -> int:
 
 
 class _Routes:
-    def __init__(self, service: LineageService, token: str) -> None:
+    def __init__(self, service: LineageService) -> None:
         self._service = service
-        self._token = token
 
     async def ingest(self, request: web.Request) -> web.Response:
-        if self._token and request.headers.get("Authorization", "") != f"Bearer {self._token}":
-            return _error(401, "a valid bearer token is required (Authorization: Bearer ...)")
-        gzipped = request.headers.get("Content-Encoding", "").lower() == "gzip"
-        try:  # aiohttp inflates a gzip body as it is read: stopping at the limit bounds a zip bomb
-            body = await _read_at_most(request, MAX_BODY_BYTES)
-        except (ContentEncodingError, ClientPayloadError, RequestPayloadError, zlib.error) as error:
-            return _error(400, f"body: not gzip ({error})")
-        if body is None:
-            return _error(413, f"body over {MAX_BODY_BYTES} bytes" + (" once decompressed" if gzipped else ""))
+        body = await _body(request)
+        if isinstance(body, web.Response):
+            return body
         try:
             parsed = json.loads(body)
         except (ValueError, UnicodeDecodeError) as error:

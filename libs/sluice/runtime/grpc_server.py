@@ -5,14 +5,17 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from sluice.runtime import whoami
+from sluice.runtime.access import Authenticator
 from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from sluice.runtime.grpc_security import GrpcSecurity
+from sluice.runtime.permissions import Resolver
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +50,20 @@ def grpc_errors(method: Callable) -> Callable:
 
 async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", port: int = 0,
                        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-                       security: GrpcSecurity = GrpcSecurity()) -> tuple[grpc.aio.Server, int]:
-    """`interceptors` see every call, refused ones too (the security's come after them)."""
-    server = grpc.aio.server(interceptors=[*interceptors, *security.interceptors()])
+                       security: GrpcSecurity = GrpcSecurity(),
+                       authenticators: Sequence[Authenticator] = (),
+                       resolvers: Mapping[str, Resolver] | None = None) -> tuple[grpc.aio.Server, int]:
+    """`interceptors` see every call, refused ones too (the security's come after them). With
+    authorization on, `authenticators` (the services' own, after the policy's and the token's) and
+    `resolvers` (a request's namespace from an id) serve the authorization interceptor.
+    Every server answers Access.WhoAmI."""
+    server = grpc.aio.server(interceptors=[*interceptors, *security.interceptors(authenticators, resolvers)])
     for binding in bindings:
         binding.add_to_server(binding.servicer, server)
+    whoami.add_to_server(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = [b.service_name for b in bindings]
+    names = [*(b.service_name for b in bindings), whoami.SERVICE_NAME]
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     credentials = security.server_credentials()
     address = f"{host}:{port}"

@@ -11,6 +11,8 @@ from sluice.bus.port import Bus, Producer
 from sluice.bus.topics import ALL_TOPICS
 from sluice.eventlog.port import EventLog
 from sluice.runtime.access import Authenticator
+from sluice.runtime.http_auth import server_ssl_context
+from sluice.runtime.permissions import Resolver
 from sluice.runtime.consumer import Subscription, consume
 from sluice.runtime.grpc_metrics import MetricsInterceptor
 from sluice.runtime.grpc_security import GrpcSecurity
@@ -44,6 +46,9 @@ class ServiceSpec:
     authenticators: list[Authenticator] = field(default_factory=list)
     """Credentials this service issues (per-run program tokens): the server's gRPC interceptor and
     HTTP middleware ask them, after the policy file's and the server token's, who a caller is."""
+    resolvers: dict[str, Resolver] = field(default_factory=dict)
+    """How this service finds the namespace of a request addressed by id (a schedule's, a run's...),
+    by the names in sluice.runtime.permissions.RESOLVERS, for the authorization interceptor."""
 
 
 async def run_services(
@@ -66,7 +71,8 @@ async def run_services(
     registry is served over HTTP on `host` too, and `on_metrics_ready` gets the port before `on_ready`.
     The heap recovered is frozen out of garbage collection, and again every `refreeze_seconds`,
     with what survived the young generations frozen every second in between (0: only after
-    recovery); see sluice.runtime.heap. `security`: the gRPC API's token and TLS."""
+    recovery); see sluice.runtime.heap. `security`: the API's token, policy and TLS, for gRPC and
+    the metrics endpoint alike; the specs' authenticators and resolvers serve its authorization."""
     registry = metrics or Registry()
     await bus.create_topics(ALL_TOPICS)
     for spec in specs:
@@ -78,13 +84,18 @@ async def run_services(
         producer = bus.producer()
         stack.push_async_callback(producer.close)
         bindings = [b for spec in specs for b in spec.grpc]
-        server, bound = await start_server(bindings, host, port, [MetricsInterceptor(registry)], security)
+        authenticators = [a for spec in specs for a in spec.authenticators]
+        resolvers = {name: resolve for spec in specs for name, resolve in spec.resolvers.items()}
+        server, bound = await start_server(bindings, host, port, [MetricsInterceptor(registry)], security,
+                                           authenticators, resolvers)
         stack.push_async_callback(server.stop, 1.0)
         for spec in specs:
             if spec.on_listening:
                 spec.on_listening(bound)
         if metrics_port is not None:
-            runner, metrics_bound = await start_metrics_server(registry, host, metrics_port)
+            runner, metrics_bound = await start_metrics_server(registry, host, metrics_port,
+                                                               security.authorizer(authenticators),
+                                                               server_ssl_context(security))
             stack.push_async_callback(runner.cleanup)
             on_metrics_ready(metrics_bound)
         tasks = [asyncio.create_task(job) for job in _jobs(specs, bus, event_log, producer, registry)]
