@@ -32,6 +32,7 @@ from sluice_services.launcher import service as launcher_service
 from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.run_outputs import RunPublisher
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
+from sluice_services.launcher.publish import LocalFiles
 from sluice_services.launcher.service import LauncherService
 from sluice_services.lineage import http_api as lineage_http
 from sluice_services.lineage.export import EXPORT_GROUP, OpenLineageExport
@@ -126,7 +127,8 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
 
 
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
-    data_plane = DatasetsService(log, clock)
+    # outputs are moved only below the partitions dir, from staged directories only below the runs dir
+    data_plane = DatasetsService(log, clock, files=LocalFiles(settings.partitions_dir, settings.data_dir / "runs"))
     publisher = RunPublisher(data_plane, settings.partitions_dir,
                              settings.event_log or sqlite_url(settings.data_dir / "events.db"))
     launcher = LauncherService(log, clock, DirectoryCatalog(settings.apps_dir), SparkSubmitter(settings.spark),

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
 from sluice.domain.common import ProgramRef
+from sluice.domain.names import validate_name
+from sluice_services.launcher.paths import inside
 from sluice_services.launcher.tracking import SupervisedChild, SupervisedProgram, spawned
 
 
@@ -25,8 +27,15 @@ class DirectoryCatalog:
         self._apps_dir = apps_dir
 
     def entry_point(self, program: ProgramRef) -> Path | None:
+        """InvalidArgument if the names break the identifier rule or the file (symlinks followed) lies
+        outside the apps dir: no name reaches a `.py` elsewhere on the host."""
+        validate_name("program.app", program.app)
+        validate_name("program.program", program.program)
         path = self._apps_dir / program.app / f"{program.program}.py"
-        return path if path.is_file() else None
+        if not path.is_file():
+            return None
+        inside(self._apps_dir, path, "program.program")
+        return path
 
 
 class ProgramProcess(Protocol):

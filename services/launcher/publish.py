@@ -2,19 +2,31 @@
 
 A partial copy cannot pass: sizes and sha256 are checked, not mere existence. `LocalFiles` is the
 MoveFiles step of commit sequences (verify + execute); `publish_outputs` the older direct path for
-outputs to datasets that are not registered."""
+outputs to datasets that are not registered.
+
+Every path is checked before a file is touched (sluice_services.launcher.paths): names follow the
+identifier rule and key values are encoded (sluice.domain.names), manifest paths are relative and stay
+inside their directory, staged and final directories (symlinks followed) lie under their roots, and
+only files inside the final directory are ever deleted. A violation is a PublishError, never a move."""
 from __future__ import annotations
 
 import errno
 import hashlib
 import json
 import os
+import logging
 import shutil
 from pathlib import Path
 
 from sluice.domain.commits import MoveFiles, StagedFile
 from sluice.domain.common import PartitionRef
+from sluice.domain.names import key_segments, relative_parts, validate_name
 from sluice.domain.runs import InputPartition, OutputPartition
+from sluice.runtime.errors import InvalidArgument
+from sluice_services.launcher.paths import inside
+
+
+log = logging.getLogger(__name__)
 
 
 class PublishError(Exception):
@@ -30,15 +42,29 @@ def read_result(result_path: Path) -> dict:
         raise PublishError(f"the program's result is not JSON: {error}") from error
 
 
-def final_location(data_dir: Path, namespace: str, dataset: str, key: dict[str, str]) -> Path:
-    return data_dir.joinpath(namespace, dataset, *(f"{k}={v}" for k, v in key.items()))
+def final_location(data_dir: Path, namespace: str, dataset: str, key: dict[str, str], path: str = "output") -> Path:
+    """<data_dir>/<namespace>/<dataset>/<k1>=<v1>/...: names by the identifier rule, values encoded
+    (InvalidArgument naming `path` otherwise); always strictly below data_dir."""
+    if not isinstance(key, dict) or not key:
+        raise InvalidArgument(f"{path}.key", "must map at least one key name to its value")
+    return data_dir.joinpath(validate_name(f"{path}.namespace", namespace), validate_name(f"{path}.dataset", dataset),
+                             *key_segments(key, f"{path}.key"))
 
 
-def publish_outputs(result: dict, data_dir: Path) -> tuple[OutputPartition, ...]:
+def publish_outputs(result: dict, data_dir: Path, staging_root: Path | None = None) -> tuple[OutputPartition, ...]:
+    """Outputs moved in place without a commit sequence; staged locations must lie under `staging_root`
+    (default: the runs directory beside data_dir)."""
+    staging_root = staging_root or data_dir.parent / "runs"
     published = []
-    for output in result.get("outputs", []):
+    for index, output in enumerate(result.get("outputs", [])):
+        try:
+            target = final_location(data_dir, output["namespace"], output["dataset"], output["key"], f"outputs[{index}]")
+            step = MoveFiles(output["staged_location"], str(target), tuple(
+                StagedFile(f["path"], f["size_bytes"], f["sha256"]) for f in output.get("files", [])))
+            check_paths(step, data_dir, staging_root, f"outputs[{index}]")
+        except InvalidArgument as refused:
+            raise PublishError(str(refused)) from refused
         staged = Path(output["staged_location"])
-        target = final_location(data_dir, output["namespace"], output["dataset"], output["key"])
         if not staged.exists() and _moved(target, output.get("files", [])):
             pass  # moved by a launcher that stopped before recording the run's completion
         else:
@@ -72,7 +98,10 @@ def verify_manifest(staged: Path, files: list[dict]) -> None:
     if not files:
         raise PublishError(f"output {staged} has an empty manifest")
     for entry in files:
-        path = staged / entry["path"]
+        try:
+            path = inside(staged, Path(*relative_parts("files.path", entry["path"])), "files.path")
+        except InvalidArgument as refused:
+            raise PublishError(str(refused)) from refused
         if not path.is_file():
             raise PublishError(f"staged file {path} is missing")
         if path.stat().st_size != entry["size_bytes"]:
@@ -97,6 +126,24 @@ def manifest_of(directory: Path) -> tuple[StagedFile, ...]:
                  for path in sorted(p for p in directory.rglob("*") if p.is_file()))
 
 
+def check_paths(step: MoveFiles, final_root: Path | None, staging_root: Path | None, path: str = "output") -> None:
+    """Before any file of the step is touched: manifest paths are relative and inside their directory,
+    the final directory (resolved) lies strictly below `final_root`, the staged one below `staging_root`,
+    and every file of the manifest, resolved, stays inside both. InvalidArgument naming the field otherwise."""
+    for name in ("final_location", "staged_location"):
+        if not isinstance(getattr(step, name), str) or not os.path.isabs(getattr(step, name)):
+            raise InvalidArgument(f"{path}.{name}", f"must be an absolute path, got {getattr(step, name)!r}")
+    if final_root is not None:
+        inside(final_root, step.final_location, f"{path}.final_location")
+    if staging_root is not None:
+        inside(staging_root, step.staged_location, f"{path}.staged_location")
+    for index, entry in enumerate(step.files):
+        where = f"{path}.files[{index}].path"
+        relative = Path(*relative_parts(where, entry.path))
+        inside(step.staged_location, relative, where)
+        inside(step.final_location, relative, where)
+
+
 def check_staged(step: MoveFiles) -> None:
     """Before a sequence is recorded: every staged file is intact (PublishError otherwise)."""
     for entry in step.files:
@@ -106,15 +153,33 @@ def check_staged(step: MoveFiles) -> None:
 
 
 class LocalFiles:
-    """MoveFiles on a local (or mounted) filesystem."""
+    """MoveFiles on a local (or mounted) filesystem. With roots, a step whose final directory is not
+    strictly below `final_root` (the partitions dir) or whose staged one is not below `staging_root`
+    (the runs dir) is refused (PublishError) before anything is read, moved or deleted; without them
+    the manifest's paths are still checked, and deletions never leave the final directory."""
+
+    _final_root: Path | None = None
+    _staging_root: Path | None = None
+
+    def __init__(self, final_root: Path | None = None, staging_root: Path | None = None) -> None:
+        self._final_root = final_root
+        self._staging_root = staging_root
+
+    def check(self, step: MoveFiles) -> None:
+        try:
+            check_paths(step, self._final_root, self._staging_root, "move")
+        except InvalidArgument as refused:
+            raise PublishError(f"refused to move files: {refused}") from refused
 
     def verify(self, step: MoveFiles) -> bool:
         """Done when the final location holds exactly the manifest's files, each matching its size and
         sha256: existence is not enough, and files of an earlier write of the partition are gone."""
+        self.check(step)
         return (all(_intact(Path(step.final_location) / entry.path, entry) for entry in step.files)
                 and not _extra_files(step))
 
     def execute(self, step: MoveFiles) -> None:
+        self.check(step)
         for entry in step.files:
             final = Path(step.final_location) / entry.path
             if _intact(final, entry):
@@ -128,15 +193,29 @@ class LocalFiles:
             extra.unlink()
 
     def clean_up(self, step: MoveFiles) -> None:
-        """After the sequence finished: what is left of the staging directory goes."""
+        """After the sequence finished: what is left of the staging directory goes (with a staging
+        root, only when it lies below it)."""
+        try:
+            if self._staging_root is not None:
+                inside(self._staging_root, step.staged_location, "move.staged_location")
+        except InvalidArgument as refused:
+            log.warning("not removing staged files: %s", refused)
+            return
         shutil.rmtree(step.staged_location, ignore_errors=True)
 
 
 def _extra_files(step: MoveFiles) -> list[Path]:
+    """Files under the final directory that the manifest does not list: not following symlinked
+    directories, and only what lies inside the final directory itself (a symlink goes, not its target)."""
     final = Path(step.final_location)
     listed = {entry.path for entry in step.files}
-    return [p for p in final.rglob("*") if p.is_file() and p.relative_to(final).as_posix() not in listed] \
-        if final.is_dir() else []
+    extra = []
+    for directory, _, names in os.walk(final) if final.is_dir() else ():
+        for name in names:
+            path = Path(directory, name)
+            if path.relative_to(final).as_posix() not in listed and (path.is_symlink() or path.is_file()):
+                extra.append(path)
+    return extra
 
 
 def _intact(path: Path, entry: StagedFile) -> bool:

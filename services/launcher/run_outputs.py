@@ -32,11 +32,12 @@ from sluice.domain.commits import (
 from sluice.domain.common import PartitionRef
 from sluice.domain.consumer.state import ConsumerRef, PartitionId
 from sluice.domain.datasets.specs import Partition, validate_partition
+from sluice.domain.names import validate_name
 from sluice.domain.runs import OutputPartition
 from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from sluice_services.launcher.commits import RESERVE, CommitFailed
 from sluice_services.launcher.datasets_service import DatasetsService
-from sluice_services.launcher.publish import PublishError, check_staged, final_location
+from sluice_services.launcher.publish import PublishError, check_paths, check_staged, final_location
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,8 @@ class RunPublisher:
         registered: dict[tuple[str, str], list[Partition]] = {}
         outputs = []
         for index, output in enumerate(result.get("outputs", [])):
-            namespace, dataset = output["namespace"], output["dataset"]
+            namespace = validate_name(f"outputs[{index}].namespace", output["namespace"])
+            dataset = validate_name(f"outputs[{index}].dataset", output["dataset"])
             spec = self._plane.datasets.find(namespace, dataset)
             partition = Partition(dict(output["key"]), "-", int(output.get("size_bytes", 0)),
                                   int(output.get("record_count", 0)), {"format": output.get("format", "")})
@@ -106,11 +108,14 @@ class RunPublisher:
                 partition = validate_partition(spec, partition, f"outputs[{index}]")
                 final = spec.default_location(partition.key)
             else:
-                final = str(final_location(self._data_dir, namespace, dataset, partition.key))
+                final = str(final_location(self._data_dir, namespace, dataset, partition.key, f"outputs[{index}]"))
             files = tuple(StagedFile(f["path"], int(f["size_bytes"]), f["sha256"]) for f in output.get("files", []))
             if not files:
                 raise PublishError(f"output {output['staged_location']} has an empty manifest")
             move = MoveFiles(output["staged_location"], final, files)
+            # before any file is read: the final directory inside the partitions dir, the staged one
+            # inside this run's directory, the manifest's paths inside both
+            check_paths(move, self._data_dir, self._data_dir.parent / "runs" / run_id, f"outputs[{index}]")
             if check:
                 check_staged(move)
             steps.append(move)

@@ -21,7 +21,7 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
-from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.errors import InvalidArgument, MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import run_timer_loop
 from sluice.v1 import jobs_pb2
@@ -183,7 +183,12 @@ class LauncherService:
 
     async def _start(self, run: Run, attempt_dir: Path) -> ProgramProcess | None:
         """Start the attempt; None if its program is not deployed."""
-        entry_point = self._catalog.entry_point(run.job.program)
+        try:
+            entry_point = self._catalog.entry_point(run.job.program)
+        except InvalidArgument as refused:  # a name outside the identifier rule, a file outside the apps dir
+            self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()!r} refused: {refused}",
+                                            retryable=False))
+            return None
         if entry_point is None:
             self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} is not deployed", retryable=False))
             return None
