@@ -189,26 +189,33 @@ class KafkaUnreachable(ConnectionError):
 
 
 async def diagnose(bootstrap: str, security: KafkaSecurity, timeout: float = 10.0) -> KafkaUnreachable:
-    """Why aiokafka's "Unable to bootstrap" happened: connect to each broker as the clients do."""
+    """Why aiokafka's "Unable to bootstrap" happened: connect to each broker as the clients do and ask
+    for the cluster's metadata (a TLS client without a login is let in and cut off at its first request)."""
     import asyncio
 
     from aiokafka.conn import create_conn
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    async def attempt(host: str, port: int) -> None:
+        connection = await create_conn(host, port, **security.client_options())
+        try:
+            await connection.send(MetadataRequest([]))
+        finally:
+            connection.close()
 
     reasons = []
     for server in bootstrap.split(","):
         host, _, port = server.rpartition(":")
         try:
-            connection = await asyncio.wait_for(create_conn(host, int(port), **security.client_options()), timeout)
+            await asyncio.wait_for(attempt(host, int(port)), timeout)
         except asyncio.TimeoutError:
             reasons.append(f"{server}: no answer within {timeout:.0f}s")
-            continue
         except Exception as error:  # noqa: BLE001 -- whatever it is, it is the reason
             reason = f"{server}: {type(error).__name__}: {error}"
-            if "closed" in str(error) and security.protocol != "SSL":
-                reason += f" (is this a {security.protocol} listener? see the URL's security_protocol)"
+            if "closed" in str(error):
+                reason += f" (is it a {security.protocol} listener? see the URL's security_protocol)"
             reasons.append(reason)
-            continue
-        connection.close()
-        reasons.append(f"{server}: connects and logs in now (a transient failure?)")
+        else:
+            reasons.append(f"{server}: answers now (a transient failure?)")
     return KafkaUnreachable(f"cannot use the Kafka cluster at {bootstrap} ({security.describe()}): "
                             + "; ".join(reasons))
