@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from sluice.bus.port import Producer
 from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
-from sluice.domain.common import PartitionCommitted
+from sluice.domain.common import PartitionCommitted, ProgramStatusChanged
 from sluice.domain.apps import DeployApp, ProgramSpec
+from sluice.domain.names import validate_name
 from sluice.domain.schedules import ScheduleCreated, ScheduleDeleted, ScheduleUpdated, schedule_id_for
 from sluice.runtime.errors import InvalidArgument
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
@@ -84,9 +85,24 @@ class NotificationsServicer(notifications_pb2_grpc.NotificationsServicer):
         if not request.HasField("notification"):
             raise InvalidArgument("notification", "is required")
         notification = notification_from_proto(request.notification)
+        _validate_names(notification.payload, "notification")
         topic = PARTITION_NOTIFICATIONS if isinstance(notification.payload, PartitionCommitted) else PROGRAM_NOTIFICATIONS
         await self._producer.send(topic, request.notification.SerializeToString(), key=notification.event_key().encode())
         return notifications_pb2.PublishNotificationResponse(id=notification.id)
+
+
+def _validate_names(payload: PartitionCommitted | ProgramStatusChanged, path: str) -> None:
+    """A producer's names follow the identifier rule (sluice.domain.names); key values may be any text."""
+    if isinstance(payload, PartitionCommitted):
+        where = f"{path}.partition_committed"
+        validate_name(f"{where}.namespace", payload.namespace)
+        validate_name(f"{where}.dataset", payload.dataset)
+        for index, partition in enumerate(payload.partitions):
+            for name in partition.key:
+                validate_name(f"{where}.partitions[{index}].key", name)
+        return
+    for name in ("namespace", "app", "program"):
+        validate_name(f"{path}.program_status_changed.program.{name}", getattr(payload.program, name))
 
 
 def _require_id(schedule_id: str) -> str:

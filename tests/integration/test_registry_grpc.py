@@ -204,3 +204,37 @@ async def test_valid_notification_is_published_keyed_by_dataset(server):
     records = await consumer.poll(timeout=2)
     assert [r.key for r in records] == [b"partition:experiments.clickstream"]
     await consumer.close()
+
+
+@pytest.mark.parametrize("message, field", [
+    (schedule(**{"program.app": "../.."}), "schedule.program.app"),
+    (schedule(**{"program.app": "/tmp"}), "schedule.program.app"),
+    (schedule(**{"program.program": "../x"}), "schedule.program.program"),
+    (schedule(**{"program.namespace": "a/b"}), "schedule.program.namespace"),
+    (schedule(name="x" * 129), "schedule.name"),
+])
+async def test_names_outside_the_identifier_rule_are_invalid_argument(server, message, field):
+    """Issue 23, hole 2: a name that is not an identifier never reaches the launcher's apps dir."""
+    channel, _, log = server
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await create(channel, message)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.details().startswith(f"{field}: must match [A-Za-z_][A-Za-z0-9_-]{{0,127}}")
+    deploy = spb.DeployAppRequest(namespace="experiments", app="../..", programs=[spb.ProgramSpec(name="x")])
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await schedules_pb2_grpc.ScheduleRegistryStub(channel).DeployApp(deploy)
+    assert error.value.details().startswith("app.name: must match")
+    assert log.head_position() == 0
+
+
+async def test_a_notification_naming_a_dataset_outside_the_rule_is_invalid_argument(server):
+    channel, bus, _ = server
+    stub = notifications_pb2_grpc.NotificationsStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.Publish(npb.PublishNotificationRequest(
+            notification=partition_notification(**{"partition_committed.dataset": "../clickstream"})))
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.details().startswith("notification.partition_committed.dataset: must match")
+    consumer = bus.consumer("probe", [PARTITION_NOTIFICATIONS])
+    assert await consumer.poll(timeout=0.2) == []
+    await consumer.close()
