@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import quote
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,6 +35,7 @@ from pyspark.sql.types import StructType
 
 from sluice.domain.consumer.state import ConsumerConfig
 from sluice.domain.datasets.filters import PartitionFilter
+from sluice.domain.names import encode_segment
 
 from .context import ProgramContext, context_from_argv
 from .lineage import SparkApplicationLineage, events_path
@@ -299,8 +299,8 @@ def _key_id(key: Mapping[str, str]) -> tuple:
 
 
 def _seg(text: str) -> str:
-    """A key name or value made safe as a path segment (Hive-style escaping)."""
-    return quote(text, safe="-_.~")
+    """A key name or value made safe as a path segment: the one encoding of sluice.domain.names (Hive's)."""
+    return encode_segment(text)
 
 
 def _uri(location: str) -> str:
