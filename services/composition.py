@@ -21,6 +21,7 @@ from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE, JobsView
 from sluice.runtime.consumer import Subscription
 from sluice.runtime.grpc_security import GrpcSecurity
+from sluice.runtime.http_auth import server_ssl_context
 from sluice.runtime.grpc_server import GrpcBinding
 from sluice.runtime.service import ServiceSpec
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
@@ -44,6 +45,7 @@ from sluice_services.matcher.service import MatcherService
 from sluice_services.registry import grpc_api as registry_grpc
 from sluice_services.registry import service as registry_service
 from sluice_services.registry.service import RegistryService
+from sluice_services.resolvers import checker_resolvers, launcher_resolvers, registry_resolvers
 
 SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
 DEFAULT_APPS_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -89,7 +91,8 @@ class Settings:
 def registry_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
     registry = RegistryService(log, clock)
     return ServiceSpec("registry", route=registry.route, route_prefixes=(registry_service.STREAM_PREFIX,),
-                       grpc=registry_grpc.bindings(registry, producer), recover=registry.recover)
+                       grpc=registry_grpc.bindings(registry, producer), recover=registry.recover,
+                       resolvers=registry_resolvers(registry))
 
 
 def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
@@ -123,7 +126,8 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
 
     return ServiceSpec("checker", [subscription], route=checker.route, route_prefixes=(QUEUE_STREAM,),
                        grpc=checker_grpc.bindings(jobs_view, checker),
-                       recover=recover, background=[lambda: jobs_view.follow(log), checker.run_timers])
+                       recover=recover, background=[lambda: jobs_view.follow(log), checker.run_timers],
+                       resolvers=checker_resolvers(jobs_view))
 
 
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
@@ -142,6 +146,7 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
                        route=lambda recorded: [*launcher.route(recorded), *data_plane.route(recorded)],
                        route_prefixes=(launcher_service.STREAM_PREFIX, datasets_service.TRANSACTION_PREFIX),
                        grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
+                       resolvers=launcher_resolvers(launcher, data_plane),
                        start=launcher.resume, background=[launcher.run_timers])
 
 
@@ -150,8 +155,12 @@ def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -
 
     async def serve_http() -> None:
         """The OpenLineage HTTP endpoint and the Marquez-compatible read API."""
-        runner = await lineage_http.serve(lineage, settings.host, settings.lineage_port, settings.lineage_token)
-        logging.getLogger(__name__).warning("lineage HTTP API on http://%s:%s/api/v1/", settings.host,
+        security = settings.grpc_security  # the policy's and the server token's principals, the same TLS
+        runner = await lineage_http.serve(lineage, settings.host, settings.lineage_port, settings.lineage_token,
+                                          authorizer=security.authorizer(),
+                                          ssl_context=server_ssl_context(security))
+        scheme = "https" if security.tls_cert is not None else "http"
+        logging.getLogger(__name__).warning("lineage HTTP API on %s://%s:%s/api/v1/", scheme, settings.host,
                                             lineage_http.bound_port(runner))
         try:
             await asyncio.Event().wait()

@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping
 from sluice.domain.constraints import Capacity
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE
 from sluice.runtime.errors import InvalidArgument
-from sluice.runtime.grpc_security import GrpcSecurity
+from sluice.runtime.auth_policy import PolicyError, load_policy
+from sluice.runtime.grpc_security import GrpcSecurity, loopback
 from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings
 from sluice_services.launcher.programs import SparkConfig
 from sluice_services.launcher.service import DEFAULT_FINISHED_RUNS_PER_SCHEDULE
@@ -101,6 +102,8 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "lineage_token": (str, "", _any),
     "openlineage_url": (str, "", _http_url),
     "openlineage_api_key": (str, "", _any),
+    "auth_policy": (Path, None, _readable_file),
+    "insecure": (bool, False, _any),
 }
 
 
@@ -161,6 +164,11 @@ def _file_options(table: Mapping[str, Any], prefix: str, file: Path) -> dict[str
         if key not in OPTIONS:
             raise ConfigError(f"{where}: unknown key (known: {', '.join(OPTIONS)})")
         kind = OPTIONS[key][0]
+        if kind is bool:
+            if not isinstance(raw, bool):
+                raise ConfigError(f"{where}: expected true or false, got {_type_name(raw)} {raw!r}")
+            values[key] = raw
+            continue
         if not isinstance(raw, str if kind is Path else kind) or isinstance(raw, bool):
             expected = "an integer" if kind is int else "a string"
             raise ConfigError(f"{where}: expected {expected}, got {_type_name(raw)} {raw!r}")
@@ -175,6 +183,9 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
         variable = ENV_PREFIX + key.upper()
         raw = env.get(variable, "")
         if raw == "":
+            continue
+        if kind is bool:
+            values[key] = _flag(raw, variable)
             continue
         try:
             value = kind(raw)
@@ -219,7 +230,30 @@ def _grpc_security(values: Mapping[str, Any]) -> GrpcSecurity:
         raise ConfigError("tls_cert, tls_key: give both (the certificate and its private key) or neither")
     if values["tls_client_ca"] is not None and values["tls_cert"] is None:
         raise ConfigError("tls_client_ca: client certificates need TLS: give tls_cert and tls_key too")
-    return GrpcSecurity(values["grpc_token"], values["tls_cert"], values["tls_key"], values["tls_client_ca"])
+    try:
+        policy = load_policy(values["auth_policy"]) if values["auth_policy"] is not None else None
+    except PolicyError as error:
+        raise ConfigError(str(error)) from None
+    return GrpcSecurity(values["grpc_token"], values["tls_cert"], values["tls_key"], values["tls_client_ca"],
+                        policy, bool(values["insecure"]))
+
+
+def _flag(raw: str, variable: str) -> bool:
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{variable}: expected 1, true, yes or on (or 0, false, no, off), got {raw!r}")
+
+
+def exposure_error(settings: Settings) -> str | None:
+    """Why serving as `settings` say must not start: beyond loopback, no caller has to prove who it is
+    (no token, no policy, no client certificates) and --insecure does not say that is meant."""
+    security = settings.grpc_security
+    if loopback(settings.host) or security.authenticated() or security.insecure:
+        return None
+    return (f"host {settings.host}: serving beyond loopback without authentication: give --grpc-token, "
+            "--auth-policy or --tls-client-ca, or --insecure (SLUICE_INSECURE=1) to serve anyone who connects")
 
 
 def _spark(values: Mapping[str, Any]) -> SparkConfig:

@@ -95,7 +95,7 @@ async def _body(request: web.Request) -> bytes | web.Response:
     return request[_BODY]
 
 
-_BODY = "sluice.body"
+_BODY: web.RequestKey[bytes | web.Response] = web.RequestKey("sluice_body", object)
 
 
 def bound_port(runner: web.AppRunner) -> int:

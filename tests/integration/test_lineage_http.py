@@ -63,7 +63,8 @@ def get(url: str) -> tuple[int, dict]:
             return None
 
     try:
-        with urllib.request.build_opener(NoRedirect).open(url, timeout=10) as response:
+        reading = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})  # reads need it too
+        with urllib.request.build_opener(NoRedirect).open(reading, timeout=10) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         body = error.read()

@@ -10,6 +10,7 @@ from typing import Callable
 import grpc
 from google.protobuf import duration_pb2, json_format
 
+from sluice.cli import auth as auth_cli
 from sluice.cli import datasets as datasets_cli
 from sluice.cli import sre
 from sluice.cli import render
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     lineage_show.add_argument("--namespace", default="")
     lineage_show.set_defaults(handler=_show_lineage)
     datasets_cli.register(commands)
+    auth_cli.register(commands)
     sre.add_commands(commands)
     return parser
 

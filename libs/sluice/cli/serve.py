@@ -38,6 +38,12 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--tls-client-ca", type=Path, metavar="PEM",
            help="mutual TLS: accept only callers with a certificate this CA signed (env SLUICE_TLS_CLIENT_CA; "
                 "default: no client certificate asked for)")
+    option("--auth-policy", type=Path, metavar="FILE",
+           help="authorization: TOML file of principals (hashed tokens, mTLS subjects) and their roles per "
+                "namespace; see README 'Authorization' (env SLUICE_AUTH_POLICY; default: none)")
+    option("--insecure", action="store_true", default=None,
+           help="serve beyond loopback (--host) without any authentication, which is otherwise refused "
+                "(env SLUICE_INSECURE=1)")
     option("--spark-master", help="Spark master URL for programs (env SLUICE_SPARK_MASTER; default local[*])")
     option("--spark-submit", metavar="PATH",
            help="the spark-submit command that starts programs (env SLUICE_SPARK_SUBMIT; default the venv's)")
@@ -75,13 +81,16 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
-    from sluice_services.config import ConfigError, load_settings
+    from sluice_services.config import ConfigError, exposure_error, load_settings
 
     label = "standalone" if len(names) > 1 else names[0]
     try:
         settings = load_settings(args, label)
     except ConfigError as error:
         print(f"sluice: error: {error}", file=sys.stderr)
+        return 2
+    if (exposed := exposure_error(settings)) is not None:
+        print(f"sluice: error: {exposed}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

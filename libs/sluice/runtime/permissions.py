@@ -78,14 +78,21 @@ def _ns(field: str, dataset: str = "") -> Callable[[Any, Mapping[str, Resolver]]
     return targets
 
 
-def _by(name: str, field: str = "", every_namespace_when_empty: bool = False) -> Callable:
-    """The targets the service's resolver `name` finds for the request (its `field`)."""
+def _by(*names: str, field: str = "", every_namespace_when_empty: bool = False) -> Callable:
+    """The targets the first of the resolvers `names` (those this server has) that knows the
+    request's `field` (the request itself without one) finds."""
     def targets(request: Any, resolvers: Mapping[str, Resolver]) -> Any:
         key = _get(request, field) if field else request
         if field and not key:
             return [Target(ANY_NAMESPACE)] if every_namespace_when_empty else [UNRESOLVED]
-        resolver = resolvers.get(name)
-        return resolver(key) if resolver else [UNRESOLVED]
+        found = [resolvers[name] for name in names if name in resolvers]
+        if len(found) == 1 and not field:
+            return found[0](key)
+        for resolve in found:  # resolvers by id are synchronous
+            answer = resolve(key)
+            if answer != [UNRESOLVED]:
+                return answer
+        return [UNRESOLVED]
     return targets
 
 
@@ -172,23 +179,26 @@ def _method(service: str, name: str) -> str:
     return f"/sluice.v1.{service}/{name}"
 
 
+_SCHEDULE_ID = {"field": "schedule_id", "every_namespace_when_empty": True}
+"""Listings of a schedule's jobs or runs: every schedule's when none is named."""
+
 GRPC_RULES: dict[str, Rule] = {
     # ScheduleRegistry (registry)
     _method("ScheduleRegistry", "DeployApp"): Rule("apps.deploy", _deploy),
     _method("ScheduleRegistry", "CreateSchedule"): Rule("schedules.write", _schedule_write),
     _method("ScheduleRegistry", "UpdateSchedule"): Rule("schedules.write", _schedule_write),
-    _method("ScheduleRegistry", "GetSchedule"): Rule("schedules.read", _by(SCHEDULE, "id")),
+    _method("ScheduleRegistry", "GetSchedule"): Rule("schedules.read", _by(SCHEDULE, field="id")),
     _method("ScheduleRegistry", "ListSchedules"): Rule("schedules.read", _ns("namespace")),
-    _method("ScheduleRegistry", "DeleteSchedule"): Rule("schedules.write", _by(SCHEDULE, "id")),
-    _method("ScheduleRegistry", "EnableSchedule"): Rule("schedules.write", _by(SCHEDULE, "id")),
-    _method("ScheduleRegistry", "DisableSchedule"): Rule("schedules.write", _by(SCHEDULE, "id")),
+    _method("ScheduleRegistry", "DeleteSchedule"): Rule("schedules.write", _by(SCHEDULE, field="id")),
+    _method("ScheduleRegistry", "EnableSchedule"): Rule("schedules.write", _by(SCHEDULE, field="id")),
+    _method("ScheduleRegistry", "DisableSchedule"): Rule("schedules.write", _by(SCHEDULE, field="id")),
     # Notifications (registry)
     _method("Notifications", "Publish"): Rule("notifications.publish", _notification),
     # Jobs (checker)
-    _method("Jobs", "ListJobs"): Rule("jobs.read", _by(SCHEDULE_JOBS, "schedule_id", every_namespace_when_empty=True)),
+    _method("Jobs", "ListJobs"): Rule("jobs.read", _by(SCHEDULE, SCHEDULE_JOBS, **_SCHEDULE_ID)),
     # Runs (launcher)
-    _method("Runs", "ListRuns"): Rule("runs.read", _by(SCHEDULE_RUNS, "schedule_id", every_namespace_when_empty=True)),
-    _method("Runs", "GetRun"): Rule("runs.read", _by(RUN, "id")),
+    _method("Runs", "ListRuns"): Rule("runs.read", _by(SCHEDULE, SCHEDULE_RUNS, **_SCHEDULE_ID)),
+    _method("Runs", "GetRun"): Rule("runs.read", _by(RUN, field="id")),
     # Partitions (launcher)
     _method("Partitions", "CreateDataset"): Rule("datasets.write", _ns("dataset.namespace", "dataset.name")),
     _method("Partitions", "GetDataset"): Rule("datasets.read", _ns("namespace", "name")),
@@ -201,9 +211,9 @@ GRPC_RULES: dict[str, Rule] = {
     _method("Partitions", "Consume"): Rule("partitions.consume", _ns("namespace", "dataset")),
     _method("Partitions", "FinishPartitions"): Rule("consumers.write", _ns("namespace", "dataset")),
     _method("Partitions", "GetConsumer"): Rule("datasets.read", _ns("namespace", "dataset")),
-    _method("Partitions", "ConsumeWithState"): Rule("consumers.write", _by(CONSUMER_STATE, "consumer_state")),
+    _method("Partitions", "ConsumeWithState"): Rule("consumers.write", _by(CONSUMER_STATE, field="consumer_state")),
     _method("Partitions", "ListCommitSequences"): Rule("commits.read", _every),
-    _method("Partitions", "ReleaseCommitSequence"): Rule("commits.release", _by(COMMIT_SEQUENCE, "id")),
+    _method("Partitions", "ReleaseCommitSequence"): Rule("commits.release", _by(COMMIT_SEQUENCE, field="id")),
     # Lineage (lineage)
     _method("Lineage", "ListJobs"): Rule("lineage.read", _ns("namespace")),
     _method("Lineage", "ListRuns"): Rule("lineage.read", _ns("job_namespace")),
