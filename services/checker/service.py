@@ -35,6 +35,10 @@ from sluice.wire.schedules import schedule_from_proto
 
 TYPES = EventTypes(checking.EVENTS)
 SNAPSHOTS = ("checker",)
+SNAPSHOT_VERSION = 1
+"""The schema version of this service's snapshots (the queue stream's Loaded[CheckerState]): bump it when
+CheckerState (or anything it holds) changes shape; a snapshot of another version is ignored and the
+log folded instead."""
 
 
 def snapshot_size(state: CheckerState) -> int:
@@ -48,7 +52,8 @@ class CheckerService:
         self._clock = clock
         self._capacity = capacity
         self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState(),
-                                                                     snapshot=SNAPSHOTS[0], size=snapshot_size)
+                                                                     snapshot=SNAPSHOTS[0], size=snapshot_size,
+                                                                     snapshot_version=SNAPSHOT_VERSION)
         self._offsets = ConsumedOffsets(log, "checker")
         self._wake_at: datetime | None = None
         self._settled: checking.Settled | None = None

@@ -11,18 +11,22 @@ from sluice.datasets import ConsumerStore, DatasetStore
 from sluice.datasets.events import decode_event
 from sluice.datasets.store import TYPES as DATASET_TYPES
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
-from sluice.domain.datasets.transactions import PartitionsCommitted
+from sluice.domain.datasets.transactions import DatasetCreated, PartitionsCommitted
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
 from sluice.runtime.outbox import Outgoing
-from sluice.runtime.snapshots import Snapshots, schema_of
+from sluice.runtime.snapshots import Schema, Snapshots
 from sluice.wire.common import notification_to_proto
 from sluice_services.launcher.commits import STREAM_PREFIX as COMMIT_PREFIX
 from sluice_services.launcher.commits import CommitRunner, FileSteps
 
 TRANSACTION_PREFIX = "transaction-"
 SNAPSHOTS = ("launcher-datasets",)
+SNAPSHOT_VERSION = 1
+"""The schema version of the datasets snapshot (every DatasetCreated, and the ids of the commit
+sequences left unfinished): bump it when DatasetCreated (or anything it holds) changes shape, or
+what the snapshot holds does."""
 
 
 class DatasetsService:
@@ -36,7 +40,8 @@ class DatasetsService:
         """Learn every dataset, then redo unfinished commit sequences (quarantining the ones that keep
         failing) before the launcher takes new work. Starts from the snapshot of the datasets and the
         sequences left unfinished at a position, and saves a new one after a long read."""
-        store = Snapshots(self.log, SNAPSHOTS[0], schema_of(DatasetsService, CommitRunner, PartitionsCommitted))
+        store = Snapshots(self.log, SNAPSHOTS[0],
+                          Schema(tuple[tuple[DatasetCreated, ...], tuple[str, ...]], SNAPSHOT_VERSION))
         after, created, sequence_ids = 0, [], []
         if (loaded := store.load()) is not None and isinstance(loaded[1], tuple) and len(loaded[1]) == 2:
             after, (created, sequence_ids) = loaded[0], (list(loaded[1][0]), list(loaded[1][1]))

@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 STREAM_PREFIX = "run-"
 TYPES = EventTypes(runs.EVENTS)
 SNAPSHOTS = ("launcher-runs",)
+SNAPSHOT_VERSION = 1
+"""The schema version of this service's snapshots (Loaded[Run | None] per run stream): bump it when
+Run (or anything it holds) changes shape; a snapshot of another version is ignored and the
+log folded instead."""
 LOG_TAIL_BYTES = 2000
 WRAPPER_STARTING_POLL = 0.02
 DEFAULT_FINISHED_RUNS_PER_SCHEDULE = 1_000
@@ -58,7 +62,9 @@ class LauncherService:
         self._finder = submitter if isinstance(submitter, ProgramFinder) else None
         self._data_dir = data_dir
         self._slots = asyncio.Semaphore(max_parallel)
-        self._store: AggregateStore[Run | None] = AggregateStore(log, TYPES, runs.evolve, None, snapshot=SNAPSHOTS[0])
+        self._store: AggregateStore[Run | None] = AggregateStore(
+            log, TYPES, runs.evolve, None, snapshot=SNAPSHOTS[0], snapshot_version=SNAPSHOT_VERSION,
+            state_type=Run | None)
         self._tasks: set[asyncio.Task] = set()
         self._following: set[str] = set()
         """Runs whose current attempt a task of this launcher starts or waits for."""

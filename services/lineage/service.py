@@ -19,15 +19,19 @@ from typing import Any, Iterator
 
 from sluice.clock import Clock
 from sluice.domain.bounds import lone_surrogate_error
-from sluice.domain.lineage import EMPTY, InvalidRunEvent, LineageState, RunEventRecord, evolve, parse_run_event
+from sluice.domain.lineage import (EMPTY, InvalidRunEvent, LineageState, RunEventRecord, RunFacts, evolve,
+                                   parse_run_event)
 from sluice.domain.lineage_index import LineageIndex
 from sluice.eventlog.port import ANY_VERSION, DuplicateEventId, EventLog, NewEvent
 from sluice.ids import derived_id
 from sluice.runtime.errors import MalformedMessage
-from sluice.runtime.snapshots import SNAPSHOT_EVERY, Snapshots, schema_of
+from sluice.runtime.snapshots import SNAPSHOT_EVERY, Schema, Snapshots
 
 EVENT_TYPE = "LineageEventRecorded"
 SNAPSHOT = "lineage"
+SNAPSHOT_VERSION = 1
+"""The schema version of the lineage snapshot (every run's RunFacts, by run id; the index is derived
+from them when loaded): bump it when RunFacts (or anything it holds) changes shape."""
 _READ_BATCH = 10_000
 
 
@@ -84,7 +88,7 @@ class LineageService:
         self._state: LineageState = EMPTY
         self._position = 0              # every lineage event recorded up to this log position is folded
         self._unsaved = 0               # events folded since the last snapshot
-        self._snapshots = Snapshots(log, SNAPSHOT, schema_of(LineageState, LineageIndex, evolve, parse_run_event))
+        self._snapshots = Snapshots(log, SNAPSHOT, Schema(dict[str, RunFacts], SNAPSHOT_VERSION))
 
     @property
     def state(self) -> LineageState:
@@ -109,7 +113,8 @@ class LineageService:
         """The last usable snapshot and the log after it; the whole log when there is none."""
         with _collector_paused():
             loaded = self._snapshots.load()
-            self._state, self._position = (EMPTY, 0) if loaded is None else (loaded[1], loaded[0])
+            self._state, self._position = (EMPTY, 0) if loaded is None else (
+                LineageState(LineageIndex.from_facts(loaded[1].values())) if loaded[1] else EMPTY, loaded[0])
             self._unsaved = self._fold_tail()
         if self._unsaved >= SNAPSHOT_EVERY:
             self.save_snapshot()
@@ -123,7 +128,7 @@ class LineageService:
 
     def save_snapshot(self) -> bool:
         self._fold_tail()
-        saved = self._snapshots.save(self._position, self._state)
+        saved = self._snapshots.save(self._position, dict(self._state.facts))
         if saved:
             self._unsaved = 0
         return saved

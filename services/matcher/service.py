@@ -38,6 +38,10 @@ from sluice_services.matcher.decisions import Decisions
 
 STREAM_PREFIX = "matcher-"
 SNAPSHOTS = ("matcher",)
+SNAPSHOT_VERSION = 1
+"""The schema version of this service's snapshots (Loaded[MatcherState] per schedule stream): bump it when
+MatcherState (or anything it holds) changes shape; a snapshot of another version is ignored and the
+log folded instead."""
 TYPES = EventTypes(matching.EVENTS)
 FIRE_BATCH = 1000
 """Schedules whose timers are due at once share one append of at most this many streams."""
@@ -90,7 +94,8 @@ class MatcherService:
         self._log = log
         self._clock = clock
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState(),
-                                                                     snapshot=SNAPSHOTS[0])
+                                                                     snapshot=SNAPSHOTS[0],
+                                                                     snapshot_version=SNAPSHOT_VERSION)
         self._index: dict[str, set[str]] = defaultdict(set)
         self._offsets = ConsumedOffsets(log, "matcher")
         self._notifications: dict[bytes, Notification] = {}

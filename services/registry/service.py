@@ -29,6 +29,10 @@ TYPES = EventTypes(schedules.EVENTS)
 APP_PREFIX = "app-"
 APP_TYPES = EventTypes(apps.EVENTS)
 SNAPSHOTS = ("registry-schedules", "registry-apps")
+SNAPSHOT_VERSION = 1
+"""The schema version of this service's snapshots (Loaded[ScheduleState], Loaded[AppState] per stream): bump it when
+ScheduleState or AppState (or anything they hold) changes shape; a snapshot of another version is ignored and the
+log folded instead."""
 
 
 class RegistryService:
@@ -36,9 +40,11 @@ class RegistryService:
         self._log = log
         self._clock = clock
         self._store: AggregateStore[ScheduleState] = AggregateStore(log, TYPES, schedules.evolve, ScheduleState(),
-                                                                      snapshot=SNAPSHOTS[0])
+                                                                      snapshot=SNAPSHOTS[0],
+                                                                      snapshot_version=SNAPSHOT_VERSION)
         self._apps: AggregateStore[AppState] = AggregateStore(log, APP_TYPES, apps.evolve, AppState(),
-                                                              snapshot=SNAPSHOTS[1])
+                                                              snapshot=SNAPSHOTS[1],
+                                                              snapshot_version=SNAPSHOT_VERSION)
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)

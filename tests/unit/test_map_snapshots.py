@@ -17,12 +17,15 @@ from sluice.domain.codec import EventTypes, encode
 from sluice.eventlog.port import ANY_VERSION, NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.readmodels.jobs import JobsView, snapshots_of
-from sluice.runtime.aggregates import AggregateStore, catch_up, execute
+from sluice.runtime.aggregates import AggregateStore, Loaded, catch_up, execute
 from sluice.runtime.map_snapshots import DELTA_SUFFIX, Delta, MapSnapshots
-from sluice.runtime.snapshots import Snapshots, unpack
+from sluice.runtime.snapshots import Schema, Snapshots, unpack
 
 T0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
 PREFIX = "toy-"
+TOY_BASE = Schema(dict[str, Loaded[tuple]], 0)
+TOY_DELTA = Schema(Delta[str, Loaded[tuple]], 0)
+MAP = Schema(dict[str, int], 1)
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,12 @@ def snapshotted(log: SqliteEventLog, streams: int) -> AggregateStore[tuple]:
     return store
 
 
-def stored_delta(log: SqliteEventLog, name: str = "toy") -> Delta:
-    return unpack(log.read_snapshot(name + DELTA_SUFFIX).data)
+def stored_delta(log: SqliteEventLog, name: str = "toy", schema: Schema = TOY_DELTA) -> Delta:
+    return unpack(log.read_snapshot(name + DELTA_SUFFIX).data, schema, name + DELTA_SUFFIX)
+
+
+def stored_base(log: SqliteEventLog, name: str = "toy") -> dict:
+    return unpack(log.read_snapshot(name).data, TOY_BASE, name)
 
 
 def folded(log: SqliteEventLog) -> dict[str, tuple]:
@@ -77,7 +84,7 @@ def test_a_snapshot_after_k_of_n_streams_changed_writes_only_those_k(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db")
     store = snapshotted(log, 200)
     base = log.read_snapshot("toy")
-    assert len(unpack(base.data)) == 200 and log.read_snapshot("toy" + DELTA_SUFFIX) is None
+    assert len(stored_base(log)) == 200 and log.read_snapshot("toy" + DELTA_SUFFIX) is None
     for stream in (3, 50, 177):
         add(store, log, stream, 1)
     store.snapshot()
@@ -102,7 +109,7 @@ def test_the_base_is_rewritten_once_half_of_it_changed(tmp_path):
     add(store, log, 4, 1)
     store.snapshot()  # 5 of 10 changed since the base: a new base
     rebased = log.read_snapshot("toy")
-    assert rebased.position > first_base.position and len(unpack(rebased.data)) == 10
+    assert rebased.position > first_base.position and len(stored_base(log)) == 10
     assert log.read_snapshot("toy" + DELTA_SUFFIX) is None  # the old base's delta is dropped with it
     assert recovered(log) == folded(log)  # the old delta, for the old base, is not applied
     add(store, log, 7, 2)
@@ -113,15 +120,15 @@ def test_the_base_is_rewritten_once_half_of_it_changed(tmp_path):
 
 def test_a_delta_for_another_base_is_ignored_and_the_log_after_the_base_read(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db")
-    snapshots = MapSnapshots(log, "m", "schema")
+    snapshots = MapSnapshots(log, "m", MAP)
     snapshots.save(10, {"a": 1, "b": 2}, ())
     snapshots.save(20, {"a": 5, "b": 2}, {"a"})
-    assert MapSnapshots(log, "m", "schema").load() == (20, {"a": 5, "b": 2})
-    other_writer = MapSnapshots(log, "m", "schema")  # a rebuild, or another process, writes a base
+    assert MapSnapshots(log, "m", MAP).load() == (20, {"a": 5, "b": 2})
+    other_writer = MapSnapshots(log, "m", MAP)  # a rebuild, or another process, writes a base
     other_writer.save(15, {"a": 3, "b": 2}, ())
-    assert MapSnapshots(log, "m", "schema").load() == (15, {"a": 3, "b": 2})
+    assert MapSnapshots(log, "m", MAP).load() == (15, {"a": 3, "b": 2})
     log.delete_snapshot("m")
-    assert MapSnapshots(log, "m", "schema").load() is None  # a delta without its base is nothing
+    assert MapSnapshots(log, "m", MAP).load() is None  # a delta without its base is nothing
     log.close()
 
 
@@ -158,14 +165,14 @@ def test_a_damaged_delta_is_ignored(tmp_path, caplog):
 
 def test_removed_entries_stay_removed(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db")
-    snapshots = MapSnapshots(log, "m", "schema")
+    snapshots = MapSnapshots(log, "m", MAP)
     snapshots.save(1, {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}, ())
     snapshots.save(2, {"a": 1, "c": 3, "d": 4, "e": 5}, {"b"})
-    loaded = MapSnapshots(log, "m", "schema")
+    loaded = MapSnapshots(log, "m", MAP)
     assert loaded.load() == (2, {"a": 1, "c": 3, "d": 4, "e": 5})
     loaded.save(3, {"a": 1, "c": 30, "d": 4, "e": 5}, {"c"})  # the next delta still says b is gone
-    assert unpack(log.read_snapshot("m" + DELTA_SUFFIX).data).deleted == ("b",)
-    assert MapSnapshots(log, "m", "schema").load() == (3, {"a": 1, "c": 30, "d": 4, "e": 5})
+    assert stored_delta(log, "m", Schema(Delta[str, int], 1)).deleted == ("b",)
+    assert MapSnapshots(log, "m", MAP).load() == (3, {"a": 1, "c": 30, "d": 4, "e": 5})
     log.close()
 
 
@@ -238,7 +245,7 @@ def test_the_jobs_view_snapshots_only_the_jobs_that_changed(tmp_path):
     for recorded in log.read_all(view.position, 1000):
         view.apply(recorded)
     view.snapshot(store)
-    assert sorted(stored_delta(log, "jobs").changed) == ["j5", "j6"]
+    assert sorted(stored_delta(log, "jobs", store._delta.schema).changed) == ["j5", "j6"]
     again = JobsView()
     again.recover(log)
     assert again.list() == view.list() and again.get("j5").reason == "gone"

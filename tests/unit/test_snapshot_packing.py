@@ -1,15 +1,18 @@
-"""Snapshot packing keeps what it packs as small as before, and unpacks to equal values."""
+"""Snapshot packing (msgpack by the state's declared type) unpacks to equal values, builds nothing but
+the declared type from any bytes, keeps what it packs as small as before, and is paced."""
 from __future__ import annotations
 
 import asyncio
 import gc
 import hashlib
-import pickle
+import struct
 import time
 import tracemalloc
 import zlib
 from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
 
+import msgspec
 import pytest
 
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
@@ -18,9 +21,20 @@ from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import AndTrigger, PartitionTrigger
 from sluice.domain.triggers.state import start
 from sluice.runtime import snapshots
-from sluice.runtime.snapshots import SnapshotUnusable, pack, unpack
+from sluice.runtime.snapshots import Schema, SnapshotUnusable, unpack
 
 T0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
+STATES = Schema(list[MatcherState], 1)
+ENTRIES = Schema(dict[str, MatcherState], 1)
+NAME = "test"
+
+
+def pack(state, schema: Schema = STATES, pace=None) -> bytes:
+    return snapshots.pack(state, schema, NAME, pace)
+
+
+def unpacked(data: bytes, schema: Schema = STATES):
+    return unpack(data, schema, NAME)
 
 
 def states(count: int) -> list[MatcherState]:
@@ -34,14 +48,30 @@ def states(count: int) -> list[MatcherState]:
     return found
 
 
+def frames(data: bytes) -> list:
+    """The snapshot's frames, decoded as plain msgpack."""
+    body, found = zlib.decompress(data[32:]), []
+    while body:
+        (length,) = struct.unpack(">I", body[:4])
+        found.append(msgspec.msgpack.decode(body[4:4 + length]))
+        body = body[4 + length:]
+    return found
+
+
+def snapshot_of(*plain: object) -> bytes:
+    """Well-formed snapshot bytes (checksum, zlib, frames) holding whatever plain data is given."""
+    body = zlib.compress(b"".join(struct.pack(">I", len(f)) + f for f in map(msgspec.msgpack.encode, plain)))
+    return hashlib.sha256(body).digest() + body
+
+
 def test_packed_states_unpack_equal():
     packed = states(50)
-    assert unpack(pack(packed)) == packed
+    assert unpacked(pack(packed)) == packed
 
 
 def test_packing_does_not_grow_the_objects_it_packs():
-    """Pickle's default reduce reads `__dict__`, which makes CPython build and keep a dict on every
-    object pickled: a snapshot then costs memory for as long as its objects live."""
+    """Reading fields must not make CPython build and keep a `__dict__` on every object packed (as
+    pickle's default reduce did): a snapshot would then cost memory for as long as its objects live."""
     held = states(2000)
     gc.collect()
     tracemalloc.start()
@@ -58,45 +88,65 @@ def test_packing_does_not_grow_the_objects_it_packs():
 
 def test_notifications_and_datetimes_survive_packing():
     notification = Notification("n-1", T0, PartitionCommitted("ns", "d", (PartitionRef({"h": "01"}, "/d/1", 10, 2),)))
-    assert unpack(pack([notification, T0])) == [notification, T0]
+    schema = Schema(tuple[Notification, datetime], 1)
+    assert unpacked(pack((notification, T0), schema), schema) == (notification, T0)
 
 
-def test_a_snapshot_naming_a_non_dataclass_is_unusable():
-    class BuildsADict:
-        def __reduce__(self):
-            return snapshots._from_fields, (dict, ())
+def test_a_datetime_keeps_its_zone_and_fold():
+    paris = datetime(2026, 10, 25, 2, 30, tzinfo=ZoneInfo("Europe/Paris"), fold=1)  # the second 02:30
+    schema = Schema(tuple[datetime, ...], 1)
+    values = (paris, T0, datetime(2026, 1, 1), T0.astimezone(timezone.max))
+    restored = unpacked(pack(values, schema), schema)
+    assert restored == values and [v.tzinfo for v in restored] == [v.tzinfo for v in values]
+    assert restored[0].fold == 1 and restored[0].utcoffset() == paris.utcoffset()
 
-    compressed = zlib.compress(pickle.dumps(BuildsADict()))
+
+def test_a_shared_object_is_shared_again_after_unpacking():
+    """Notifications held by many pending jobs are one object in memory, and again after a restore."""
+    one = states(1)[0]
+    restored = unpacked(pack([one, one, one]))
+    assert restored == [one] * 3 and restored[0] is restored[1] is restored[2]
+
+
+@pytest.mark.parametrize("plain", [
+    ([snapshots.FORMAT, NAME, 1, 0], ["not", "a", "state"]),  # strings, not states
+    ([snapshots.FORMAT, NAME, 1, 0], [7]),  # a reference to a state never read
+    ([snapshots.FORMAT, NAME, 1, 0], [[None, None, 0, 0, b"", "extra"]]),  # a field too many
+    ([snapshots.FORMAT, NAME, 2, 0], []),  # another version
+    ([snapshots.FORMAT, "other", 1, 0], []),  # another snapshot's
+    (["pickle-1", NAME, 1, 0], []),  # another format
+    ([snapshots.FORMAT, NAME, 1, 0],),  # the state missing
+    ([snapshots.FORMAT, NAME, 1, 0], [], []),  # something after it
+])
+def test_bytes_that_are_not_this_state_are_unusable(plain):
     with pytest.raises(SnapshotUnusable):
-        unpack(hashlib.sha256(compressed).digest() + compressed)
+        unpacked(snapshot_of(*plain))
+    assert unpacked(snapshot_of([snapshots.FORMAT, NAME, 1, 0], [])) == []  # the same, well-formed
 
 
-class _RecordsCollector:
-    """Pickled through its __reduce__, which notes whether the cyclic collector was on meanwhile."""
-
-    seen: list[bool] = []
-
-    def __reduce__(self):
-        _RecordsCollector.seen.append(gc.isenabled())
-        return (dict, ())
+def test_a_field_of_another_type_is_unusable():
+    header, plain = frames(pack(states(1)))
+    plain[0][2] = "not a number"  # jobs_created
+    with pytest.raises(SnapshotUnusable):
+        unpacked(snapshot_of(header, plain))
 
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_the_collector_is_paused_while_packing_and_left_as_it_was(enabled):
-    _RecordsCollector.seen = []
+    seen = []
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
     try:
-        pack([_RecordsCollector()])
-        assert _RecordsCollector.seen == [False] and gc.isenabled() is enabled
+        pack(states(snapshots.YIELD_EVERY), pace=lambda: seen.append(gc.isenabled()))
+        assert seen and not any(seen) and gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
 
 
-def test_packing_releases_the_gil_every_few_hundred_objects(monkeypatch):
+def test_packing_releases_the_gil_every_few_dozen_dataclasses(monkeypatch):
     releases = []
     monkeypatch.setattr(snapshots.time, "sleep", releases.append)
-    pack(states(snapshots.YIELD_EVERY))  # several dataclasses each: more than YIELD_EVERY objects reduced
+    pack(states(snapshots.YIELD_EVERY))  # several dataclasses each: more than YIELD_EVERY encoded
     assert releases and set(releases) == {0}
 
 
@@ -112,14 +162,14 @@ async def test_a_paced_packer_packs_a_chunk_per_turn_of_the_event_loop():
         pacer()
 
     state = states(32 * snapshots.YIELD_EVERY)  # ~100 ms of packing
-    packing = loop.run_in_executor(None, pack, state, pace)
+    packing = loop.run_in_executor(None, pack, state, STATES, pace)
     while len(chunks) < 3:  # turns: the packer goes on
         await asyncio.sleep(0.001)
     assert not packing.done()
     blocked_from = time.perf_counter()
     time.sleep(0.05)  # no turn for 50 ms: at most the chunk under way
     assert sum(1 for at in chunks if at > blocked_from + 0.005) <= 1
-    assert unpack(await packing) == state
+    assert unpacked(await packing) == state
 
 
 def test_a_packer_paced_by_a_loop_that_is_not_running_goes_on_alone():
@@ -127,7 +177,7 @@ def test_a_packer_paced_by_a_loop_that_is_not_running_goes_on_alone():
     try:
         started = time.perf_counter()
         state = states(2 * snapshots.YIELD_EVERY)
-        assert unpack(pack(state, snapshots.LoopPacer(loop))) == state
+        assert unpacked(pack(state, pace=snapshots.LoopPacer(loop))) == state
         assert time.perf_counter() - started < snapshots.MAX_TURN_WAIT  # it never waited for a turn
     finally:
         loop.close()
@@ -148,34 +198,30 @@ def test_a_stopped_pacer_no_longer_waits_for_the_loop():
 def test_a_big_dict_is_packed_in_parts_and_unpacks_whole(monkeypatch):
     monkeypatch.setattr(snapshots, "PART_ENTRIES", 100)
     entries = {f"matcher-s{index}": state for index, state in enumerate(states(250))}
-    freed = []
-    original = snapshots._FieldPickler
+    packings = []
+    original = snapshots.Packing
 
-    class CountingPickler(original):
-        def dump(self, obj):
-            super().dump(obj)
-            freed.append(len(self.memo.copy()))  # what freeing this pickler's memo costs
+    def counting(pace):
+        packings.append(original(pace))
+        return packings[-1]
 
-    monkeypatch.setattr(snapshots, "_FieldPickler", CountingPickler)
-    restored = unpack(pack(entries))
+    monkeypatch.setattr(snapshots, "Packing", counting)
+    data = pack(entries, ENTRIES)
+    restored = unpacked(data, ENTRIES)
     assert restored == entries and list(restored) == list(entries)
-    assert len(freed) == 4 and max(freed) < sum(freed) / 2  # a marker, then parts of 100, 100, 50 entries
+    header, *parts = frames(data)
+    assert header == [snapshots.FORMAT, NAME, 1, 3] and [len(part) // 2 for part in parts] == [100, 100, 50]
+    memos = [len(packing.memo) for packing in packings]  # each part its own memo, freed with it
+    assert len(memos) == 3 and memos[0] == memos[1] > memos[2] > 0
     small = {key: entries[key] for key in list(entries)[:100]}
-    assert unpack(pack(small)) == small  # up to PART_ENTRIES: one pickle, as before
+    assert len(frames(pack(small, ENTRIES))) == 2  # up to PART_ENTRIES: one frame
+    assert unpacked(pack(small, ENTRIES), ENTRIES) == small
 
 
 def test_a_part_that_is_not_a_dict_makes_the_snapshot_unusable():
-    import io
-    buffer = io.BytesIO()
-    pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(snapshots._Parts(2))
-    pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump({"a": 1})
-    pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(["not", "a", "dict"])
-    body = zlib.compress(buffer.getvalue(), 1)
     with pytest.raises(SnapshotUnusable):
-        unpack(hashlib.sha256(body).digest() + body)
+        unpacked(snapshot_of([snapshots.FORMAT, NAME, 1, 2], [0], ["not", "a", "dict"]), ENTRIES)
 
 
-def test_the_packing_format_is_part_of_every_schema(monkeypatch):
-    before = snapshots.schema_of(MatcherState)
-    monkeypatch.setattr(snapshots, "PACK_FORMAT", b"another")
-    assert snapshots.schema_of(MatcherState) != before
+def test_format_name_and_version_are_the_stored_schema():
+    assert Schema(MatcherState, 3).id("matcher") == f"{snapshots.FORMAT}:matcher:3"

@@ -1,8 +1,8 @@
 """The snapshot port: a service's (or a projection's) state at a position of the log, kept in the
 event store itself so that it survives failover with the log it summarises.
 
-A snapshot is an optimisation, never the truth: whoever loads one checks its schema and its bytes
-(sluice.runtime.snapshots) and folds the whole log when either is wrong. Adapters store the bytes
+A snapshot is an optimisation, never the truth: whoever loads one checks its schema (name and
+version) and its bytes (sluice.runtime.snapshots) and folds the whole log when either is wrong. Adapters store the bytes
 as they are given and keep one snapshot per name (the last saved). Every adapter passes
 tests/integration/eventlog/test_snapshot_store.py.
 """
@@ -18,7 +18,7 @@ SNAPSHOT_METHODS = ("save_snapshot", "read_snapshot", "delete_snapshot")
 class Snapshot:
     name: str                                 # e.g. "matcher", "jobs"
     position: int                             # every event of the log up to this position is folded in
-    schema: str                               # fingerprint of the code that wrote it
+    schema: str                               # format, name and schema version of the state it holds
     data: bytes
 
 

@@ -29,7 +29,7 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
-from sluice.runtime.snapshots import LoopPacer, schema_of
+from sluice.runtime.snapshots import LoopPacer, Schema
 
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
@@ -40,6 +40,9 @@ STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name("")
 READ_BY_FIELDS = frozenset({"JobTriggered", "JobAdmitted", "RunRequested", "NotificationMatched"})
 """Events the view reads as plain values: each carries a whole job or notification it does not show."""
 SNAPSHOT = "jobs"
+SNAPSHOT_VERSION = 1
+"""The schema version of the view's snapshot (its JobView by job id): bump it when JobView (or anything
+it holds) changes shape; a snapshot of another version is ignored and the log folded instead."""
 READ_BATCH = 10_000
 
 
@@ -253,8 +256,7 @@ def listing_key(job: JobView) -> ListingKey:
 
 
 def snapshots_of(log: EventLog) -> MapSnapshots:
-    return MapSnapshots(log, SNAPSHOT, schema_of(JobsView, JobView, matching.JobCreated, checking.JobAdmitted,
-                                                 runs.RunRequested))
+    return MapSnapshots(log, SNAPSHOT, Schema(dict[str, JobView], SNAPSHOT_VERSION))
 
 
 def _log_failure(writing: Future[bool]) -> None:

@@ -12,7 +12,7 @@ from sluice.eventlog.port import NO_STREAM, Checkpoint, CheckpointMoved, EventLo
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots, PendingSave
-from sluice.runtime.snapshots import schema_of
+from sluice.runtime.snapshots import Schema
 
 S = TypeVar("S")
 
@@ -48,11 +48,12 @@ class AggregateStore(Generic[S]):
     recovery folds only the log after it. A store that followed a prefix (`catch_up`) first reads
     the log up to its head, so its snapshot holds every event of the prefix up to that position;
     one that did not (a single stream, like the checker's queue) saves position 0, and each
-    stream's tail is read from its version on first load."""
+    stream's tail is read from its version on first load. A snapshot holds `state_type` (default: the
+    initial state's type) at `snapshot_version`: the owner's constant, bumped when that type changes shape."""
 
     def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S, *,
-                 snapshot: str | None = None, snapshot_every: int | None = None,
-                 size: Callable[[S], int] | None = None) -> None:
+                 snapshot: str | None = None, snapshot_version: int = 0, state_type: Any = None,
+                 snapshot_every: int | None = None, size: Callable[[S], int] | None = None) -> None:
         self._log = log
         self._types = types
         self._evolve = evolve
@@ -60,7 +61,8 @@ class AggregateStore(Generic[S]):
         self._cache: dict[str, Loaded[S]] = {}
         self._restored: dict[str, Loaded[S]] = {}
         """States from the snapshot whose streams were not read since: their tails may be missing."""
-        self._snapshots = MapSnapshots(log, snapshot, schema_of(evolve, type(initial), Loaded)) if snapshot else None
+        self._snapshots = MapSnapshots(log, snapshot, Schema(
+            dict[str, Loaded[state_type or type(initial)]], snapshot_version)) if snapshot else None
         self._snapshot_every = snapshot_every or snapshots.SNAPSHOT_EVERY
         self._size = size
         self._changed: set[str] | _Untracked = self._snapshots.changed if self._snapshots else _Untracked()

@@ -2,7 +2,7 @@
 cost follows what changed: a base holds every entry, and a delta next to it (the snapshot named
 `<name>+delta`) the entries set or removed since that base.
 
-    snapshots = MapSnapshots(log, "jobs", schema)
+    snapshots = MapSnapshots(log, "jobs", Schema(dict[str, JobView], SNAPSHOT_VERSION))
     position, entries = snapshots.load() or (0, {})   # the base with its delta applied
     ...
     snapshots.changed.add(key)                         # as each entry is set or removed
@@ -13,18 +13,20 @@ and one delta), or a new base once those keys reach `rebase_fraction` of the bas
 old delta is then deleted). The delta names its base by position and checksum: a delta whose base
 was replaced (a newer base, another writer, a rebuild, a crash between writing a base and deleting
 the old delta) is ignored, and the log after the base covers what it held.
-Both are plain snapshots (sluice.runtime.snapshots): same schema check, checksum and restricted
-unpickling; a base is the entries dict itself, the format a whole-state snapshot always had.
+Both are plain snapshots (sluice.runtime.snapshots) of the same schema version: same checks,
+checksum and typed decoding; a base is the entries dict itself (its schema's type, `dict[K, V]`), a
+delta a `Delta[K, V]`.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+import typing
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Collection, Hashable, Mapping
+from typing import Any, Callable, Collection, Generic, Hashable, Mapping, TypeVar
 
-from sluice.runtime.snapshots import Snapshots
+from sluice.runtime.snapshots import Schema, Snapshots
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +51,18 @@ REBASE_FRACTION = 0.5
 at most about half a base, and the base is rewritten after at least that much changed."""
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
 @dataclass(frozen=True)
-class Delta:
+class Delta(Generic[K, V]):
     base: bytes
     """The checksum of the base snapshot it applies to."""
     base_position: int
-    changed: dict
+    changed: dict[K, V]
     """Every entry set since the base (its current value)."""
-    deleted: tuple
+    deleted: tuple[K, ...]
     """Every key the base or an earlier delta held that is gone."""
 
 
@@ -86,9 +92,11 @@ class PendingSave:
 class MapSnapshots:
     """One named map snapshot (base and delta) in the log's snapshot store. One save at a time."""
 
-    def __init__(self, log: object, name: str, schema: str, rebase_fraction: float = REBASE_FRACTION) -> None:
+    def __init__(self, log: object, name: str, schema: Schema, rebase_fraction: float = REBASE_FRACTION) -> None:
+        """`schema.type`: the entries' type, `dict[K, V]`; the delta has the same version."""
         self._base = Snapshots(log, name, schema)
-        self._delta = Snapshots(log, name + DELTA_SUFFIX, schema)
+        key, value = typing.get_args(schema.type) or (Any, Any)
+        self._delta = Snapshots(log, name + DELTA_SUFFIX, Schema(Delta[key, value], schema.version))
         self._rebase_fraction = rebase_fraction
         self.changed: set[Hashable] = set()
         """The keys set or removed since the base: whoever changes the map adds them. One set, kept
@@ -103,7 +111,7 @@ class MapSnapshots:
         return self._base.name
 
     @property
-    def schema(self) -> str:
+    def schema(self) -> Schema:
         return self._base.schema
 
     @property
@@ -174,7 +182,7 @@ class MapSnapshots:
             return saved
         self._base_digest, self._base_position, self._base_size = self._base.digest, pending.position, len(pending.base)
         try:
-            self._delta.delete()  # the old base's: it would be read (and unpickled) at the next load for nothing
+            self._delta.delete()  # the old base's: it would be read (and decoded) at the next load for nothing
         except Exception as error:
             log.warning("snapshot %s: the previous delta not deleted (it is ignored when loaded): %r", self.name, error)
         return True
