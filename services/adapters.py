@@ -17,6 +17,7 @@ from sluice.bus.port import Bus
 from sluice.clock import Clock
 from sluice.eventlog.port import EventLog
 from sluice.runtime.errors import InvalidArgument
+from sluice.runtime.secrets import mask_text, mask_url
 
 KURRENTDB_SCHEMES = ("kurrentdb", "kurrentdb+discover", "kdb", "kdb+discover", "esdb", "esdb+discover")
 """kurrentdbclient's URL schemes, named here so that choosing an adapter does not import grpc."""
@@ -37,9 +38,9 @@ def open_event_log(url: str, data_dir: Path, clock: Clock) -> EventLog:
         try:
             return KurrentEventLog.from_url(url, clock=clock)
         except ValueError as error:  # an unknown option, a "$" prefix...
-            raise InvalidArgument("--event-log", f"{url!r}: {error}") from error
+            raise InvalidArgument("--event-log", f"{mask_url(url)!r}: {mask_text(str(error), url)}") from error
     raise InvalidArgument("--event-log",
-                          f"unsupported URL {url!r} (sqlite:///path, postgresql://... or kurrentdb://host:port)")
+                          f"unsupported URL {mask_url(url)!r} (sqlite:///path, postgresql://... or kurrentdb://host:port)")
 
 
 def open_bus(url: str, data_dir: Path, clock: Clock) -> Bus:

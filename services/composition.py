@@ -14,7 +14,6 @@ from sluice.bus.topics import (
     PROGRAM_NOTIFICATIONS,
 )
 from sluice.clock import Clock
-from sluice.datasets.connect import sqlite_url
 from sluice.domain.checking import QUEUE_STREAM
 from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
@@ -31,6 +30,8 @@ from sluice_services.launcher import datasets_grpc, datasets_service
 from sluice_services.launcher import grpc_api as launcher_grpc
 from sluice_services.launcher import service as launcher_service
 from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.launcher.program_api import ProgramApi
+from sluice_services.launcher.run_credentials import RunCredentials, load_secret
 from sluice_services.launcher.run_outputs import RunPublisher
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
 from sluice_services.launcher.publish import LocalFiles
@@ -82,6 +83,12 @@ class Settings:
     """Ended runs the launcher keeps in memory per schedule (the newest; the log keeps them all)."""
     grpc_security: GrpcSecurity = GrpcSecurity()
     """The gRPC API's bearer token and TLS certificate; by default neither."""
+    program_env: tuple[str, ...] = ()
+    """Environment variables programs get beyond the allowlist (sluice_services.launcher.program_env);
+    a name ending in * allows a prefix."""
+    run_credential_secret: str = ""
+    """The key run credentials are signed with; empty: data_dir's run-credentials.key (made once, 0600).
+    Launchers that do not share a data dir must share this."""
 
     @property
     def partitions_dir(self) -> Path:
@@ -133,10 +140,15 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
     # outputs are moved only below the partitions dir, from staged directories only below the runs dir
     data_plane = DatasetsService(log, clock, files=LocalFiles(settings.partitions_dir, settings.data_dir / "runs"))
-    publisher = RunPublisher(data_plane, settings.partitions_dir,
-                             settings.event_log or sqlite_url(settings.data_dir / "events.db"))
-    launcher = LauncherService(log, clock, DirectoryCatalog(settings.apps_dir), SparkSubmitter(settings.spark),
-                               settings.partitions_dir, settings.max_parallel_runs, publisher, settings.runs_history)
+    publisher = RunPublisher(data_plane, settings.partitions_dir)
+    launcher: LauncherService
+    credentials = RunCredentials(load_secret(settings.data_dir, settings.run_credential_secret),
+                                 lambda run_id: launcher.get(run_id))
+    program_api = ProgramApi(credentials, settings.host, settings.grpc_security.tls_cert)
+    launcher = LauncherService(log, clock, DirectoryCatalog(settings.apps_dir),
+                               SparkSubmitter(settings.spark, program_env=settings.program_env),
+                               settings.partitions_dir, settings.max_parallel_runs, publisher, settings.runs_history,
+                               program_api)
 
     def recover() -> None:
         data_plane.recover()  # unfinished commit sequences are redone before any new work
@@ -147,7 +159,8 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
                        route_prefixes=(launcher_service.STREAM_PREFIX, datasets_service.TRANSACTION_PREFIX),
                        grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
                        resolvers=launcher_resolvers(launcher, data_plane),
-                       start=launcher.resume, background=[launcher.run_timers])
+                       start=launcher.resume, background=[launcher.run_timers],
+                       on_listening=program_api.listening, authenticators=[credentials])
 
 
 def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -> ServiceSpec:

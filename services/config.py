@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -76,7 +77,15 @@ def _http_url(value: str) -> str:
     return value
 
 
-# option -> (type, default, check)
+def _env_names(value: Any) -> tuple[str, ...]:
+    names = tuple(value)
+    for name in names:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*\*?", name):
+            raise ValueError(f"must be environment variable names (a trailing * allows a prefix), got {name!r}")
+    return names
+
+
+# option -> (type, default, check); list: a TOML array of strings, comma-separated in the environment
 OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "data_dir": (Path, Path(".sluice"), _any),
     "host": (str, "127.0.0.1", _any),
@@ -104,6 +113,8 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "openlineage_api_key": (str, "", _any),
     "auth_policy": (Path, None, _readable_file),
     "insecure": (bool, False, _any),
+    "program_env": (list, (), _env_names),
+    "run_credential_secret": (str, "", _any),
 }
 
 
@@ -170,7 +181,7 @@ def _file_options(table: Mapping[str, Any], prefix: str, file: Path) -> dict[str
             values[key] = raw
             continue
         if not isinstance(raw, str if kind is Path else kind) or isinstance(raw, bool):
-            expected = "an integer" if kind is int else "a string"
+            expected = {int: "an integer", list: "an array of strings"}.get(kind, "a string")
             raise ConfigError(f"{where}: expected {expected}, got {_type_name(raw)} {raw!r}")
         value = file.parent / Path(raw).expanduser() if kind is Path else raw
         values[key] = _checked(key, value, where)
@@ -188,7 +199,7 @@ def from_env(env: Mapping[str, str]) -> dict[str, Any]:
             values[key] = _flag(raw, variable)
             continue
         try:
-            value = kind(raw)
+            value = [name.strip() for name in raw.split(",") if name.strip()] if kind is list else kind(raw)
         except ValueError:
             raise ConfigError(f"{variable}: expected an integer, got {raw!r}") from None
         values[key] = _checked(key, value, variable)
@@ -222,7 +233,8 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     lineage_token=values["lineage_token"], openlineage_url=values["openlineage_url"],
                     openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"],
                     runs_history=values["runs_history"],
-                    grpc_security=_grpc_security(values))
+                    grpc_security=_grpc_security(values), program_env=tuple(values["program_env"]),
+                    run_credential_secret=values["run_credential_secret"])
 
 
 def _grpc_security(values: Mapping[str, Any]) -> GrpcSecurity:

@@ -1,6 +1,8 @@
 """The context.json handed to a program (read by sluice.sdk.context on the program's side)."""
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from sluice.domain.common import PartitionCommitted, ProgramStatusChanged
@@ -60,3 +62,18 @@ def _notification(notification) -> dict:
     program = payload.program
     return {**base, "type": "program_status_changed", "run_id": payload.run_id, "status": payload.status.value,
             "program": {"namespace": program.namespace, "app": program.app, "program": program.program}}
+
+
+def private_dir(path: Path) -> Path:
+    """`path` made (with its missing parents) and left readable by its owner only (0700)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_context(path: Path, context: dict) -> None:
+    """context.json, readable by its owner only (0600) from its first byte on: it holds the run's credential."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)   # written before by another attempt of the launcher: mode kept
+        json.dump(context, handle, indent=2)

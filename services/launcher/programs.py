@@ -6,11 +6,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from sluice.domain.common import ProgramRef
 from sluice.domain.names import validate_name
 from sluice_services.launcher.paths import inside
+from sluice_services.launcher.program_env import program_environment
 from sluice_services.launcher.tracking import SupervisedChild, SupervisedProgram, spawned
 
 
@@ -84,12 +85,18 @@ SUPERVISE = Path(__file__).with_name("supervise.py")
 class SparkSubmitter:
     """Starts a program with spark-submit against the configured master (local[*] by default),
     through the supervise wrapper, in a session of its own (it outlives the launcher). With any
-    master the driver is this local spark-submit process (client mode): its exit is the run's end."""
+    master the driver is this local spark-submit process (client mode): its exit is the run's end.
 
-    def __init__(self, config: SparkConfig = SparkConfig(), poll_seconds: float = 1.0) -> None:
+    The program's environment is the allowlist of sluice_services.launcher.program_env (plus
+    `program_env`'s names) of `environ` (default: the launcher's), never the whole of it."""
+
+    def __init__(self, config: SparkConfig = SparkConfig(), poll_seconds: float = 1.0, *,
+                 program_env: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> None:
         self._config = config
         self._poll_seconds = poll_seconds
         """How often a re-attached program is looked at, where the kernel cannot tell (no pidfd)."""
+        self._program_env = tuple(program_env)
+        self._environ = environ
 
     def command(self, entry_point: Path, context_path: Path) -> list[str]:
         conf: Sequence[str] = [arg for k, v in sorted(self._config.conf.items()) for arg in ("--conf", f"{k}={v}")]
@@ -97,8 +104,7 @@ class SparkSubmitter:
                 "--sluice-context", str(context_path)]
 
     async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> SupervisedChild:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-               "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+        env = self.environment()
         with open(log_path, "ab") as log_file:
             child = await asyncio.create_subprocess_exec(
                 sys.executable, "-I", "-S", str(SUPERVISE), str(context_path.parent), "--",
@@ -106,6 +112,12 @@ class SparkSubmitter:
                 stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
             )
         return SupervisedChild(child, context_path.parent, self._poll_seconds)
+
+    def environment(self) -> dict[str, str]:
+        environ = os.environ if self._environ is None else self._environ
+        return program_environment(environ, self._program_env, {
+            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": environ.get("SPARK_LOCAL_IP", "127.0.0.1")})
 
     def find(self, attempt_dir: Path) -> SupervisedProgram | None:
         claimant = spawned(attempt_dir)

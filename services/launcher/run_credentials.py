@@ -1,7 +1,7 @@
 """Per-run credentials: what a launched program presents to the launcher's Partitions API instead of
 any secret of the server.
 
-    credentials = RunCredentials(load_secret(data_dir), launcher.get, data_plane.datasets_in)
+    credentials = RunCredentials(load_secret(data_dir), launcher.get)
     token = credentials.issue(run_id)                 # into the run's context.json (system.api.token)
     principal = credentials.authenticate(token, None)  # Principal("run:<run id>", (Grant(PROGRAM, ...), ...))
 
@@ -9,9 +9,8 @@ A token is `sluice-run.<run id>.<hex HMAC-SHA256(secret, run id)>`: stateless, s
 launcher re-attaches to after a restart keeps working, and any launcher sharing the secret (the data
 dir's key file, or --run-credential-secret) verifies it. The HMAC is compared in constant time; then
 the run itself decides: a run that has ended (or that this launcher's log does not know) is refused.
-The grants: PROGRAM on its program's namespace (the datasets registered there, looked up at each
-call, and those its notifications name) and on each other namespace its triggering notifications
-name (those datasets only)."""
+The grants: PROGRAM on every dataset of its program's namespace ("*") and on the datasets its
+triggering notifications name in other namespaces (those only)."""
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +19,7 @@ import os
 import re
 import secrets
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 from sluice.domain.common import PartitionCommitted
 from sluice.domain.runs import Run
@@ -30,6 +29,8 @@ PREFIX = "sluice-run"
 SECRET_FILE = "run-credentials.key"
 """In the data dir, mode 0600: the key every launcher sharing the data dir signs run tokens with."""
 SECRET_ENV = "SLUICE_RUN_CREDENTIAL_SECRET"
+EVERY_DATASET = "*"
+"""In a grant's datasets: all of its namespace (sluice.runtime.authorization.covers)."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
@@ -58,17 +59,15 @@ def load_secret(data_dir: Path, given: str = "") -> bytes:
 class RunCredentials:
     """The run credential authenticator (sluice.runtime.access.Authenticator) and issuer.
 
-    `runs`: a run by id (None: unknown); `datasets_in`: the dataset names registered in a namespace;
-    `compare`: the constant-time comparison (injected so a test can see it is the one used)."""
+    `runs`: a run by id (None: unknown); `compare`: the constant-time comparison (injected so a test
+    can see it is the one used)."""
 
     def __init__(self, secret: bytes, runs: Callable[[str], Run | None],
-                 datasets_in: Callable[[str], Iterable[str]] = lambda namespace: (),
                  compare: Callable[[bytes, bytes], bool] = hmac.compare_digest) -> None:
         if not secret:
             raise ValueError("a run credential secret must not be empty")
         self._secret = secret
         self._runs = runs
-        self._datasets_in = datasets_in
         self._compare = compare
 
     def issue(self, run_id: str) -> str:
@@ -100,11 +99,12 @@ class RunCredentials:
 
     def grants(self, run: Run) -> tuple[Grant, ...]:
         home = run.job.program.namespace
-        named: dict[str, set[str]] = {home: set(self._datasets_in(home))}
+        named: dict[str, set[str]] = {home: {EVERY_DATASET}}
         for notification in run.job.context.notifications:
             payload = notification.payload
             if isinstance(payload, PartitionCommitted):
-                named.setdefault(payload.namespace, set()).add(payload.dataset)
+                if payload.namespace != home:
+                    named.setdefault(payload.namespace, set()).add(payload.dataset)
         return tuple(Grant(Role.PROGRAM, namespace, frozenset(datasets)) for namespace, datasets in named.items())
 
     def _digest(self, run_id: str) -> str:

@@ -1,7 +1,6 @@
 """A finished run's outputs and consumed inputs, published exactly once through one commit sequence.
 
     publisher = RunPublisher(data_plane, data_dir)
-    context["system"].update(publisher.system_context())   # programs find the partition consumers
     outputs = publisher.publish(run_id, result)             # on exit code 0 (PublishError otherwise)
     publisher.release(run_id, run_dir, reason)              # on failure: consumed partitions are retried
 
@@ -18,7 +17,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from sluice.datasets.connect import sqlite_url
 from sluice.domain.commits import (
     CommitSequence,
     CommitStatus,
@@ -45,13 +43,9 @@ CONSUMED_FILE = "consumed.json"
 
 
 class RunPublisher:
-    def __init__(self, data_plane: DatasetsService, data_dir: Path, event_log_url: str = "") -> None:
+    def __init__(self, data_plane: DatasetsService, data_dir: Path) -> None:
         self._plane = data_plane
         self._data_dir = data_dir
-        self._url = event_log_url or sqlite_url(data_dir.parent / "events.db")
-
-    def system_context(self) -> dict[str, str]:
-        return {"event_log": self._url}
 
     def announces(self, namespace: str, dataset: str) -> bool:
         """Whether the dataset's transactions announce its partitions (then the run's completion must not)."""

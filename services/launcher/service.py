@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +27,8 @@ from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto, parse_bus_message
 from sluice.wire.jobs import job_from_proto
 from sluice_services.launcher import lineage_events
-from sluice_services.launcher.context_file import build_context
+from sluice_services.launcher.context_file import build_context, private_dir, write_context
+from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
 from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
 from sluice_services.launcher.run_outputs import RunPublisher
@@ -52,9 +52,11 @@ DEFAULT_FINISHED_RUNS_PER_SCHEDULE = 1_000
 class LauncherService:
     def __init__(self, log: EventLog, clock: Clock, catalog: ProgramCatalog, submitter: ProgramSubmitter,
                  data_dir: Path, max_parallel: int = 2, publisher: RunPublisher | None = None,
-                 runs_history: int | None = DEFAULT_FINISHED_RUNS_PER_SCHEDULE) -> None:
-        """`runs_history`: ended runs kept per schedule (None: all); older ones are read from the log when asked for."""
+                 runs_history: int | None = DEFAULT_FINISHED_RUNS_PER_SCHEDULE, program_api: ProgramApi | None = None) -> None:
+        """`runs_history`: ended runs kept per schedule (None: all); older ones are read from the log when asked for.
+        `program_api`: what programs are told to reach the Partitions API with (None: nothing)."""
         self._publisher = publisher  # commit sequences and partition consumers (datasets); None: files only
+        self._program_api = program_api
         self._log = log
         self._clock = clock
         self._catalog = catalog
@@ -198,11 +200,12 @@ class LauncherService:
         if entry_point is None:
             self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} is not deployed", retryable=False))
             return None
-        attempt_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self._data_dir.parent / "runs" / run.id)
+        private_dir(attempt_dir)
         context_path = attempt_dir / "context.json"
         context = build_context(run.id, run.job, self._data_dir, attempt_dir, run.attempt.number)
-        context["system"].update(self._publisher.system_context() if self._publisher else {})
-        context_path.write_text(json.dumps(context, indent=2))
+        context["system"].update(self._program_api.context_for(run.id) if self._program_api else {})
+        write_context(context_path, context)
         process = await self._submitter.submit(entry_point, context_path, attempt_dir / "driver.log")
         self._decide(run.id, MarkStarted(process.pid, _process_start(process)))
         return process

@@ -28,14 +28,14 @@ from sluice_services.launcher import lineage_events
 from sluice_services.launcher.context_file import build_context
 from sluice_services.lineage.service import LineageService
 from tests.integration.datasets.test_clickstream_spark import SPARK_SUBMIT, Launcher, spark_submit
+from tests.integration.datasets.test_clickstream_spark import launcher  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 SCHEDULE_JOB = "clickstream.hourly_metrics_on_arrival"
 
 
-def test_a_real_spark_application_is_the_child_run_of_its_program_run(tmp_path: Path):
+def test_a_real_spark_application_is_the_child_run_of_its_program_run(tmp_path: Path, launcher: Launcher):  # noqa: F811
     assert SPARK_SUBMIT.exists(), f"no spark-submit next to {sys.executable} (pyspark is a dependency)"
-    launcher = Launcher(tmp_path)
     for request in clickstream.datasets_requests(tmp_path / "data"):
         launcher.plane.datasets.create(dataset_from_proto(request.dataset))
     for marketplace in ("UK", "JP"):
@@ -49,7 +49,7 @@ def test_a_real_spark_application_is_the_child_run_of_its_program_run(tmp_path: 
     run = Run(str(uuid.uuid4()), job, RunStatus.COMPLETED, at)
     run_dir = tmp_path / "runs" / run.id
     context = build_context(run.id, job, tmp_path / "data", run_dir)
-    context["system"].update(launcher.publisher.system_context())
+    context["system"].update(launcher.api.context_for(run.id))
     run_dir.mkdir(parents=True)
     (run_dir / "context.json").write_text(json.dumps(context))
 

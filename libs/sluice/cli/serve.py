@@ -70,6 +70,14 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
                 "http://marquez:5000 (env SLUICE_OPENLINEAGE_URL; default: none)")
     option("--openlineage-api-key", metavar="KEY",
            help="lineage: API key for that backend (env SLUICE_OPENLINEAGE_API_KEY; default: none)")
+    option("--program-env", action="append", metavar="NAME",
+           help="launcher: an environment variable programs get beyond the allowlist (PATH, HOME, LANG, LC_*, TZ, "
+                "TMPDIR, JAVA_HOME, SPARK_*, PYSPARK_*, PYTHONPATH, ...); repeat it; NAME* allows a prefix "
+                "(env SLUICE_PROGRAM_ENV, comma-separated)")
+    option("--run-credential-secret", metavar="KEY",
+           help="launcher: the key per-run program credentials are signed with; launchers that do not share a "
+                "data dir must share it; prefer the environment (env SLUICE_RUN_CREDENTIAL_SECRET; default: "
+                "<data-dir>/run-credentials.key, made once)")
     option("--high-priority", type=int, metavar="P",
            help="checker: jobs of at least this priority pass the load limit (env SLUICE_HIGH_PRIORITY; default 1)")
     option("--jobs-history", type=int, metavar="JOBS",

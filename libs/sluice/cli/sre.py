@@ -89,6 +89,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def open_log(settings):
+    from sluice.runtime.secrets import mask_text, mask_url
     from sluice_services.adapters import open_event_log
 
     path = settings.data_dir / "events.db"
@@ -99,7 +100,8 @@ def open_log(settings):
     except InvalidArgument:
         raise
     except Exception as error:  # a driver's own error type: the URL is wrong or the server is down
-        raise OperatorError(f"cannot open the event log {settings.event_log or path}: {error}") from error
+        raise OperatorError(f"cannot open the event log {mask_url(settings.event_log) or path}: "
+                            f"{mask_text(str(error), settings.event_log)}") from error
 
 
 # -- sluice log ---------------------------------------------------------------------------------

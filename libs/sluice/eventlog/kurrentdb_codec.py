@@ -34,6 +34,7 @@ from sluice.eventlog.port import (
     StreamAppend,
     check_expected_version,
 )
+from sluice.runtime.secrets import mask_url
 
 SCHEMES = tuple(URI_SCHEMES_ALL)
 """URL schemes kurrentdbclient accepts (kurrentdb, kdb, EventStoreDB's esdb; each also +discover)."""
@@ -67,7 +68,7 @@ def parse_url(url: str) -> tuple[str, str]:
     base, _, query = url.partition("?")
     scheme = base.partition("://")[0]
     if scheme not in SCHEMES or "://" not in base:
-        raise ValueError(f"not a KurrentDB URL: {url!r} (schemes: {', '.join(SCHEMES)})")
+        raise ValueError(f"not a KurrentDB URL: {mask_url(url)!r} (schemes: {', '.join(SCHEMES)})")
     kept, prefix = [], ""
     for key, value in parse_qsl(query, keep_blank_values=True):
         if key.lower() == PREFIX_OPTION.lower():

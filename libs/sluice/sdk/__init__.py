@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .context import (
     CONTEXT_FLAG,
+    ApiAccess,
     ContextError,
     Lineage,
     Notification,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 _SPARK_NAMES = {"SdkError", "SparkProgram", "StagedFile", "StagedOutput", "error_line", "run"}
 
 __all__ = [
-    "CONTEXT_FLAG", "ContextError", "Lineage", "Notification", "PartitionRef", "ProgramContext",
+    "CONTEXT_FLAG", "ApiAccess", "ContextError", "Lineage", "Notification", "PartitionRef", "ProgramContext",
     "ProgramRef", "ScheduleRef", "SystemPaths", "context_from_argv", "load_context", "parse_context",
     "Between", "ConsumedPartition", "ConsumeError", "PartitionSource", "filter_from_mapping",
     *sorted(_SPARK_NAMES),

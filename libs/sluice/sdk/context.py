@@ -67,11 +67,24 @@ class ProgramRef:
 
 
 @dataclass(frozen=True)
+class ApiAccess:
+    """How the program reaches Sluice's Partitions API (datasets, partition consumers): the launcher's
+    gRPC address, the run's own credential (valid until the run ends) and, when the server speaks TLS,
+    the certificate file to trust."""
+    address: str
+    token: str
+    tls_ca: str | None = None
+
+    def __repr__(self) -> str:   # never the token
+        return f"ApiAccess(address={self.address!r}, token='***', tls_ca={self.tls_ca!r})"
+
+
+@dataclass(frozen=True)
 class SystemPaths:
     data_dir: str
     staging_dir: str
     result_path: str
-    event_log: str | None = None     # URL of Sluice's event log: datasets and partition consumers
+    api: ApiAccess | None = None     # None: launched without datasets (or by hand): no consumers
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,7 @@ def parse_context(data: Any) -> ProgramContext:
     lineage = _get(data, "lineage", "", dict, optional=True)
     system = _get(data, "system", "", dict)
     raw_time = _get(system, "logical_time", "system.", str, optional=True)
+    api = _get(system, "api", "system.", dict, optional=True)
     return ProgramContext(
         run_id=_get(data, "run_id", "", str),
         job_id=_get(data, "job_id", "", str),
@@ -169,7 +183,11 @@ def parse_context(data: Any) -> ProgramContext:
             data_dir=_get(system, "data_dir", "system.", str),
             staging_dir=_get(system, "staging_dir", "system.", str),
             result_path=_get(system, "result_path", "system.", str),
-            event_log=_get(system, "event_log", "system.", str, optional=True),
+            api=None if api is None else ApiAccess(
+                address=_get(api, "address", "system.api.", str),
+                token=_get(api, "token", "system.api.", str),
+                tls_ca=_get(api, "tls_ca", "system.api.", str, optional=True),
+            ),
         ),
         notifications=tuple(
             _notification(n, f"notifications[{i}]")

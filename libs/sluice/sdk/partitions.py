@@ -4,6 +4,8 @@
     taken = source.take("clickstream", limit=24, where={"marketplace": "US", "hour": Between(8, 12)})
     source.consumed_document()      # what result.json lists under "consumed"
 
+Partitions come from the launcher's Partitions API (context.json system.api: its address and the
+run's own credential; see sluice.sdk.api), never from Sluice's event store directly.
 The run is the taker (its run id), the consumer is named after the program unless given. What was
 taken is also written at once to consumed.json beside result.json: if the program dies, the launcher
 still knows which partitions to mark failed (they are retried); if it succeeds, the launcher's
@@ -17,24 +19,26 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
-from sluice.clock import SystemClock
-from sluice.datasets.connect import open_log
-from sluice.datasets.consumers import ConsumerStore
-from sluice.datasets.store import DatasetStore, PartitionQuery
 from sluice.domain.consumer.state import ConsumerConfig, ConsumerRef, WorkItem
 from sluice.domain.datasets.filters import KeyCondition, MetadataCondition, PartitionFilter
-from sluice.eventlog.port import EventLog
-from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 
-from .context import ProgramContext
+from .context import ApiAccess, ProgramContext
+
+if TYPE_CHECKING:
+    from sluice.datasets.store import IndexedPartition
 
 CONSUMED_FILE = "consumed.json"
 
 
 class ConsumeError(RuntimeError):
     """A consume call that cannot be served; the message names the cause (unknown dataset, bad filter...)."""
+
+
+class ApiError(RuntimeError):
+    """A call the Partitions API refused or could not answer; the message names the call and the
+    server's reason (sluice.sdk.api raises it)."""
 
 
 @dataclass(frozen=True)
@@ -97,12 +101,33 @@ def default_consumer_name(context: ProgramContext) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", f"{context.program.app}_{context.program.program}")
 
 
+class PartitionsApi(Protocol):
+    """What the partition source asks of Sluice (a fake in tests)."""
+
+    def dataset_exists(self, namespace: str, dataset: str) -> bool: ...
+
+    def consume(self, ref: ConsumerRef, taker: str, limit: int, where: PartitionFilter,
+                config: ConsumerConfig | None) -> list[WorkItem]: ...
+
+    def query(self, namespace: str, dataset: str, where: PartitionFilter, limit: int) -> list[IndexedPartition]: ...
+
+    def close(self) -> None: ...
+
+
+def grpc_api(access: ApiAccess) -> PartitionsApi:
+    from .api import GrpcPartitions   # grpc only when a program consumes
+
+    return GrpcPartitions(access)
+
+
 class PartitionSource:
-    def __init__(self, context: ProgramContext, opener: Callable[[str], EventLog] = open_log) -> None:
+    """`connect`: the API client for the context's system.api (a fake in tests)."""
+
+    def __init__(self, context: ProgramContext,
+                 connect: Callable[[ApiAccess], PartitionsApi] = grpc_api) -> None:
         self._context = context
-        self._opener = opener
-        self._consumers: ConsumerStore | None = None
-        self._log: EventLog | None = None
+        self._connect = connect
+        self._api: PartitionsApi | None = None
         self._taken: dict[tuple[str, str, str], list[str]] = {}
 
     def take(self, dataset: str, limit: int = 1000, where: Mapping[str, Any] | PartitionFilter | None = None, *,
@@ -112,9 +137,9 @@ class PartitionSource:
         name = consumer or default_consumer_name(self._context)
         ref = ConsumerRef(namespace, dataset, name)
         try:
-            items = self._store().consume(ref, self._context.run_id, limit, filter_from_mapping(where, metadata),
-                                          config=config)
-        except (InvalidArgument, NotFound, FailedPrecondition, AlreadyExists) as error:
+            items = self._client().consume(ref, self._context.run_id, limit, filter_from_mapping(where, metadata),
+                                           config)
+        except ApiError as error:
             raise ConsumeError(f"consume {namespace}.{dataset}: {error}") from None
         taken = [_consumed(ref, item) for item in items]
         if taken:
@@ -124,9 +149,13 @@ class PartitionSource:
 
     def knows(self, dataset: str, namespace: str | None = None) -> bool:
         """Whether the dataset is registered (partitions can be consumed or queried)."""
-        if not self._context.system.event_log:
+        if self._context.system.api is None:
             return False
-        return self._datasets().find(namespace or self._context.program.namespace, dataset) is not None
+        namespace = namespace or self._context.program.namespace
+        try:
+            return self._client().dataset_exists(namespace, dataset)
+        except ApiError as error:
+            raise ConsumeError(f"dataset {namespace}.{dataset}: {error}") from None
 
     def partitions(self, dataset: str, where: Mapping[str, Any] | PartitionFilter | None = None, *,
                    metadata: Mapping[str, Any] | None = None, namespace: str | None = None,
@@ -134,10 +163,9 @@ class PartitionSource:
         """The dataset's committed partitions that match (a query, not consuming): the latest one of
         each key, in position order."""
         namespace = namespace or self._context.program.namespace
-        query = PartitionQuery(where=filter_from_mapping(where, metadata), limit=limit)
         try:
-            found = self._datasets().query(namespace, dataset, query)
-        except (InvalidArgument, NotFound) as error:
+            found = self._client().query(namespace, dataset, filter_from_mapping(where, metadata), limit)
+        except ApiError as error:
             raise ConsumeError(f"partitions of {namespace}.{dataset}: {error}") from None
         latest = {tuple(p.partition.key.values()): p for p in found}
         return [DatasetPartition(namespace, dataset, str(p.id), dict(p.partition.key), p.partition.location,
@@ -149,25 +177,18 @@ class PartitionSource:
                 for (ns, ds, consumer), ids in self._taken.items()]
 
     def close(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = self._consumers = None
+        if self._api is not None:
+            self._api.close()
+            self._api = None
 
-    def _store(self) -> ConsumerStore:
-        if self._consumers is None:
-            url = self._context.system.event_log
-            if not url:
-                raise ConsumeError("this run's context has no system.event_log: consuming partitions needs a "
+    def _client(self) -> PartitionsApi:
+        if self._api is None:
+            access = self._context.system.api
+            if access is None:
+                raise ConsumeError("this run's context has no system.api: consuming partitions needs a "
                                    "program launched by a Sluice with datasets")
-            clock = SystemClock()
-            self._log = self._opener(url)
-            self._consumers = ConsumerStore(self._log, DatasetStore(self._log, clock), clock)
-        return self._consumers
-
-    def _datasets(self) -> DatasetStore:
-        self._store()
-        assert self._log is not None
-        return DatasetStore(self._log, SystemClock())
+            self._api = self._connect(access)
+        return self._api
 
     def _write_sidecar(self) -> None:
         path = Path(self._context.system.result_path).with_name(CONSUMED_FILE)

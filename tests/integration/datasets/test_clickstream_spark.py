@@ -13,7 +13,6 @@ import pytest
 
 from sluice.clock import SystemClock
 from sluice.datasets import PartitionQuery
-from sluice.datasets.connect import sqlite_url
 from sluice.domain.consumer import ConsumerRef, Outcome
 from sluice.domain.datasets import Partition
 from sluice.eventlog.sqlite import SqliteEventLog
@@ -23,6 +22,7 @@ from sluice_examples.clickstream.app import HOURLY_METRICS_ENTRY_POINT, NAMESPAC
 from sluice_examples.clickstream.generate import generate_hour, hours_for
 from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.run_outputs import RunPublisher
+from tests.support.partitions_api import PartitionsApiServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -41,13 +41,19 @@ def spark_submit(script: str | Path, *args: str, cwd: Path) -> subprocess.Comple
 
 
 class Launcher:
-    """What the launcher does around a run: context.json in, spark-submit, result.json out, publish."""
+    """What the launcher does around a run: context.json in, spark-submit, result.json out, publish;
+    its Partitions API serves the program's consumers."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.log = SqliteEventLog(root / "events.db")
         self.plane = DatasetsService(self.log, SystemClock())
-        self.publisher = RunPublisher(self.plane, root / "data", sqlite_url(root / "events.db"))
+        self.publisher = RunPublisher(self.plane, root / "data")
+        self.api = PartitionsApiServer(self.plane).__enter__()
+
+    def close(self) -> None:
+        self.api.__exit__(None, None, None)
+        self.log.close()
 
     def run(self, entry_point: str | Path, run_id: str, program: str, **properties: str) -> dict:
         run_dir = self.root / "runs" / run_id
@@ -57,7 +63,7 @@ class Launcher:
                    "properties": properties, "notifications": [], "lineage": None,
                    "system": {"logical_time": None, "data_dir": str(self.root / "data"),
                               "staging_dir": str(run_dir / "staging"), "result_path": str(run_dir / "result.json"),
-                              **self.publisher.system_context()}}
+                              **self.api.context_for(run_id)}}
         (run_dir / "context.json").write_text(json.dumps(context))
         proc = spark_submit(entry_point, "--sluice-context", str(run_dir / "context.json"), cwd=self.root)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -78,9 +84,15 @@ def read_parquet(root: Path, locations: list[str]) -> list[dict]:
     return json.loads((root / "rows.json").read_text())
 
 
-def test_hourly_then_daily_metrics_through_partition_consumers(tmp_path: Path):
-    assert SPARK_SUBMIT.exists(), f"no spark-submit next to {sys.executable} (pyspark is a dependency)"
+@pytest.fixture
+def launcher(tmp_path: Path):
     launcher = Launcher(tmp_path)
+    yield launcher
+    launcher.close()
+
+
+def test_hourly_then_daily_metrics_through_partition_consumers(tmp_path: Path, launcher: Launcher):
+    assert SPARK_SUBMIT.exists(), f"no spark-submit next to {sys.executable} (pyspark is a dependency)"
     datasets = launcher.plane.datasets
     for request in clickstream.datasets_requests(tmp_path / "data"):
         datasets.create(dataset_from_proto(request.dataset))

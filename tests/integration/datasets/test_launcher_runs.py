@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -17,7 +19,6 @@ from sluice.bus.port import Record
 from sluice.bus.topics import LAUNCH_REQUESTS, PARTITION_NOTIFICATIONS
 from sluice.clock import SimulatedClock
 from sluice.datasets import PartitionQuery
-from sluice.datasets.connect import sqlite_url
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.consumer import ConsumerRef, Outcome, WorkStatus
 from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
@@ -31,6 +32,7 @@ from sluice.wire.jobs import job_to_proto
 from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.run_outputs import RunPublisher
 from sluice_services.launcher.service import LauncherService
+from tests.support.partitions_api import PartitionsApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +98,8 @@ class Harness:
         self.clock = SimulatedClock(datetime(2026, 11, 22, 10, tzinfo=timezone.utc))
         self.log = SqliteEventLog(root / "events.db", clock=self.clock)
         self.plane = DatasetsService(self.log, self.clock)
-        self.publisher = RunPublisher(self.plane, root / "data", sqlite_url(root / "events.db"))
+        self.publisher = RunPublisher(self.plane, root / "data")
+        self.api = PartitionsApiServer(self.plane)
         self.plane.datasets.create(CLICKS)
         self.plane.datasets.create(DatasetSpec("web", "click_counts", (KeySpec("hour", KeyType.INT),),
                                                str(root / "data" / "web" / "click_counts")))
@@ -111,7 +114,7 @@ class Harness:
 
     async def run(self, program: Callable[[Path], int]):
         launcher = LauncherService(self.log, self.clock, Catalog(), InlineSubmitter(program), self.root / "data",
-                                   publisher=self.publisher)
+                                   publisher=self.publisher, program_api=self.api.api)
         self.jobs += 1
         job = Job(derived_id("job", str(self.jobs)), "schedule-1", 1, PROGRAM, TriggerContext("schedule-1", "hourly"), self.clock.now())
         request = jobs_pb2.LaunchRequested(job=job_to_proto(job)).SerializeToString()
@@ -130,7 +133,8 @@ def load_context_for(harness: Harness):
 @pytest.fixture
 def harness(tmp_path: Path):
     h = Harness(tmp_path)
-    yield h
+    with h.api:
+        yield h
     h.log.close()
 
 
@@ -142,7 +146,7 @@ async def test_a_successful_run_publishes_its_outputs_and_completes_its_inputs(h
     assert {p.partition.key["hour"]: json.loads(Path(p.partition.location, "part-0.json").read_text())["clicks"]
             for p in published} == {"3": 3, "5": 5}
     assert [r.outcome for r in harness.consumer().history] == [Outcome.COMPLETED, Outcome.COMPLETED]
-    assert load_context_for(harness).system.event_log == sqlite_url(harness.root / "events.db")
+    assert load_context_for(harness).system.api.address == f"127.0.0.1:{harness.api.port}"
     run_completed = next(r for r in harness.log.read_all(0, 10_000) if r.type == "RunCompleted")
     assert [o.topic for o in launcher.route(run_completed) if o.topic == PARTITION_NOTIFICATIONS] == [], \
         "the registered dataset's transaction announces the outputs, not the run"
@@ -190,3 +194,34 @@ async def test_a_filtered_consume_takes_only_matching_partitions(harness: Harnes
     assert run.status is RunStatus.COMPLETED
     assert [p.partition.key["hour"] for p in harness.plane.datasets.query("web", "click_counts", PartitionQuery())] \
         == ["8", "9"]
+
+
+async def test_a_programs_context_holds_its_run_credential_and_no_event_store_url(harness: Harness):
+    """Regression (issue 23): context.json had system.event_log, the event store's URL with its password."""
+    harness.add_clicks(1)
+    _, run = await harness.run(counting_program())
+    assert run.status is RunStatus.COMPLETED, run.error
+    (path,) = (harness.root / "runs").glob("*/context.json")
+    system = json.loads(path.read_text())["system"]
+    assert "event_log" not in system and "events.db" not in path.read_text()
+    assert system["api"] == {"address": f"127.0.0.1:{harness.api.port}",
+                             "token": harness.api.credentials.issue(run.id)}
+
+
+async def test_a_context_file_and_its_run_directory_are_readable_by_their_owner_only(harness: Harness):
+    """Regression (issue 23): context.json was written with the default mode (0644 under umask 022)."""
+    harness.add_clicks(1)
+    modes = {}
+
+    def program(context_path: Path) -> int:
+        modes.update(file=stat.S_IMODE(os.stat(context_path).st_mode),
+                     attempt=stat.S_IMODE(os.stat(context_path.parent).st_mode))
+        return counting_program()(context_path)
+
+    previous = os.umask(0o022)
+    try:
+        _, run = await harness.run(program)
+    finally:
+        os.umask(previous)
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert modes == {"file": 0o600, "attempt": 0o700}
