@@ -1,8 +1,12 @@
 """Recovery from a snapshot plus the log after it gives the state a full fold gives, per service
 (registry, matcher, checker, launcher) and for the jobs read model, on SQLite and PostgreSQL; a
-snapshot of other code or with damaged bytes is ignored (full fold), never trusted."""
+snapshot of another schema version or with damaged bytes is ignored (full fold), never trusted, and
+bytes written into the snapshot store by anyone run no code."""
 from __future__ import annotations
 
+import hashlib
+import struct
+import zlib
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -171,21 +175,27 @@ async def test_recovery_writes_a_snapshot_when_it_folded_a_long_tail(history, op
     assert log.read_snapshot("jobs").position == log.head_position()
 
 
-@pytest.mark.parametrize("damage", ["other code", "flipped byte", "not a snapshot", "foreign class"])
+def schema_of_stored(snapshot: Snapshot, state: Any) -> snapshots.Schema:
+    """A schema with the stored snapshot's version, declaring another state."""
+    return snapshots.Schema(state, int(snapshot.schema.rsplit(":", 1)[1]))
+
+
+@pytest.mark.parametrize("damage", ["another version", "flipped byte", "not a snapshot", "another state"])
 async def test_an_unusable_snapshot_is_ignored_and_the_log_folded(history, open_log, tmp_path, damage, caplog) -> None:
     log = open_log()
     expected = full_fold(log, tmp_path)
     for name in NAMES:
         if (good := log.read_snapshot(name)) is None:
             continue
-        if damage == "other code":
-            bad = replace(good, schema="0" * 32)
+        if damage == "another version":  # as written by a release whose state has another shape
+            format_, stored, version = good.schema.rsplit(":", 2)
+            bad = replace(good, schema=f"{format_}:{stored}:{int(version) + 1}")
         elif damage == "flipped byte":
             bad = replace(good, data=good.data[:-1] + bytes([good.data[-1] ^ 1]))
         elif damage == "not a snapshot":
             bad = replace(good, data=b"garbage")
-        else:  # well-formed, but would build something that is not Sluice state
-            bad = replace(good, data=snapshots.pack(Path("/etc/passwd")))
+        else:  # well-formed, of this schema's name and version, but holding something else
+            bad = replace(good, data=snapshots.pack(("/etc/passwd", 0), schema_of_stored(good, tuple[str, int]), name))
         log.save_snapshot(bad)
     assert recovered(log, tmp_path) == expected
     assert "folding the whole log" in caplog.text
@@ -197,8 +207,60 @@ async def test_a_snapshot_that_is_state_of_another_shape_is_ignored(history, ope
     for name in NAMES:
         if (good := log.read_snapshot(name)) is None:
             continue
-        log.save_snapshot(Snapshot(name, log.head_position(), good.schema, snapshots.pack(["not", "states"])))
+        data = snapshots.pack(["not", "states"], schema_of_stored(good, list[str]), name)
+        log.save_snapshot(Snapshot(name, log.head_position(), good.schema, data))
     assert recovered(log, tmp_path) == expected
+
+
+def pickle_running(command: str) -> bytes:
+    """What an attacker who can write to the event store would store as a snapshot: protocol-0 pickle
+    opcodes for `builtins.getattr(sluice.bus.inprocess.os, "system")(command)` (both names the
+    unpickler of the pickled format admitted), zlib-compressed behind their SHA-256 as that format's
+    snapshots were."""
+    def text(value: str) -> bytes:
+        return b"X" + struct.pack("<I", len(value.encode())) + value.encode()
+
+    payload = (b"cbuiltins\ngetattr\n(csluice.bus.inprocess\nos\n" + text("system") + b"tR("
+               + text(command) + b"tR.")
+    body = zlib.compress(payload)
+    return hashlib.sha256(body).digest() + body
+
+
+async def test_a_pickle_written_as_a_snapshot_runs_no_code_and_the_log_is_folded(
+        history, open_log, tmp_path, caplog) -> None:
+    """The event store is no code-execution channel: a pickle calling os.system, stored in every
+    service's snapshot under the very schema the service expects, is not run; each service folds."""
+    log = open_log()
+    expected = full_fold(log, tmp_path)
+    marker = tmp_path / "pwned"
+    replaced = 0
+    for name in NAMES:
+        if (good := log.read_snapshot(name)) is None:
+            continue
+        log.save_snapshot(replace(good, data=pickle_running(f"touch {marker}")))
+        replaced += 1
+    assert replaced >= 4
+    assert recovered(log, tmp_path) == expected
+    assert not marker.exists()
+    assert "folding the whole log" in caplog.text
+
+
+async def test_a_bumped_schema_version_folds_the_whole_log(history, open_log, tmp_path, monkeypatch, caplog) -> None:
+    """A developer who changes the matcher's state bumps its SNAPSHOT_VERSION: the old snapshot is not
+    read, the whole log is, and the new snapshot has the new version."""
+    from sluice_services.matcher import service as matcher_service
+
+    log = open_log()
+    expected = full_fold(log, tmp_path)
+    before = log.read_snapshot("matcher").schema
+    monkeypatch.setattr(matcher_service, "SNAPSHOT_VERSION", matcher_service.SNAPSHOT_VERSION + 1)
+    counting = CountingLog(log)
+    matcher = MatcherService(counting, SimulatedClock(T0 + timedelta(days=1)))
+    matcher.recover()
+    assert matcher.states() == expected["matcher"]
+    assert counting.events_read >= log.head_position() * 0.9  # every event (but the few of other prefixes skipped)
+    assert "matcher at position" in caplog.text and "another schema" in caplog.text
+    assert log.read_snapshot("matcher").schema == before[:-1] + str(matcher_service.SNAPSHOT_VERSION)
 
 
 async def test_the_data_plane_recovers_its_datasets_from_a_snapshot(history, open_log, tmp_path) -> None:
