@@ -10,6 +10,13 @@
 # broker.pid, data and log to deploy/kafka/.cache/broker/. Every `up` formats empty storage unless
 # KAFKA_KEEP_DATA=1 (then the previous topics and offsets stay, and start-up waits ~9 s for the
 # previous run's broker registration to expire). Heap: $KAFKA_HEAP_OPTS (default -Xmx512m -Xms128m).
+#
+# KAFKA_SASL_SSL=1 adds a SASL_SSL listener (TLS + SCRAM-SHA-512 logins; sasl_ssl.properties.in) on
+# $KAFKA_SASL_SSL_PORT (default: a free port): openssl makes a CA and a broker certificate for
+# 127.0.0.1 in deploy/kafka/.cache/broker/tls (kept across runs; clients trust tls/ca.pem), and user
+# $KAFKA_SASL_USER (default sluice) gets the password $KAFKA_SASL_PASSWORD (default: a random one,
+# kept in broker/sasl.password, mode 0600) when the storage is formatted. The bus URL goes to
+# deploy/kafka/.cache/broker.sasl_ssl_url; give Sluice the login in SLUICE_KAFKA_USERNAME/PASSWORD.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +34,23 @@ running_pid() {  # the pid of our broker if it is alive (a recycled pid is not o
         && echo "$pid"
 }
 
+make_certificates() {  # a CA and a certificate for 127.0.0.1/localhost it signed; broker.pem = key + chain
+    local dir="$1" key=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    [[ -f "$dir/broker.pem" && -f "$dir/ca.pem" ]] && return 0
+    command -v openssl >/dev/null || { echo "kafka: KAFKA_SASL_SSL=1 needs openssl" >&2; exit 1; }
+    mkdir -p "$dir" && chmod 700 "$dir"
+    (
+        cd "$dir"
+        openssl req -x509 "${key[@]}" -keyout ca.key -out ca.pem -days 365 -subj /CN=sluice-kafka-dev-ca 2>/dev/null
+        openssl req -new "${key[@]}" -keyout broker.key -out broker.csr -subj /CN=localhost 2>/dev/null
+        echo "subjectAltName=IP:127.0.0.1,DNS:localhost" >broker.ext
+        openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.crt -days 365 \
+            -extfile broker.ext 2>/dev/null
+        cat broker.key broker.crt ca.pem >broker.pem
+        chmod 600 ca.key broker.key broker.pem
+    ) || { echo "kafka: making the TLS certificates in $dir failed" >&2; exit 1; }
+}
+
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
@@ -40,17 +64,33 @@ up() {
     command -v java >/dev/null || { echo "kafka: java (17+) is required" >&2; exit 1; }
     local port="${KAFKA_PORT:-$(free_port)}" controller_port="${KAFKA_CONTROLLER_PORT:-$(free_port)}"
     local cp="$cache/libs/*" log4j="-Dlog4j2.configurationFile=file:$here/log4j2.properties"
+    local sasl_ssl="${KAFKA_SASL_SSL:-0}" sasl_port="" scram=()
     [[ "${KAFKA_KEEP_DATA:-0}" == 1 ]] || rm -rf "$state/data"
     mkdir -p "$state/data"
     sed -e "s|\${PORT}|$port|g" -e "s|\${CONTROLLER_PORT}|$controller_port|g" -e "s|\${LOG_DIRS}|$state/data|g" \
         "$here/server.properties.in" >"$state/server.properties"
+    rm -f "$cache/broker.sasl_ssl_url"
+    if [[ "$sasl_ssl" == 1 ]]; then
+        sasl_port="${KAFKA_SASL_SSL_PORT:-$(free_port)}"
+        make_certificates "$state/tls"
+        local user="${KAFKA_SASL_USER:-sluice}" password="${KAFKA_SASL_PASSWORD:-}"
+        if [[ -z "$password" ]]; then
+            [[ -s "$state/sasl.password" ]] || (umask 077; head -c 18 /dev/urandom | base64 | tr '+/' '-_' >"$state/sasl.password")
+            password="$(cat "$state/sasl.password")"
+        fi
+        scram=(--add-scram "SCRAM-SHA-512=[name=$user,password=$password]")
+        { echo; sed -e "s|\${PORT}|$port|g" -e "s|\${CONTROLLER_PORT}|$controller_port|g" \
+            -e "s|\${SASL_SSL_PORT}|$sasl_port|g" -e "s|\${TLS_DIR}|$state/tls|g" "$here/sasl_ssl.properties.in"
+        } >>"$state/server.properties"
+    fi
     if [[ ! -f "$state/data/meta.properties" ]]; then
         local cluster_id
         cluster_id="-"  # 16 random bytes, URL-safe base64 without padding, not starting with "-" (as Kafka's Uuid)
         while [[ "$cluster_id" == -* ]]; do
             cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
         done
-        java "$log4j" -cp "$cp" kafka.tools.StorageTool format -t "$cluster_id" -c "$state/server.properties" >"$state/format.log" 2>&1 \
+        java "$log4j" -cp "$cp" kafka.tools.StorageTool format -t "$cluster_id" -c "$state/server.properties" "${scram[@]}" \
+            >"$state/format.log" 2>&1 \
             || { cat "$state/format.log" >&2; echo "kafka: formatting $state/data failed" >&2; exit 1; }
     fi
     : >"$log_file"
@@ -77,6 +117,11 @@ up() {
         sleep 0.2
     done
     echo "kafka: running (pid $pid) at 127.0.0.1:$port; log: ${log_file#"$PWD/"}"
+    if [[ "$sasl_ssl" == 1 ]]; then
+        echo "kafka://127.0.0.1:$sasl_port?security_protocol=SASL_SSL&sasl_mechanism=SCRAM-SHA-512&ssl_cafile=$state/tls/ca.pem" \
+            >"$cache/broker.sasl_ssl_url"
+        echo "kafka: SASL_SSL at 127.0.0.1:$sasl_port (user ${KAFKA_SASL_USER:-sluice}; bus URL in $cache/broker.sasl_ssl_url)"
+    fi
 }
 
 down() {
@@ -95,7 +140,7 @@ down() {
         fi
         sleep 0.2
     done
-    rm -f "$pid_file" "$address_file"
+    rm -f "$pid_file" "$address_file" "$cache/broker.sasl_ssl_url"
     echo "kafka: stopped (pid $pid)"
 }
 
