@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.parse
 import uuid
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,7 @@ def _settings(examples: int):
 def draw_all(strategy: st.SearchStrategy, examples: int, seed: int) -> list:
     """`examples` values of the strategy, the same for the same seed."""
     drawn: list = []
+    warnings.filterwarnings("ignore", module="hypothesis")
 
     @hypothesis_seed(seed)
     @_settings(examples)
