@@ -25,7 +25,7 @@ import hmac
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sluice.runtime.access import ANY_NAMESPACE, Grant, Principal, Role
 
@@ -42,10 +42,14 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def same_secret(presented: str | bytes, expected: str | bytes) -> bool:
+Compare = Callable[[bytes, bytes], bool]
+"""Equality of two secrets' hashes: hmac.compare_digest (constant time); injected only by tests."""
+
+
+def same_secret(presented: str | bytes, expected: str | bytes, compare: Compare = hmac.compare_digest) -> bool:
     """Constant-time equality of two secrets (or of their hashes)."""
     as_bytes = [value.encode("utf-8") if isinstance(value, str) else value for value in (presented, expected)]
-    return hmac.compare_digest(as_bytes[0], as_bytes[1])
+    return compare(as_bytes[0], as_bytes[1])
 
 
 @dataclass(frozen=True)
@@ -58,15 +62,16 @@ class _Entry:
 class PolicyAuthenticator:
     """The principals of a policy file."""
 
-    def __init__(self, entries: tuple[_Entry, ...]) -> None:
+    def __init__(self, entries: tuple[_Entry, ...], compare: Compare = hmac.compare_digest) -> None:
         self._entries = entries
+        self._compare = compare
 
     def authenticate(self, bearer: str | None, peer_subject: str | None) -> Principal | None:
         if bearer is not None:
             presented = hash_token(bearer)
             found = None
             for entry in self._entries:  # every hash compared: the time taken does not say which matched
-                if entry.token_sha256 and same_secret(presented, entry.token_sha256) and found is None:
+                if entry.token_sha256 and same_secret(presented, entry.token_sha256, self._compare) and found is None:
                     found = entry.principal
             return found
         if peer_subject:
@@ -81,12 +86,13 @@ class PolicyAuthenticator:
 class TokenAuthenticator:
     """One shared bearer token (`--grpc-token`, `--lineage-token`): one principal, compared in constant time."""
 
-    def __init__(self, token: str, principal: Principal) -> None:
+    def __init__(self, token: str, principal: Principal, compare: Compare = hmac.compare_digest) -> None:
         self._hash = hash_token(token)
         self._principal = principal
+        self._compare = compare
 
     def authenticate(self, bearer: str | None, peer_subject: str | None) -> Principal | None:
-        if bearer is not None and same_secret(hash_token(bearer), self._hash):
+        if bearer is not None and same_secret(hash_token(bearer), self._hash, self._compare):
             return self._principal
         return None
 
@@ -104,7 +110,7 @@ def load_policy(path: Path) -> PolicyAuthenticator:
     return parse_policy(text, str(path))
 
 
-def parse_policy(text: str, where: str = "<policy>") -> PolicyAuthenticator:
+def parse_policy(text: str, where: str = "<policy>", compare: Compare = hmac.compare_digest) -> PolicyAuthenticator:
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -120,7 +126,7 @@ def parse_policy(text: str, where: str = "<policy>") -> PolicyAuthenticator:
     duplicate = next((name for name in names if names.count(name) > 1), None)
     if duplicate:
         raise PolicyError(f"{where}: {duplicate}: two principals have this name")
-    return PolicyAuthenticator(parsed)
+    return PolicyAuthenticator(parsed, compare)
 
 
 def _entry(table: Any, where: str) -> _Entry:
