@@ -220,3 +220,53 @@ async def test_a_lone_surrogate_in_a_lineage_event_is_refused_on_every_path(tmp_
         assert log.read_all(0, 10) == []  # nothing stored
     finally:
         log.close()
+
+
+# --- (f) the latest missed fire is computed, not enumerated ---------------------------------------
+import time as _time  # noqa: E402
+from datetime import timedelta  # noqa: E402
+
+from sluice.domain import matching  # noqa: E402
+from sluice.domain.common import ProgramRef  # noqa: E402
+from sluice.domain.schedules import MisfirePolicy, Schedule  # noqa: E402
+from sluice.domain.triggers import TimeTrigger, latest_fire  # noqa: E402
+
+
+def _per_second(policy: MisfirePolicy, catch_up: int = 24 * 3600) -> Schedule:
+    return Schedule("sid", "s", ProgramRef("ns", "a", "p"), TimeTrigger("* * * * * *", "Europe/Berlin"),
+                    enabled=True, misfire_policy=policy, catch_up_seconds=catch_up)
+
+
+def _after_downtime(schedule: Schedule, downtime: timedelta) -> tuple[list, datetime]:
+    """The schedule observed at T0 (its first job waits from then), then a clock jump of `downtime`."""
+    events, state = matching.step(matching.MatcherState(), matching.ObserveSchedule("sid", schedule), T0)
+    now = T0 + downtime
+    started = _time.perf_counter()
+    events, state = matching.step(state, matching.CheckTime(), now)
+    assert _time.perf_counter() - started < 1.0  # a year of per-second fires is 31.5 million: not enumerated
+    return events, now
+
+
+def test_a_year_of_downtime_at_a_per_second_cron_fires_once_with_the_latest_missed_time_at_once():
+    events, now = _after_downtime(_per_second(MisfirePolicy.FIRE_ONCE), timedelta(days=365, milliseconds=500))
+    fired = [e for e in events if isinstance(e, matching.JobTriggered)]
+    assert len(fired) == 1 and fired[0].job.context.logical_time == now.replace(microsecond=0)
+
+
+def test_fire_each_after_a_year_of_downtime_runs_at_most_the_capped_number_of_the_newest_missed_times():
+    from sluice.domain.bounds import MAX_CATCH_UP_FIRES
+    events, now = _after_downtime(_per_second(MisfirePolicy.FIRE_EACH), timedelta(days=365))
+    skipped = [e for e in events if isinstance(e, matching.MissedFiresSkipped)]
+    fired = [e for e in events if isinstance(e, matching.JobTriggered)]
+    assert len(skipped) == 1 and skipped[0].until == now - timedelta(seconds=MAX_CATCH_UP_FIRES)
+    assert fired[0].job.context.logical_time == now - timedelta(seconds=MAX_CATCH_UP_FIRES - 1)
+
+
+def test_latest_fire_agrees_with_enumeration_across_dst_changes():
+    trigger = TimeTrigger("*/20 * * * *", "America/New_York")
+    for start in (datetime(2026, 3, 8, 5, tzinfo=timezone.utc), datetime(2026, 11, 1, 4, tzinfo=timezone.utc)):
+        for minutes in range(0, 240, 7):
+            until = start + timedelta(minutes=minutes, seconds=13)
+            from sluice.domain.triggers import next_fire_times
+            expected = (next_fire_times(trigger, start, until) or [None])[-1]
+            assert latest_fire(trigger, start, until) == expected, until

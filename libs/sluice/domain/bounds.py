@@ -24,6 +24,8 @@ MAX_TRIGGER_COUNT = 10_000
 MAX_BYTES = 2**62
 """Byte sizes (data-size triggers, partition sizes, record counts): within int64, sums stay exact."""
 MAX_RETRIES = 100
+MAX_CATCH_UP_FIRES = 1_000
+"""FIRE_EACH after downtime runs at most this many missed times (the newest) per time trigger."""
 MAX_WORKING_SET = 10_000
 """Partitions a dataset consumer hands out at once (one gRPC answer)."""
 MIN_PRIORITY, MAX_PRIORITY = -1_000_000, 1_000_000

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sluice.domain import triggers
+from sluice.domain.bounds import MAX_CATCH_UP_FIRES
 from sluice.domain.common import Notification
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.schedules import MISFIRE_THRESHOLD, MisfirePolicy, Schedule
@@ -258,6 +259,11 @@ def _skip_missed_until(schedule: Schedule, started_at: datetime, first_missed: d
             return latest - timedelta(seconds=1) if latest is not None and latest > first_missed else None
         case MisfirePolicy.FIRE_EACH:
             horizon = now - timedelta(seconds=schedule.catch_up_seconds)
+            # at most MAX_CATCH_UP_FIRES runs (per time leaf): the newest of the missed times
+            oldest_kept = triggers.nth_latest_fire(schedule.trigger, max(horizon, started_at), now,
+                                                   MAX_CATCH_UP_FIRES + 1)
+            if oldest_kept is not None:
+                horizon = max(horizon, oldest_kept)
             return horizon if first_missed <= horizon else None
         case MisfirePolicy.SKIP:
             return now - MISFIRE_THRESHOLD

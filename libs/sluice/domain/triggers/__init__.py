@@ -9,7 +9,7 @@
     evaluate(trigger, state, now)                    # Evaluation(satisfied, wake_at, logical_time)
     matched_notifications(trigger, state)            # what the program is handed
 """
-from sluice.domain.triggers.cron import CronError, latest_fire, next_fire, next_fire_times
+from sluice.domain.triggers.cron import CronError, latest_fire, next_fire, next_fire_times, nth_latest_fire
 from sluice.domain.triggers.evaluation import Evaluation, evaluate
 from sluice.domain.triggers.specs import (
     TERMINAL_STATUSES,
@@ -37,5 +37,5 @@ __all__ = [
     "validate_trigger", "event_keys", "time_alone_can_satisfy", "leaves",
     "LeafState", "TriggerState", "start", "observe", "matched_notifications",
     "Evaluation", "evaluate",
-    "CronError", "next_fire", "next_fire_times", "latest_fire",
+    "CronError", "next_fire", "next_fire_times", "latest_fire", "nth_latest_fire",
 ]

@@ -16,7 +16,7 @@ Whoever wants every elapsed hour regardless of DST writes the cron in UTC.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -74,10 +74,64 @@ def next_fire_times(trigger: TimeTrigger, after: datetime, until: datetime) -> l
 
 
 def latest_fire(trigger: Trigger, after: datetime, until: datetime) -> datetime | None:
-    """The latest fire of any time leaf of `trigger` in (after, until], None when there is none."""
-    fires = [times[-1] for leaf in leaves(trigger) if isinstance(leaf, TimeTrigger)
-             if (times := next_fire_times(leaf, after, until))]
+    """The latest fire of any time leaf of `trigger` in (after, until], None when there is none.
+    Computed back from `until`, not enumerated from `after`: a year of a per-second cron is instant."""
+    return nth_latest_fire(trigger, after, until, 1)
+
+
+def nth_latest_fire(trigger: Trigger, after: datetime, until: datetime, n: int) -> datetime | None:
+    """The latest of each time leaf's n-th latest fire in (after, until] (None when no leaf has n):
+    fires after it are at most n - 1 per leaf. Costs n steps back per leaf, never the whole span."""
+    require_aware(after)
+    require_aware(until)
+    fires = [fire for leaf in leaves(trigger) if isinstance(leaf, TimeTrigger)
+             if (fire := _nth_latest(leaf, after.astimezone(timezone.utc), until.astimezone(timezone.utc), n))]
     return max(fires, default=None)
+
+
+def _nth_latest(trigger: TimeTrigger, after: datetime, until: datetime, n: int) -> datetime | None:
+    zone = zone_of(trigger.zone)
+    latest = _latest_at_or_before(trigger, zone, until)
+    if latest is None or latest <= after:
+        return None
+    if n == 1:
+        return latest
+    walls = _wall_times(trigger.cron, latest.astimezone(zone).replace(tzinfo=None))
+    fire, found = latest, 1
+    for _ in range(_SEARCH_LIMIT + n):
+        previous = to_instant(walls.get_prev(datetime), zone)
+        if previous >= fire:  # a repeated hour's second pass, or merged into a gap's end
+            continue
+        if previous <= after:
+            return None
+        fire, found = previous, found + 1
+        if found == n:
+            return fire
+    raise CronError(f"{trigger.cron!r} in {trigger.zone}: no {n}th fire before {until.isoformat()} found")
+
+
+def _latest_at_or_before(trigger: TimeTrigger, zone: ZoneInfo, until: datetime) -> datetime | None:
+    """The last fire at or before `until`: croniter steps back from `until`'s wall time, then fires
+    hidden by a repeated hour (a first pass's wall time later than `until`'s) are walked forward."""
+    start = until.replace(microsecond=0) + timedelta(seconds=1)
+    walls = _wall_times(trigger.cron, start.astimezone(zone).replace(tzinfo=None))
+    candidate = None
+    for _ in range(_SEARCH_LIMIT):
+        try:
+            fire = to_instant(walls.get_prev(datetime), zone)
+        except (ValueError, OverflowError):  # before year 1: no fire
+            return None
+        if fire <= until:
+            candidate = fire
+            break
+    if candidate is None:
+        return None
+    for _ in range(_SEARCH_LIMIT):
+        following = _next_fire(trigger.cron, trigger.zone, candidate)
+        if following > until:
+            return candidate
+        candidate = following
+    return candidate
 
 
 @lru_cache(maxsize=4096)
