@@ -117,6 +117,8 @@ def _schedule_message(**changes) -> spb.Schedule:
             getattr(message, name).CopyFrom(duration_pb2.Duration(seconds=value))
         elif name == "retry_policy":
             message.retry_policy.CopyFrom(value)
+        elif name == "properties":
+            message.properties.update(value)
         else:
             setattr(message, name, value)
     return message
@@ -270,3 +272,72 @@ def test_latest_fire_agrees_with_enumeration_across_dst_changes():
             from sluice.domain.triggers import next_fire_times
             expected = (next_fire_times(trigger, start, until) or [None])[-1]
             assert latest_fire(trigger, start, until) == expected, until
+
+
+# --- (d) sizes are checked where a request enters; the outbox never crash-loops on one event -------
+from sluice.domain.datasets import (  # noqa: E402
+    DatasetSpec,
+    KeySpec,
+    KeyType,
+    Partition,
+    Transaction,
+    TransactionStatus,
+    decide_commit,
+)
+from sluice.runtime.errors import ResourceExhausted  # noqa: E402
+
+DATASET = DatasetSpec("ns", "clicks", (KeySpec("hour", KeyType.INT),), "/data/clicks")
+
+
+def test_thousands_of_partitions_or_oversized_ones_are_resource_exhausted_before_anything_is_stored():
+    many = tuple(Partition({"hour": str(h)}, f"/data/clicks/{h}", 1, 1) for h in range(5000))
+    with pytest.raises(ResourceExhausted) as error:
+        decide_commit(DATASET, Transaction(1, TransactionStatus.OPEN), many, T0)
+    assert error.value.field == "partitions" and "limit" in error.value.message
+    fat = (Partition({"hour": "1"}, "/data/clicks/1", 1, 1, {"note": "x" * 300_000}),)
+    with pytest.raises(ResourceExhausted) as error:
+        decide_commit(DATASET, Transaction(1, TransactionStatus.OPEN), fat, T0)
+    assert error.value.field == "partitions[0].metadata"
+
+
+def test_schedule_properties_over_the_limit_are_resource_exhausted():
+    with pytest.raises(ResourceExhausted) as error:
+        schedule_from_proto(_schedule_message(properties={"big": "x" * (1024 * 1024)}), "sid")
+    assert error.value.field == "schedule.properties" and "limit" in error.value.message
+
+
+def test_a_notification_too_big_for_the_bus_is_refused_where_it_is_published():
+    message = pb.Notification(id="n", partition_committed=pb.PartitionCommitted(namespace="ns", dataset="clicks",
+        partitions=[pb.PartitionRef(key=[pb.KeyValue(name="hour", value=str(h))], location=f"/d/{h}" + "x" * 200)
+                    for h in range(2000)]))
+    message.time.seconds = int(T0.timestamp())
+    from sluice.wire.common import notification_from_proto
+    with pytest.raises(ResourceExhausted) as error:
+        notification_from_proto(message)
+    assert error.value.field == "notification.partition_committed.partitions"
+
+
+async def test_the_outbox_dead_letters_an_event_too_big_for_the_bus_and_carries_on(tmp_path):
+    from sluice.bus.topics import DEAD_LETTER, JOBS
+    from sluice.eventlog.port import ANY_VERSION, NewEvent
+    from sluice.runtime.outbox import OutboxRelay, Outgoing
+    log = SqliteEventLog(tmp_path / "events.db")
+    try:
+        log.append("s-big", [NewEvent("e-big", "Happened", b"x" * (1024 * 1024 + 1))], ANY_VERSION)
+        log.append("s-ok", [NewEvent("e-ok", "Happened", b"ok")], ANY_VERSION)
+        sent = []
+
+        class Producer:
+            async def send_batch(self, messages):
+                assert all(len(m.value) <= 256 * 1024 for m in messages), "a message too big for the bus"
+                sent.extend(messages)
+                return [(0, i) for i in range(len(messages))]
+
+        relay = OutboxRelay("t", log, Producer(), lambda e: [Outgoing(JOBS, e.stream, e.data)])
+        assert await relay.publish_pending() == 2
+        assert [m.topic for m in sent] == [DEAD_LETTER, JOBS]
+        headers = dict(sent[0].headers)
+        assert b"oversized" in headers["reason"] and headers["sluice-event-id"] == b"e-big"
+        assert sent[1].value == b"ok"
+    finally:
+        log.close()

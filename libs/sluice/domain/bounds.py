@@ -53,8 +53,11 @@ MAX_KEYS = 32
 MAX_LOCATION_BYTES = 4 * 1024
 MAX_METADATA_BYTES = 16 * 1024
 """One partition's metadata: keys and values, UTF-8, summed."""
-MAX_PARTITIONS_BYTES = 192 * 1024
+MAX_PARTITIONS_BYTES = 128 * 1024
 """All partitions of one request (keys, locations, metadata): what its notification carries."""
+MAX_NOTIFICATION_BYTES = 128 * 1024
+"""One encoded notification (Publish, the bus): with a schedule's properties beside it in a job or
+match message, still under MAX_BUS_MESSAGE_BYTES."""
 MAX_FILTER_VALUES = 1_000
 """Allowed values of one trigger filter key."""
 MAX_TRIGGER_LEAVES = 256

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from sluice.bus.port import Message, Producer
-from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
+from sluice.bus.topics import DEAD_LETTER, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
+from sluice.domain.bounds import MAX_BUS_MESSAGE_BYTES
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
 from sluice.runtime.metrics import Registry
 
@@ -88,8 +89,8 @@ class OutboxRelay:
 
     async def _relay(self, events: list[RecordedEvent]) -> None:
         """One read of the log: its messages in one send, then its position saved when due."""
-        messages = [Message(outgoing.topic, outgoing.value, outgoing.key.encode(),
-                            [(EVENT_ID_HEADER, event.id.encode())])
+        messages = [_fitting(Message(outgoing.topic, outgoing.value, outgoing.key.encode(),
+                                     [(EVENT_ID_HEADER, event.id.encode())]), event)
                     for event in events for outgoing in self._route(event)]
         if messages:
             await self._producer.send_batch(messages)
@@ -115,3 +116,19 @@ class OutboxRelay:
             self._save(self._after)
         except Exception as error:  # the log closing under it: what was not saved is published again
             log.warning("outbox relay %s: position %s not saved at stop: %r", self._name, self._after, error)
+
+
+def _fitting(message: Message, event: RecordedEvent) -> Message:
+    """The message, or, when it is too big for the bus (no consumer would read it; a broker may refuse
+    it and the relay would crash-loop), a dead letter naming it: the event stays in the log, where
+    `sluice` tools find it by its id. Requests are bounded where they enter (sluice.domain.bounds);
+    this is the defence in depth."""
+    if len(message.value) <= MAX_BUS_MESSAGE_BYTES:
+        return message
+    reason = (f"oversized: {len(message.value)} bytes > {MAX_BUS_MESSAGE_BYTES} for {message.topic}; "
+              f"event {event.id} of stream {event.stream} at position {event.position} kept in the log")
+    log.error("outbox: %s", reason)
+    return Message(DEAD_LETTER, b"", message.key, [
+        ("reason", reason.encode()), ("source-topic", message.topic.encode()),
+        ("source-stream", event.stream.encode()), ("source-position", str(event.position).encode()),
+        *message.headers])

@@ -15,8 +15,15 @@ from sluice.domain.common import (
     ProgramStatusChanged,
     RunStatus,
 )
-from sluice.domain.bounds import EARLIEST_SECONDS, LATEST_SECONDS, check_timestamp_seconds
-from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.domain.bounds import (
+    EARLIEST_SECONDS,
+    LATEST_SECONDS,
+    MAX_BYTES,
+    MAX_NOTIFICATION_BYTES,
+    MAX_PARTITIONS_PER_REQUEST,
+    check_timestamp_seconds,
+)
+from sluice.runtime.errors import InvalidArgument, MalformedMessage, ResourceExhausted
 from sluice.v1 import notifications_pb2 as pb
 
 
@@ -130,6 +137,12 @@ def _partition_committed_from_proto(message: pb.PartitionCommitted, path: str) -
     _require(f"{path}.dataset", message.dataset)
     if not message.partitions:
         raise InvalidArgument(f"{path}.partitions", "at least one partition is required")
+    if len(message.partitions) > MAX_PARTITIONS_PER_REQUEST:
+        raise ResourceExhausted(f"{path}.partitions", f"{len(message.partitions)} partitions exceed the limit of "
+                                                      f"{MAX_PARTITIONS_PER_REQUEST} per notification")
+    if (size := message.ByteSize()) > MAX_NOTIFICATION_BYTES:
+        raise ResourceExhausted(f"{path}.partitions", f"{size} bytes exceed the limit of {MAX_NOTIFICATION_BYTES} "
+                                                      f"bytes per notification")
     partitions = []
     for index, partition in enumerate(message.partitions):
         where = f"{path}.partitions[{index}]"
@@ -139,10 +152,11 @@ def _partition_committed_from_proto(message: pb.PartitionCommitted, path: str) -
         if any(not name.strip() for name in names) or len(set(names)) != len(names):
             raise InvalidArgument(f"{where}.key", f"key names must be non-empty and unique, got {names}")
         _require(f"{where}.location", partition.location)
-        if partition.size_bytes < 0:
-            raise InvalidArgument(f"{where}.size_bytes", "must not be negative")
-        if partition.record_count < 0:
-            raise InvalidArgument(f"{where}.record_count", "must not be negative")
+        if not 0 <= partition.size_bytes <= MAX_BYTES:
+            raise InvalidArgument(f"{where}.size_bytes", f"must be between 0 and {MAX_BYTES}, got {partition.size_bytes}")
+        if not 0 <= partition.record_count <= MAX_BYTES:
+            raise InvalidArgument(f"{where}.record_count",
+                                  f"must be between 0 and {MAX_BYTES}, got {partition.record_count}")
         partitions.append(partition_from_proto(partition))
     return PartitionCommitted(message.namespace, message.dataset, tuple(partitions))
 

@@ -76,7 +76,7 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "sch
     try:
         validate(schedule)
     except InvalidArgument as error:
-        raise InvalidArgument(error.field.replace("schedule", path, 1), error.message) from error
+        raise type(error)(error.field.replace("schedule", path, 1), error.message) from error
     return schedule
 
 

@@ -18,10 +18,11 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
+from sluice.domain import bounds
 from sluice.domain.datasets.specs import DatasetSpec, Partition, validate_partition
-from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, ResourceExhausted
 
-MAX_PARTITIONS_PER_TRANSACTION = 100_000
+MAX_PARTITIONS_PER_TRANSACTION = bounds.MAX_PARTITIONS_PER_REQUEST
 
 
 def dataset_stream(namespace: str, name: str) -> str:
@@ -123,13 +124,19 @@ def validate_partitions(spec: DatasetSpec, partitions: tuple[Partition, ...] | l
     if not partitions:
         raise InvalidArgument(path, "a transaction commits at least one partition")
     if len(partitions) > MAX_PARTITIONS_PER_TRANSACTION:
-        raise InvalidArgument(path, f"at most {MAX_PARTITIONS_PER_TRANSACTION} partitions per transaction, "
-                                    f"got {len(partitions)}")
+        raise ResourceExhausted(path, f"{len(partitions)} partitions exceed the limit of "
+                                      f"{MAX_PARTITIONS_PER_TRANSACTION} per transaction")
+    total = 0
     checked: list[Partition] = []
     first_index: dict[tuple, int] = {}
     for index, partition in enumerate(partitions):
         if not isinstance(partition, Partition):
             raise InvalidArgument(f"{path}[{index}]", f"must be a Partition, got {type(partition).__name__}")
+        total += _check_partition_sizes(partition, f"{path}[{index}]")
+        if total > bounds.MAX_PARTITIONS_BYTES:
+            raise ResourceExhausted(path, f"over {bounds.MAX_PARTITIONS_BYTES} bytes of keys, locations and "
+                                          f"metadata: exceeds the limit of {bounds.MAX_PARTITIONS_BYTES} bytes "
+                                          f"per transaction (its notification must fit a bus message)")
         valid = validate_partition(spec, partition, f"{path}[{index}]")
         identity = tuple(valid.key.values())
         if identity in first_index:
@@ -137,6 +144,32 @@ def validate_partitions(spec: DatasetSpec, partitions: tuple[Partition, ...] | l
         first_index[identity] = index
         checked.append(valid)
     return tuple(checked)
+
+
+def _check_partition_sizes(partition: Partition, path: str) -> int:
+    """The partition's bytes (key values, location, metadata, UTF-8), each part within its limit."""
+    key, metadata = partition.key, partition.metadata or {}
+    if isinstance(key, dict) and len(key) > bounds.MAX_KEYS:
+        raise ResourceExhausted(f"{path}.key", f"{len(key)} key values exceed the limit of {bounds.MAX_KEYS}")
+    size = 0
+    for name, value in (key.items() if isinstance(key, dict) else ()):
+        if isinstance(value, str):
+            bounds.check_size(f"{path}.key.{name}", bounds.utf8_size(value), bounds.MAX_KEY_VALUE_BYTES)
+            size += bounds.utf8_size(value) + bounds.utf8_size(str(name))
+    if isinstance(partition.location, str):
+        bounds.check_size(f"{path}.location", bounds.utf8_size(partition.location), bounds.MAX_LOCATION_BYTES)
+        size += bounds.utf8_size(partition.location)
+    if isinstance(metadata, dict):
+        meta = sum(bounds.utf8_size(k) + bounds.utf8_size(v) for k, v in metadata.items()
+                   if isinstance(k, str) and isinstance(v, str))
+        bounds.check_size(f"{path}.metadata", meta, bounds.MAX_METADATA_BYTES)
+        size += meta
+    for name in ("size_bytes", "record_count"):
+        value = getattr(partition, name)
+        if isinstance(value, int) and value > bounds.MAX_BYTES:
+            raise InvalidArgument(f"{path}.{name}", f"must be at most {bounds.MAX_BYTES} (range 0 to "
+                                                    f"{bounds.MAX_BYTES}), got {value}")
+    return size
 
 
 def decide_commit(spec: DatasetSpec, current: Transaction, partitions: tuple[Partition, ...],
