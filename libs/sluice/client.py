@@ -79,8 +79,16 @@ class SluiceClient:
         return self.schedules.CreateSchedule(schedules_pb2.CreateScheduleRequest(schedule=schedule), timeout=self._timeout)
 
     def list_schedules(self, namespace: str = "", app: str = "") -> list[schedules_pb2.Schedule]:
-        request = schedules_pb2.ListSchedulesRequest(namespace=namespace, app=app)
-        return list(self.schedules.ListSchedules(request, timeout=self._timeout).schedules)
+        """Every schedule, page after page (ListSchedules is paged)."""
+        found: list[schedules_pb2.Schedule] = []
+        token = ""
+        while True:
+            request = schedules_pb2.ListSchedulesRequest(namespace=namespace, app=app, page_token=token)
+            answer = self.schedules.ListSchedules(request, timeout=self._timeout)
+            found.extend(answer.schedules)
+            token = answer.next_page_token
+            if not token:
+                return found
 
     def publish(self, notification: notifications_pb2.Notification) -> str:
         request = notifications_pb2.PublishNotificationRequest(notification=notification)

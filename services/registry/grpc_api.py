@@ -8,6 +8,7 @@ from sluice.domain.common import PartitionCommitted, ProgramStatusChanged
 from sluice.domain.apps import DeployApp, ProgramSpec
 from sluice.domain.names import validate_name
 from sluice.domain.schedules import ScheduleCreated, ScheduleDeleted, ScheduleUpdated, schedule_id_for
+from sluice.paging import after_key, fill_page, next_page_token, paging
 from sluice.runtime.errors import InvalidArgument
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import notifications_pb2, notifications_pb2_grpc, schedules_pb2, schedules_pb2_grpc
@@ -57,8 +58,12 @@ class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
 
     @grpc_errors
     async def ListSchedules(self, request, context):
+        """Paged like Jobs.ListJobs: by (namespace, app, name), a page of page_size (and under 2 MiB)."""
+        size, after = paging(request, LIST_SCHEDULES, _is_schedule_key)
         found = self._registry.list(request.namespace, request.app)
-        return schedules_pb2.ListSchedulesResponse(schedules=[schedule_to_proto(s) for s in found])
+        page, last = fill_page(after_key(found, _schedule_key, after), size, schedule_to_proto)
+        return schedules_pb2.ListSchedulesResponse(schedules=page, next_page_token=next_page_token(LIST_SCHEDULES,
+                                                                                                   last))
 
     @grpc_errors
     async def DeleteSchedule(self, request, context):
@@ -118,3 +123,14 @@ def bindings(registry: RegistryService, producer: Producer) -> list[GrpcBinding]
         GrpcBinding(notifications_pb2.DESCRIPTOR.services_by_name["Notifications"].full_name,
                     notifications_pb2_grpc.add_NotificationsServicer_to_server, NotificationsServicer(producer)),
     ]
+
+
+LIST_SCHEDULES = "ListSchedules"
+
+
+def _schedule_key(schedule) -> tuple[str, str, str]:
+    return schedule.program.namespace, schedule.program.app, schedule.name
+
+
+def _is_schedule_key(key: tuple) -> bool:
+    return len(key) == 3 and all(isinstance(part, str) for part in key)

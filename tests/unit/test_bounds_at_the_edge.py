@@ -341,3 +341,47 @@ async def test_the_outbox_dead_letters_an_event_too_big_for_the_bus_and_carries_
         assert sent[1].value == b"ok"
     finally:
         log.close()
+
+
+# --- (e) ListSchedules is paged; the client follows the pages ------------------------------------
+async def test_list_schedules_is_paged_under_the_message_limit_and_the_client_reads_every_page(tmp_path):
+    from sluice.client import SluiceClient
+    from sluice.domain.schedules import schedule_id_for
+    from sluice.domain.triggers import PartitionTrigger
+    from sluice_services.registry.grpc_api import ScheduleRegistryServicer
+    from sluice_services.registry.service import RegistryService
+    log = SqliteEventLog(tmp_path / "events.db", clock=SimulatedClock(T0))
+    try:
+        registry = RegistryService(log, SimulatedClock(T0))
+        program = ProgramRef("ns", "a", "p")
+        for index in range(40):
+            name = f"s{index:02}"
+            registry.create(Schedule(schedule_id_for(program, name), name, program, PartitionTrigger("ns", "d", 1),
+                                     properties={"big": "x" * 60_000}))
+        servicer = ScheduleRegistryServicer(registry)
+        first = await servicer.ListSchedules(spb.ListSchedulesRequest(page_size=10), AbortingContext())
+        assert [s.name for s in first.schedules] == [f"s{i:02}" for i in range(10)] and first.next_page_token
+        assert first.ByteSize() < 4 * 1024 * 1024
+        names, token, pages = [], "", 0
+        while True:
+            page = await servicer.ListSchedules(spb.ListSchedulesRequest(page_token=token), AbortingContext())
+            names += [s.name for s in page.schedules]
+            pages, token = pages + 1, page.next_page_token
+            assert page.ByteSize() <= 2 * 1024 * 1024 + 1024
+            if not token:
+                break
+        assert names == [f"s{i:02}" for i in range(40)] and pages > 1  # 40 x 60 kB: over 2 MiB in one page
+
+        client = SluiceClient.__new__(SluiceClient)
+        calls = []
+
+        class Recording:
+            def ListSchedules(self, request, timeout=None):
+                calls.append(request.page_token)
+                return pages_by_token[request.page_token]
+        pages_by_token = {"": spb.ListSchedulesResponse(schedules=[spb.Schedule(name="a")], next_page_token="t1"),
+                          "t1": spb.ListSchedulesResponse(schedules=[spb.Schedule(name="b")])}
+        client.schedules, client._timeout = Recording(), None
+        assert [s.name for s in client.list_schedules()] == ["a", "b"] and calls == ["", "t1"]
+    finally:
+        log.close()
