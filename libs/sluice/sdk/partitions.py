@@ -140,7 +140,7 @@ class PartitionSource:
             items = self._client().consume(ref, self._context.run_id, limit, filter_from_mapping(where, metadata),
                                            config)
         except ApiError as error:
-            raise ConsumeError(f"consume {namespace}.{dataset}: {error}") from None
+            raise ConsumeError(str(error)) from None   # it names the call and the server's reason
         taken = [_consumed(ref, item) for item in items]
         if taken:
             self._taken.setdefault((namespace, dataset, name), []).extend(p.id for p in taken)
@@ -155,7 +155,7 @@ class PartitionSource:
         try:
             return self._client().dataset_exists(namespace, dataset)
         except ApiError as error:
-            raise ConsumeError(f"dataset {namespace}.{dataset}: {error}") from None
+            raise ConsumeError(str(error)) from None   # it names the call and the server's reason
 
     def partitions(self, dataset: str, where: Mapping[str, Any] | PartitionFilter | None = None, *,
                    metadata: Mapping[str, Any] | None = None, namespace: str | None = None,
@@ -166,7 +166,7 @@ class PartitionSource:
         try:
             found = self._client().query(namespace, dataset, filter_from_mapping(where, metadata), limit)
         except ApiError as error:
-            raise ConsumeError(f"partitions of {namespace}.{dataset}: {error}") from None
+            raise ConsumeError(str(error)) from None   # it names the call and the server's reason
         latest = {tuple(p.partition.key.values()): p for p in found}
         return [DatasetPartition(namespace, dataset, str(p.id), dict(p.partition.key), p.partition.location,
                                  p.partition.size_bytes, p.partition.record_count, dict(p.partition.metadata))
