@@ -58,6 +58,8 @@ def decode_message(value: bytes) -> tuple[dict[str, Any], RunEventRecord]:
         raise MalformedMessage(f"lineage event: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
     except RecursionError as exc:
         raise MalformedMessage("lineage event: JSON nested too deeply") from exc
+    except ValueError as exc:  # e.g. an integer past Python's digit limit for int()
+        raise MalformedMessage(f"lineage event: unusable JSON ({exc})") from exc
     if (unicode_error := lone_surrogate_error(value, obj)) is not None:
         raise MalformedMessage(f"lineage event: {unicode_error}")
     try:

@@ -83,6 +83,7 @@ async def test_recorded_through_grpc_reads_back_through_grpc_and_http(apis):
     (json.dumps(valid(**{"run.runId": None})).encode(), "run.runId"),
     (json.dumps(valid(**{"job.name": ""})).encode(), "job.name"),
     (b"{" + b" " * (1024 * 1024) + b"}", "event: over 1048576 bytes"),
+    (b'{"eventType": "START", "n": ' + b"9" * 5000 + b"}", "unusable JSON"),
 ])
 async def test_a_malformed_event_is_invalid_argument_naming_the_field_and_nothing_is_stored(apis, body, field):
     stub, _, log = apis

@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from sluice.runtime import whoami
 from sluice.runtime.access import Authenticator
 from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from sluice.runtime.grpc_decoding import RequestDecoding
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.permissions import Resolver
 
@@ -57,7 +58,8 @@ async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", por
     authorization on, `authenticators` (the services' own, after the policy's and the token's) and
     `resolvers` (a request's namespace from an id) serve the authorization interceptor.
     Every server answers Access.WhoAmI."""
-    server = grpc.aio.server(interceptors=[*interceptors, *security.interceptors(authenticators, resolvers)])
+    server = grpc.aio.server(interceptors=[*interceptors, RequestDecoding(),
+                                          *security.interceptors(authenticators, resolvers)])
     for binding in bindings:
         binding.add_to_server(binding.servicer, server)
     whoami.add_to_server(server)
