@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import json
 
+import grpc
+
 from sluice.datasets.store import PartitionQuery
 from sluice.domain import bounds
 from sluice.domain.consumer.serialization import state_to_bytes, state_to_json
 from sluice.domain.consumer.state import ConsumerConfig, ConsumerRef, PartitionId
 from sluice.runtime.errors import InvalidArgument, NotFound
+from sluice.runtime.grpc_security import CALLER
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import datasets_pb2 as pb
 from sluice.v1 import datasets_pb2_grpc
@@ -22,6 +25,7 @@ from sluice.wire.datasets import (
     partitions_from_proto,
 )
 from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.launcher.run_credentials import run_of
 
 DEFAULT_LIST_LIMIT = 1000
 
@@ -100,6 +104,10 @@ class PartitionsServicer(datasets_pb2_grpc.PartitionsServicer):
 
     @grpc_errors
     async def Consume(self, request, context):
+        run_id = run_of(CALLER.get())
+        if run_id is not None and request.taker != run_id:   # a program takes partitions for its own run only
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                f"run:{run_id} takes partitions as taker {run_id!r} only, not {request.taker!r}")
         ref = ConsumerRef(request.namespace, request.dataset, request.consumer)
         config = None
         if request.HasField("config"):

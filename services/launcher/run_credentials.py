@@ -29,10 +29,18 @@ PREFIX = "sluice-run"
 SECRET_FILE = "run-credentials.key"
 """In the data dir, mode 0600: the key every launcher sharing the data dir signs run tokens with."""
 SECRET_ENV = "SLUICE_RUN_CREDENTIAL_SECRET"
+PRINCIPAL_PREFIX = "run:"
 EVERY_DATASET = "*"
 """In a grant's datasets: all of its namespace (sluice.runtime.authorization.covers)."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def run_of(principal: Principal | None) -> str | None:
+    """The run id of a run credential's principal; None for any other caller."""
+    if principal is None or not principal.name.startswith(PRINCIPAL_PREFIX):
+        return None
+    return principal.name.removeprefix(PRINCIPAL_PREFIX)
 
 
 def load_secret(data_dir: Path, given: str = "") -> bytes:
@@ -82,7 +90,7 @@ class RunCredentials:
         run = self._runs(run_id)
         if run is None or run.status.terminal:
             return None  # ended: its credential ends with it
-        return Principal(f"run:{run_id}", self.grants(run))
+        return Principal(f"{PRINCIPAL_PREFIX}{run_id}", self.grants(run))
 
     def verified_run(self, bearer: str | None) -> str | None:
         """The run id of a well-formed token whose signature is this secret's, else None."""
