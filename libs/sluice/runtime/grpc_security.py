@@ -11,12 +11,11 @@ cross the network in clear text; with a client CA as well, only to callers prese
 certificate that CA signed (mutual TLS; health probes then need one too)."""
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import logging
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from contextvars import ContextVar
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import grpc
@@ -106,10 +105,11 @@ class AuthorizationInterceptor(grpc.aio.ServerInterceptor):
         if isinstance(header, bytes):
             header = header.decode("utf-8", "replace")
         rule = GRPC_RULES.get(method)
-        if rule is None:
-            return _refusing(handler, f"{method} has no entry in the permission table", grpc.StatusCode.PERMISSION_DENIED)
+        denied = grpc.StatusCode.PERMISSION_DENIED
+        if rule is None:  # a method without a row is refused, not let through
+            return _refusing(handler, f"{method} has no entry in the permission table", denied)
         if not (handler.unary_unary or handler.unary_stream):
-            return _refusing(handler, f"{method}: streamed requests are not authorized", grpc.StatusCode.PERMISSION_DENIED)
+            return _refusing(handler, f"{method}: streamed requests are not authorized", denied)
         return _checked(handler, self._authorizer, rule, header)
 
 
