@@ -64,7 +64,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
            help="lineage: serve POST /api/v1/lineage and Marquez's read API over HTTP on this port; 0 picks a "
                 "free one (env SLUICE_LINEAGE_PORT; default: off)")
     option("--lineage-token", metavar="TOKEN",
-           help="lineage: bearer token required to POST events (env SLUICE_LINEAGE_TOKEN; default: none)")
+           help="lineage: bearer token of the lineage HTTP API, an operator of every namespace there: posting "
+                "events and reading (env SLUICE_LINEAGE_TOKEN; default: none)")
     option("--openlineage-url", metavar="URL",
            help="lineage: also send every lineage event of Sluice's runs to this OpenLineage backend, e.g. "
                 "http://marquez:5000 (env SLUICE_OPENLINEAGE_URL; default: none)")
