@@ -50,12 +50,9 @@ def open_bus(url: str, data_dir: Path, clock: Clock) -> Bus:
         return InProcessBus(url.removeprefix("inprocess://") or data_dir / "bus.db", clock=clock)
     if url.startswith("kafka://"):
         from sluice.bus.kafka import KafkaBus
-        from sluice.bus.kafka_security import redact_url
 
         try:
             return KafkaBus.from_url(url)
         except ValueError as error:  # an unknown option, a missing password...: named in the message
-            raise InvalidArgument("--bus", f"{redact_url(url)!r}: {error}") from None
-    from sluice.bus.kafka_security import redact_url
-
-    raise InvalidArgument("--bus", f"unsupported URL {redact_url(url)!r} (inprocess:///path or kafka://host:port)")
+            raise InvalidArgument("--bus", f"{mask_url(url)!r}: {error}") from None
+    raise InvalidArgument("--bus", f"unsupported URL {mask_url(url)!r} (inprocess:///path or kafka://host:port)")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from sluice.bus.kafka import KafkaBus
-from sluice.bus.kafka_security import KafkaSecurity, parse_kafka_url, redact_url
+from sluice.bus.kafka_security import KafkaSecurity, parse_kafka_url
 from sluice.clock import SimulatedClock
 from sluice.runtime.errors import InvalidArgument
+from sluice.runtime.secrets import mask_url
 from sluice_services.adapters import open_bus
 
 ENV = {"SLUICE_KAFKA_USERNAME": "sluice", "SLUICE_KAFKA_PASSWORD": "s3cret-env"}
@@ -93,10 +94,9 @@ def test_open_bus_passes_the_security_to_the_bus(tmp_path, monkeypatch, cafile):
 
 @pytest.mark.parametrize("url, shown", [
     ("kafka://ops:hunter2@k:9093?security_protocol=SASL_SSL", "kafka://ops:***@k:9093?security_protocol=SASL_SSL"),
-    ("kafka://ops:p@ss@k:9093", "kafka://ops:***@k:9093"),
     ("kafka://ops@k:9093", "kafka://ops@k:9093"),
-    ("kafka://k1:9092,k2:9092?ssl_cafile=/a@b", "kafka://k1:9092,k2:9092?ssl_cafile=/a@b"),
-    ("postgresql://u:pw@db:5432/sluice", "postgresql://u:***@db:5432/sluice"),
+    ("kafka://ops:p@ss@k:9093", "kafka://ops:***@k:9093"),  # an unencoded @ in the password: all of it masked
+    ("kafka://k1:9092,k2:9092?security_protocol=SSL&ssl_cafile=/a@b", "kafka://k1:9092,k2:9092?security_protocol=SSL&ssl_cafile=/a@b"),
 ])
-def test_redact_url_masks_only_the_password(url, shown):
-    assert redact_url(url) == shown
+def test_bus_urls_are_shown_with_the_password_masked(url, shown):
+    assert mask_url(url) == shown

@@ -16,12 +16,11 @@ is visible to every user of the machine. TLS always verifies the broker's certif
 Anything else is refused with the option named: an unknown or repeated option, a value out of its
 list, a file that cannot be read, a SASL protocol without credentials, and options or credentials the
 chosen protocol would ignore (credentials given with PLAINTEXT would silently not be sent).
-URLs are shown with `redact_url`: the password replaced by `***`.
+URLs are shown with sluice.runtime.secrets.mask_url: the password replaced by `***`.
 """
 from __future__ import annotations
 
 import os
-import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-__all__ = ["KafkaSecurity", "KafkaUrl", "parse_kafka_url", "redact_url",
+__all__ = ["KafkaSecurity", "KafkaUnreachable", "KafkaUrl", "diagnose", "parse_kafka_url",
            "USERNAME_ENV", "PASSWORD_ENV", "SSL_KEY_PASSWORD_ENV"]
 
 USERNAME_ENV = "SLUICE_KAFKA_USERNAME"
@@ -39,7 +38,6 @@ SSL_KEY_PASSWORD_ENV = "SLUICE_KAFKA_SSL_KEY_PASSWORD"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
 OPTIONS = ("security_protocol", "sasl_mechanism", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
-MASK = "***"
 
 
 @dataclass(frozen=True)
@@ -116,11 +114,6 @@ def parse_kafka_url(url: str, env: Mapping[str, str] | None = None) -> KafkaUrl:
     context = _ssl_context(options, env) if tls else None
     return KafkaUrl(bootstrap, KafkaSecurity(protocol, mechanism, username if mechanism else None,
                                              password if mechanism else None, context))
-
-
-def redact_url(url: str) -> str:
-    """`url` with the password of its userinfo replaced by ***, for logs and error messages."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#]*@", rf"\1:{MASK}@", url) if "@" in url else url
 
 
 # -- plumbing ----------------------------------------------------------------------------------

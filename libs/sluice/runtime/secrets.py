@@ -14,7 +14,7 @@ SECRET_PARAMETERS = re.compile(r"(pass|secret|token|key|credential|auth)", re.IG
 """A query parameter whose name contains one of these holds a secret (password=, sasl_password=,
 api_key=, access_token=, ...)."""
 
-_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/?#]*)(?P<password>:[^@/?#]*)?@")
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/?#]*)(?P<password>:[^/?#]*)?@")
 _PARAMETER = re.compile(r"(?P<sep>[?&;])(?P<name>[^=&;#]+)=(?P<value>[^&;#]*)")
 
 
