@@ -107,7 +107,7 @@ def test_notify_partition_publishes(server):
 @pytest.mark.parametrize("extra, code, text", [
     (["--key", "hour"], 2, "--key: expected KEY=VALUE"),
     ([], 1, "INVALID_ARGUMENT: notification.partition_committed.partitions[0].key: must have at least one key value"),
-    (["--key", "hour=1", "--size-bytes", "-5"], 1, "partitions[0].size_bytes: must not be negative"),
+    (["--key", "hour=1", "--size-bytes", "-5"], 1, "partitions[0].size_bytes: must be between 0 and"),
 ])
 def test_notify_partition_bad_input(server, extra, code, text):
     assert_one_line_error(sluice(server, *notify_args(*extra)), code, text)
@@ -220,9 +220,9 @@ def test_constraints_from_options_and_the_job_shows_what_it_waits_on(server):
     (["--delay", "-1"], 1, "schedule.constraints[0].delay.seconds: must be at least 0"),
     (["--max-runs", "x/day"], 2, "--max-runs: expected N/hour or N/day"),
     (["--max-runs", "1/week"], 1, "schedule.constraints[0].max_runs_per_window.unit"),
-    (["--timeout", "-5"], 1, "schedule.timeout: must not be negative"),
+    (["--timeout", "-5"], 1, "schedule.timeout: must be at least 0"),
     (["--trigger", "time", "--cron", "0 * * * *", "--misfire", "fire-each", "--catch-up", "0"], 1,
-     "schedule.catch_up: must be at least 1 second"),
+     "schedule.catch_up: must be at least 1 (range 1 to 316224000 seconds)"),
 ])
 def test_constraint_options_bad_input(server, extra, code, text):
     assert_one_line_error(sluice(server, *create_args("bad_constraint", *extra)), code, text)

@@ -30,7 +30,7 @@ def test_retry_flags_set_the_schedules_retry_policy_and_unset_ones_keep_their_de
 
 
 @pytest.mark.parametrize("extra, text", [
-    (["--max-retries", "-1"], "INVALID_ARGUMENT: schedule.retry_policy.max_retries: must not be negative"),
+    (["--max-retries", "-1"], "INVALID_ARGUMENT: schedule.retry_policy.max_retries: must be at least 0 (range 0 to 100)"),
     (["--retry-backoff", "0.5"], "INVALID_ARGUMENT: schedule.retry_policy.backoff: must be between 1 and 100"),
 ])
 def test_bad_retry_flags_are_one_line_errors_naming_the_field(server, extra, text):
