@@ -71,11 +71,11 @@ class Settings:
     """How many runs may go at once before normal-priority jobs wait (the checker's load limits)."""
     lineage_port: int | None = None
     """HTTP port of the lineage API (POST /api/v1/lineage, Marquez's read paths); 0: a free one; None: off."""
-    lineage_token: str = ""
+    lineage_token: str = field(default="", repr=False)
     """Bearer token the lineage HTTP endpoint requires of writers; empty: none."""
     openlineage_url: str = ""
     """An OpenLineage backend (its base URL) that gets every lineage event of Sluice's runs too; empty: none."""
-    openlineage_api_key: str = ""
+    openlineage_api_key: str = field(default="", repr=False)
     """API key sent to that backend (Authorization: Bearer); empty: none."""
     jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE
     """Finished jobs the checker's jobs view keeps per schedule (the newest; the log keeps them all)."""
@@ -86,7 +86,7 @@ class Settings:
     program_env: tuple[str, ...] = ()
     """Environment variables programs get beyond the allowlist (sluice_services.launcher.program_env);
     a name ending in * allows a prefix."""
-    run_credential_secret: str = ""
+    run_credential_secret: str = field(default="", repr=False)
     """The key run credentials are signed with; empty: data_dir's run-credentials.key (made once, 0600).
     Launchers that do not share a data dir must share this."""
 

@@ -160,3 +160,11 @@ def test_a_drivers_message_quoting_the_url_or_its_password_is_masked():
     url = "postgresql://sluice:hunter2@db/sluice"
     assert mask_text(f"cannot connect to {url}: password hunter2 refused", url) == \
         "cannot connect to postgresql://sluice:***@db/sluice: password *** refused"
+
+
+def test_settings_print_without_the_secrets_they_hold():
+    from sluice_services.composition import Settings
+
+    shown = repr(Settings(openlineage_api_key="ol-key-1234", run_credential_secret="run-secret-1234",
+                          lineage_token="lineage-token-1234"))
+    assert not [s for s in ("ol-key-1234", "run-secret-1234", "lineage-token-1234") if s in shown]
