@@ -7,7 +7,9 @@
 | event log | kurrentdb://host:2113?tls=false       | KurrentDB 25.1+ (also esdb://, kdb://; &streamPrefix=p-) |
 | bus       | (empty) or inprocess:///path/bus.db   | durable in-process bus (default: <data-dir>/bus.db) |
 | bus       | kafka://host:port[,host:port]         | Kafka                                 |
-| bus       | kafka://host:9093?security_protocol=SASL_SSL&ssl_cafile=ca.pem | Kafka over TLS with SCRAM-SHA-512 logins (user and password: SLUICE_KAFKA_USERNAME, SLUICE_KAFKA_PASSWORD; options in sluice.bus.kafka_security) |
+| bus       | kafka://host:port?security_protocol=SASL_SSL&ssl_cafile=ca.pem | Kafka, TLS and SCRAM-SHA-512 logins |
+
+Kafka's login comes from SLUICE_KAFKA_USERNAME / SLUICE_KAFKA_PASSWORD; every option is in sluice.bus.kafka_security.
 """
 from __future__ import annotations
 

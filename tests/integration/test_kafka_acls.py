@@ -29,7 +29,13 @@ from sluice.clock import SystemClock
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
 from sluice.testing.kafka import KafkaBroker
-from sluice.v1 import jobs_pb2, notifications_pb2 as npb, notifications_pb2_grpc, schedules_pb2 as spb, schedules_pb2_grpc
+from sluice.v1 import (
+    jobs_pb2,
+    notifications_pb2 as npb,
+    notifications_pb2_grpc,
+    schedules_pb2 as spb,
+    schedules_pb2_grpc,
+)
 from sluice_services.composition import checker_spec, matcher_spec, registry_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,7 +50,8 @@ import org.apache.kafka.clients.admin.*;
 import org.apache.kafka.common.acl.*;
 import org.apache.kafka.common.resource.*;
 public class Acls {
-    public static void main(String[] args) throws Exception {  // args: bootstrap, then principal|type|pattern|name|operation
+    // args: the bootstrap address, then principal|resource type|pattern type|name|operation per ACL
+    public static void main(String[] args) throws Exception {
         List<AclBinding> bindings = new ArrayList<>();
         for (int i = 1; i < args.length; i++) {
             String[] f = args[i].split("\\\\|");
@@ -133,7 +140,8 @@ async def test_every_service_does_its_work_with_only_the_acls_of_the_table(kafka
             notification.time.GetCurrentTime()
             notification.partition_committed.namespace = "experiments"
             notification.partition_committed.dataset = "clickstream"
-            notification.partition_committed.partitions.add(key=[npb.KeyValue(name="hour", value="09")], location="/d/09")
+            notification.partition_committed.partitions.add(key=[npb.KeyValue(name="hour", value="09")],
+                                                             location="/d/09")
             received = []
             for _ in range(60):  # resent (deduplicated by id) until the matcher has the schedule
                 await notifications_pb2_grpc.NotificationsStub(channel).Publish(

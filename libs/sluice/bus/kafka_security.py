@@ -172,7 +172,8 @@ def _ssl_context(options: Mapping[str, str], env: Mapping[str, str]) -> ssl.SSLC
         try:
             context.load_cert_chain(certfile, keyfile, password=env.get(SSL_KEY_PASSWORD_ENV) or None)
         except (OSError, ssl.SSLError) as error:
-            raise ValueError(f"ssl_certfile/ssl_keyfile: cannot load the client certificate and key ({error})") from None
+            raise ValueError(
+                f"ssl_certfile/ssl_keyfile: cannot load the client certificate and key ({error})") from None
     return context
 
 

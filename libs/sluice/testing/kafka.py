@@ -256,7 +256,8 @@ def make_certificates(directory: Path, days: int = 2) -> Path:
 
     if shutil.which("openssl") is None:
         raise KafkaNotInstalled("a SASL_SSL broker needs `openssl` on the PATH to make its certificates")
-    openssl("req", "-x509", *new_key, "-keyout", "ca.key", "-out", "ca.pem", "-days", days, "-subj", "/CN=sluice-kafka-test-ca")
+    openssl("req", "-x509", *new_key, "-keyout", "ca.key", "-out", "ca.pem", "-days", days,
+            "-subj", "/CN=sluice-kafka-test-ca")
     openssl("req", "-new", *new_key, "-keyout", "broker.key", "-out", "broker.csr", "-subj", "/CN=localhost")
     (directory / "broker.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
