@@ -165,6 +165,8 @@ def test_a_drivers_message_quoting_the_url_or_its_password_is_masked():
 def test_settings_print_without_the_secrets_they_hold():
     from sluice_services.composition import Settings
 
+    from sluice.runtime.grpc_security import GrpcSecurity
+
     shown = repr(Settings(openlineage_api_key="ol-key-1234", run_credential_secret="run-secret-1234",
-                          lineage_token="lineage-token-1234"))
-    assert not [s for s in ("ol-key-1234", "run-secret-1234", "lineage-token-1234") if s in shown]
+                          lineage_token="lineage-token-1234", grpc_security=GrpcSecurity(token="grpc-token-1234")))
+    assert not [s for s in ("ol-key-1234", "run-secret-1234", "lineage-token-1234", "grpc-token-1234") if s in shown]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, Sequence
 
@@ -37,7 +37,7 @@ SEND_TOKEN = "send the metadata 'authorization: Bearer <token>' (sluice --token,
 
 @dataclass(frozen=True)
 class GrpcSecurity:
-    token: str = ""
+    token: str = field(default="", repr=False)
     """Bearer token every call must carry; empty: none asked for."""
     tls_cert: Path | None = None
     """PEM certificate chain the server presents; with tls_key. None: plaintext."""
