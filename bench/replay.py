@@ -32,7 +32,7 @@ from pathlib import Path
 from bench import Figure, option, progress
 from sluice.clock import SimulatedClock
 from sluice.domain import checking, matching
-from sluice.domain.codec import EventTypes, encode
+from sluice.eventlog.codec import EventTypes, encode
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.constraints import UNLIMITED
 from sluice.domain.schedules import Schedule

@@ -18,7 +18,7 @@ from pathlib import Path
 from sluice.bus.port import Bus
 from sluice.clock import Clock
 from sluice.eventlog.port import EventLog
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice.runtime.secrets import mask_text, mask_url
 
 KURRENTDB_SCHEMES = ("kurrentdb", "kurrentdb+discover", "kdb", "kdb+discover", "esdb", "esdb+discover")

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from sluice.domain.constraints import Capacity
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice.runtime.auth_policy import PolicyError, load_policy
 from sluice.runtime.grpc_security import GrpcSecurity, loopback
 from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sluice.domain.consumer.serialization import ConsumerStateError, state_from_bytes
 from sluice.readmodels.jobs import JobsView
 from sluice.runtime.access import ANY_NAMESPACE
-from sluice.runtime.errors import InvalidArgument, NotFound
+from sluice.domain.errors import InvalidArgument, NotFound
 from sluice.runtime.permissions import (
     COMMIT_SEQUENCE,
     CONSUMER_STATE,

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from google.protobuf.message import Message
 
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 T = TypeVar("T")
 K = TypeVar("K")

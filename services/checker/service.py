@@ -18,13 +18,14 @@ from sluice.domain.checking import (
     ObserveRun,
     ObserveSchedule,
 )
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import ProgramStatusChanged
 from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
 from sluice.eventlog.port import Checkpoint, CheckpointMoved, EventLog, RecordedEvent
 from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, execute
 from sluice.runtime.consumer import BatchHandler
-from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.domain.errors import InvalidArgument
+from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import run_timer_loop

@@ -18,7 +18,7 @@ from sluice.clock import Clock
 from sluice.datasets import ConsumerStore, DatasetStore
 from sluice.datasets.store import events_for
 from sluice.domain import commits
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.commits import (
     CommitProgress,
     CommitSequence,
@@ -30,7 +30,7 @@ from sluice.domain.commits import (
 from sluice.domain.consumer.aggregate import Complete
 from sluice.domain.consumer.state import ConsumerRef
 from sluice.eventlog.port import NO_STREAM, EventLog, StreamAppend, WrongExpectedVersion
-from sluice.runtime.errors import FailedPrecondition
+from sluice.domain.errors import FailedPrecondition
 from sluice_services.launcher.publish import LocalFiles
 
 log = logging.getLogger(__name__)

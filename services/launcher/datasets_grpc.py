@@ -9,7 +9,7 @@ from sluice.datasets.store import PartitionQuery
 from sluice.domain import bounds
 from sluice.domain.consumer.serialization import state_to_bytes, state_to_json
 from sluice.domain.consumer.state import ConsumerConfig, ConsumerRef, PartitionId
-from sluice.runtime.errors import InvalidArgument, NotFound
+from sluice.domain.errors import InvalidArgument, NotFound
 from sluice.runtime.grpc_security import CALLER
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import datasets_pb2 as pb

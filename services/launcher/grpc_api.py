@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from sluice.paging import fill_page, is_time_and_id, next_page_token, paging
-from sluice.runtime.errors import InvalidArgument, NotFound
+from sluice.domain.errors import InvalidArgument, NotFound
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import runs_pb2, runs_pb2_grpc
 from sluice.wire.runs import run_to_proto

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 
 def inside(root: Path | str, path: Path | str, field: str, *, below: bool = True) -> Path:

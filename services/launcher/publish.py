@@ -22,7 +22,7 @@ from sluice.domain.commits import MoveFiles, StagedFile
 from sluice.domain.common import PartitionRef
 from sluice.domain.names import key_segments, relative_parts, validate_name
 from sluice.domain.runs import InputPartition, OutputPartition
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice_services.launcher.paths import inside
 
 

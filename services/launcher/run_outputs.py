@@ -32,7 +32,7 @@ from sluice.domain.consumer.state import ConsumerRef, PartitionId
 from sluice.domain.datasets.specs import Partition, validate_partition
 from sluice.domain.names import validate_name
 from sluice.domain.runs import OutputPartition
-from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from sluice_services.launcher.commits import RESERVE, CommitFailed
 from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.publish import PublishError, check_paths, check_staged, final_location

@@ -13,14 +13,15 @@ from sluice.bus.port import Record
 from sluice.bus.topics import LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.clock import Clock, epoch_micros
 from sluice.domain import runs
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification, PartitionCommitted, ProgramStatusChanged, RunStatus
 from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkStarted, RequestRun, Run
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
-from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.domain.errors import InvalidArgument
+from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import run_timer_loop
 from sluice.v1 import jobs_pb2

@@ -8,7 +8,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from sluice.domain.lineage import Job, LineageState, Run, dataset_of
 from sluice.paging import after_key, fill_page, next_page_token, paging
-from sluice.runtime.errors import FailedPrecondition, InvalidArgument, MalformedMessage, NotFound
+from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services.lineage.http_api import MAX_BODY_BYTES

@@ -21,12 +21,13 @@ from collections import defaultdict
 from sluice.bus.port import Message, Producer, Record, kafka_partition
 from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS
 from sluice.domain import schedules, triggers
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification
 from sluice.domain.schedules import ScheduleState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime.consumer import BatchHandler
-from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.domain.errors import InvalidArgument
+from sluice.runtime.errors import MalformedMessage
 from sluice.v1 import matching_pb2
 from sluice.wire.common import notification_from_bytes
 from sluice.wire.schedules import schedule_to_proto

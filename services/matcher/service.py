@@ -18,7 +18,7 @@ from sluice.bus.port import Record, TopicPartition, kafka_partition
 from sluice.bus.topics import JOBS, MATCHES, MATCHES_PARTITIONS, SCHEDULES
 from sluice.clock import Clock
 from sluice.domain import matching
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification
 from sluice.domain import triggers
 from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchNotification, ObserveSchedule
@@ -26,7 +26,8 @@ from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, CheckpointMoved, EventLog, RecordedEvent, WrongExpectedVersion
 from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, catch_up
 from sluice.runtime.consumer import BatchHandler
-from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.domain.errors import InvalidArgument
+from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import run_timer_loop

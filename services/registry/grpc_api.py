@@ -9,7 +9,7 @@ from sluice.domain.apps import DeployApp, ProgramSpec
 from sluice.domain.names import validate_name
 from sluice.domain.schedules import ScheduleCreated, ScheduleDeleted, ScheduleUpdated, schedule_id_for
 from sluice.paging import after_key, fill_page, next_page_token, paging
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import notifications_pb2, notifications_pb2_grpc, schedules_pb2, schedules_pb2_grpc
 from sluice.wire.common import notification_from_proto, program_from_proto

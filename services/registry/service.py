@@ -5,7 +5,7 @@ from sluice.bus.topics import SCHEDULES
 from sluice.clock import Clock
 from sluice.domain import apps, schedules
 from sluice.domain.apps import AppState, DeployApp
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import ProgramRef
 from sluice.domain.triggers import validate_trigger
 from sluice.domain.schedules import (
@@ -19,7 +19,7 @@ from sluice.domain.schedules import (
 )
 from sluice.eventlog.port import EventLog, RecordedEvent, WrongExpectedVersion
 from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, catch_up, execute
-from sluice.runtime.errors import NotFound
+from sluice.domain.errors import NotFound
 from sluice.runtime.outbox import Outgoing
 from sluice.v1 import schedules_pb2
 from sluice.wire.schedules import schedule_to_proto

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 from sluice.clock import SimulatedClock
 from sluice.domain import matching
-from sluice.domain.codec import encode
+from sluice.eventlog.codec import encode
 from sluice.eventlog.port import NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import jobs_pb2

@@ -12,7 +12,7 @@ import pytest
 from sluice.client import SluiceClient
 from sluice.clock import SimulatedClock
 from sluice.domain import matching
-from sluice.domain.codec import encode
+from sluice.eventlog.codec import encode
 from sluice.domain.matching import MatchNotification
 from sluice.eventlog.port import NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog

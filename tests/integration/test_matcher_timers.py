@@ -17,7 +17,7 @@ from sluice.domain.matching import JobTriggered
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import ElapsedTrigger, OrTrigger, PartitionTrigger, ProgramStatusTrigger, QuietPeriodTrigger, TimeTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.schedules import MisfirePolicy
 from sluice.domain import matching
 from sluice_services.matcher.service import MatcherService

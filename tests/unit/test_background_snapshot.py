@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from sluice.bus.inprocess import InProcessBus
 from sluice.domain import matching
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import ProgramRef
 from sluice.domain.matching import MatcherState, ScheduleObserved
 from sluice.domain.schedules import Schedule

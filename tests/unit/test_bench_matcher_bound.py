@@ -10,7 +10,7 @@ from bench.matcher import Workload
 from bench.matcher_bound import CountingMatcher
 from sluice.bus.topics import MATCHES, SCHEDULES
 from sluice.clock import SystemClock
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.matching import EVENTS
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.matcher.service import MatcherService

@@ -98,7 +98,7 @@ async def test_any_parse_error_of_one_record_in_a_batch_dead_letters_that_record
 import pytest  # noqa: E402
 from google.protobuf import duration_pb2  # noqa: E402
 
-from sluice.runtime.errors import InvalidArgument  # noqa: E402
+from sluice.domain.errors import InvalidArgument  # noqa: E402
 from sluice.v1 import schedules_pb2 as spb  # noqa: E402
 from sluice.wire.schedules import schedule_from_proto  # noqa: E402
 
@@ -284,7 +284,7 @@ from sluice.domain.datasets import (  # noqa: E402
     TransactionStatus,
     decide_commit,
 )
-from sluice.runtime.errors import ResourceExhausted  # noqa: E402
+from sluice.domain.errors import ResourceExhausted  # noqa: E402
 
 DATASET = DatasetSpec("ns", "clicks", (KeySpec("hour", KeyType.INT),), "/data/clicks")
 

@@ -16,7 +16,8 @@ from typing import Mapping
 import orjson
 
 import sluice
-from sluice.domain import apps, checking, codec, commits, matching, runs, schedules
+from sluice.domain import apps, checking, commits, matching, runs, schedules
+from sluice.eventlog import codec
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.constraints import ConcurrencyConstraint, TimeWindowConstraint
 from sluice.domain.consumer import aggregate as consumer_events

@@ -3,8 +3,8 @@ is what it encoded; anything else is decoded from its data."""
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sluice.domain import codec
-from sluice.domain.codec import EventTypes, encode
+from sluice.eventlog import codec
+from sluice.eventlog.codec import EventTypes, encode
 from sluice.eventlog.port import RecordedEvent
 
 T0 = datetime(2026, 11, 23, tzinfo=timezone.utc)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.domain.codec import EventTypes, encode
+from sluice.eventlog.codec import EventTypes, encode
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.constraints import (
     KINDS, SATISFIED, Capacity, ConcurrencyConstraint, Constraint, DelayConstraint, MaxRunsPerWindowConstraint,
@@ -21,7 +21,7 @@ from sluice.domain.constraints import (
     WorldFacts, admit, check, history_needed, validate_constraint, validate_constraints,
 )
 from sluice.eventlog.port import RecordedEvent
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 NY = "America/New_York"
 P, Q, R = (ProgramRef("ns", "etl", name) for name in ("P", "Q", "R"))

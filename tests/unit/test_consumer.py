@@ -36,7 +36,7 @@ from sluice.domain.datasets import (
     Transaction,
     TransactionStatus,
 )
-from sluice.runtime.errors import FailedPrecondition, InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument
 
 T0 = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
 SPEC = DatasetSpec("experiments", "clickstream", (KeySpec("marketplace"), KeySpec("hour", KeyType.INT)), "/data/c")

@@ -25,7 +25,7 @@ from sluice.domain.consumer import (
 )
 from sluice.domain.consumer import PartitionId
 from sluice.domain.datasets import TransactionStatus
-from sluice.runtime.errors import FailedPrecondition
+from sluice.domain.errors import FailedPrecondition
 from tests.unit.test_consumer import SPEC, T0, Index, consumer, partition
 
 TAKERS = ("a", "b", "c")

@@ -26,7 +26,7 @@ from sluice.domain.datasets import (
     validate_filter,
     validate_partition,
 )
-from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 
 NOW = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
 SPEC = DatasetSpec("experiments", "clickstream",

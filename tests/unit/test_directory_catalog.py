@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sluice.domain.common import ProgramRef
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice_services.launcher.programs import DirectoryCatalog
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sluice.domain import matching
-from sluice.domain.codec import encode
+from sluice.eventlog.codec import encode
 from sluice.eventlog.port import NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.readmodels.jobs import JobsView, listing_key, snapshots_of

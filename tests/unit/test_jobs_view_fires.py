@@ -4,7 +4,7 @@ that carry a whole job read for the fields it shows, the fired job decoded from 
 import gc
 from datetime import timedelta
 
-from sluice.domain import codec
+from sluice.eventlog import codec
 from sluice.domain.checking import JobAdmitted
 from sluice.domain.jobs import JobState
 from sluice.domain.matching import JobTriggered, MatchNotification, stream_name

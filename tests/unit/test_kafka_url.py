@@ -7,7 +7,7 @@ import pytest
 from sluice.bus.kafka import KafkaBus
 from sluice.bus.kafka_security import KafkaSecurity, parse_kafka_url
 from sluice.clock import SimulatedClock
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice.runtime.secrets import mask_url
 from sluice_services.adapters import open_bus
 

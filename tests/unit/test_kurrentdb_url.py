@@ -10,7 +10,7 @@ from kurrentdbclient.connection_spec import URI_SCHEMES_ALL, URI_SCHEMES_NON_DIS
 from sluice.clock import SimulatedClock
 from sluice.eventlog.kurrentdb import KurrentEventLog
 from sluice.eventlog.kurrentdb_codec import SCHEMES
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice_services.adapters import KURRENTDB_SCHEMES, open_event_log
 
 

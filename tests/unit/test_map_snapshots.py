@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import pytest
 
 from sluice.domain import matching
-from sluice.domain.codec import EventTypes, encode
+from sluice.eventlog.codec import EventTypes, encode
 from sluice.eventlog.port import ANY_VERSION, NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.readmodels.jobs import JobsView, snapshots_of

@@ -15,7 +15,7 @@ from sluice.domain.names import (
     relative_parts,
     validate_name,
 )
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 
 @pytest.mark.parametrize("name", ["experiments", "clickstream_hourly_metrics", "_private", "daily-metrics",

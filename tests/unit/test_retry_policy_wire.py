@@ -9,7 +9,7 @@ from google.protobuf import duration_pb2
 
 from sluice.domain.common import ProgramRef
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY, Job, RetryPolicy, TriggerContext
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice.v1 import notifications_pb2 as npb, schedules_pb2 as spb
 from sluice.wire.jobs import job_from_proto, job_to_proto
 from sluice.wire.schedules import schedule_from_proto, schedule_to_proto

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sluice.domain import runs
-from sluice.domain.codec import from_jsonable, to_jsonable
+from sluice.eventlog.codec import from_jsonable, to_jsonable
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.jobs import Job, RetryPolicy, TriggerContext
 from sluice.domain.runs import (

@@ -19,7 +19,7 @@ from sluice.domain.schedules import (
     schedule_id_for,
 )
 from sluice.domain.triggers import PartitionTrigger
-from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
+from sluice.domain.errors import AlreadyExists, InvalidArgument, NotFound
 
 NOW = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
 PROGRAM = ProgramRef("experiments", "clickstream", "hourly_metrics")
@@ -92,7 +92,7 @@ def test_schedule_ids_are_unique_per_app_and_name():
 
 
 def test_events_written_before_a_defaulted_field_existed_still_decode():
-    from sluice.domain.codec import EventTypes
+    from sluice.eventlog.codec import EventTypes
     from sluice.domain.schedules import EVENTS
     from sluice.eventlog.port import RecordedEvent
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.domain.codec import EventTypes, encode
+from sluice.eventlog.codec import EventTypes, encode
 from sluice.domain.common import (
     Notification, PartitionCommitted, PartitionRef, ProgramRef, ProgramStatusChanged, RunStatus,
 )
@@ -20,7 +20,7 @@ from sluice.domain.triggers import (
     matched_notifications, observe, start, time_alone_can_satisfy, validate_trigger,
 )
 from sluice.eventlog.port import RecordedEvent
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 T0 = datetime(2026, 6, 1, tzinfo=timezone.utc)
 GB = 1 << 30

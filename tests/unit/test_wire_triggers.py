@@ -13,7 +13,7 @@ from sluice.domain.triggers import (
     QuietPeriodTrigger,
     TimeTrigger,
 )
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice.v1 import schedules_pb2 as pb
 from sluice.wire.schedules import schedule_from_proto, schedule_to_proto, trigger_to_proto
 

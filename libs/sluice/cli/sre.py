@@ -17,7 +17,7 @@ from sluice.bus.topics import DEAD_LETTER
 from sluice.cli import render
 from sluice.clock import SystemClock
 from sluice.eventlog.port import ANY_VERSION, NewEvent, RecordedEvent
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 REPLAYS_STREAM = "dlq-replays"
 """Each replayed dead letter is recorded here, so a second replay is refused unless forced."""

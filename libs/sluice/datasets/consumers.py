@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from sluice.clock import Clock
-from sluice.domain.codec import EventTypes, encode
+from sluice.eventlog.codec import EventTypes, encode
 from sluice.domain.consumer import aggregate
 from sluice.domain.consumer.aggregate import Complete, Configure, Consume, CreateConsumer, Fail, PartitionsTaken, Untake
 from sluice.domain.consumer.scan import IndexView, scan
@@ -46,7 +46,7 @@ from sluice.eventlog.port import (
     WrongExpectedVersion,
 )
 from sluice.ids import derived_id
-from sluice.runtime.errors import InvalidArgument, NotFound
+from sluice.domain.errors import InvalidArgument, NotFound
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Encoding and decoding the events that carry many partitions, by hand.
 
-The generic codec (sluice.domain.codec) walks type hints for every value; a transaction of a thousand
+The generic codec (sluice.eventlog.codec) walks type hints for every value; a transaction of a thousand
 partitions, or a consumer discovering them, would spend most of its time there. These functions
 write the same JSON the generic codec writes (so either can read what the other wrote) for the
 event types that carry partitions, and defer to it for every other type.
@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 from typing import Any, Callable
 
-from sluice.domain.codec import EventTypes, encode
+from sluice.eventlog.codec import EventTypes, encode
 from sluice.domain.consumer.aggregate import (
     PartitionsCompleted,
     PartitionsDiscarded,

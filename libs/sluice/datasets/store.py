@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Iterable, Sequence
 
 from sluice.clock import Clock
-from sluice.domain.codec import EventTypes
+from sluice.eventlog.codec import EventTypes
 from sluice.domain.consumer.state import PartitionId
 from sluice.domain.datasets.filters import MATCH_ALL, PartitionFilter, validate_filter
 from sluice.domain.datasets.specs import DatasetSpec, Partition, validate_dataset, validate_name
@@ -41,7 +41,7 @@ from sluice.domain.datasets.transactions import (
 from sluice.datasets.events import decode_event, encode_event
 from sluice.eventlog.port import NO_STREAM, EventLog, NewEvent, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
-from sluice.runtime.errors import InvalidArgument, NotFound
+from sluice.domain.errors import InvalidArgument, NotFound
 
 TYPES = EventTypes(DATASET_EVENTS + TRANSACTION_EVENTS)
 MAX_CONFLICTS = 1000

@@ -9,7 +9,7 @@ from typing import Mapping
 from sluice.domain import schedules
 from sluice.domain.names import validate_name
 from sluice.domain.schedules import Schedule, ScheduleState
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 
 def stream_name(namespace: str, app: str) -> str:

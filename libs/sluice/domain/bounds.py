@@ -11,7 +11,7 @@ import json
 import re
 from datetime import datetime, timezone
 
-from sluice.runtime.errors import InvalidArgument, ResourceExhausted
+from sluice.domain.errors import InvalidArgument, ResourceExhausted
 
 # --- numbers ---------------------------------------------------------------------------------
 MAX_DURATION_SECONDS = 10 * 366 * 86_400

@@ -24,7 +24,7 @@ from datetime import datetime
 from sluice.domain.consumer.state import PartitionId
 from sluice.domain.datasets.specs import Partition
 from sluice.ids import derived_id
-from sluice.runtime.errors import FailedPrecondition, InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import re
 from typing import Mapping
 from urllib.parse import unquote
 
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 NAME_PATTERN = "[A-Za-z_][A-Za-z0-9_-]{0,127}"
 MAX_NAME_LENGTH = 128

@@ -13,7 +13,7 @@ from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy
 from sluice.domain.names import validate_name
 from sluice.domain.triggers import Trigger, validate_trigger
 from sluice.ids import derived_id
-from sluice.runtime.errors import AlreadyExists, InvalidArgument, NotFound
+from sluice.domain.errors import AlreadyExists, InvalidArgument, NotFound
 
 
 class MisfirePolicy(enum.Enum):

@@ -23,7 +23,7 @@ import orjson
 
 from sluice.clock import epoch_micros
 from sluice.domain import checking, matching, runs
-from sluice.domain.codec import EventTypes, from_jsonable
+from sluice.eventlog.codec import EventTypes, from_jsonable
 from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.readmodels.retention import ListingKey, RetainedListing

@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Generic, Sequence, TypeVar
 
-from sluice.domain.codec import EventTypes, encode
+from sluice.eventlog.codec import EventTypes, encode
 from sluice.eventlog.port import NO_STREAM, Checkpoint, CheckpointMoved, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
 from sluice.runtime import snapshots

@@ -10,7 +10,8 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from sluice.bus.port import Bus, CommitFailed, Consumer, Producer, Record, TopicPartition
 from sluice.bus.topics import DEAD_LETTER
-from sluice.runtime.errors import InvalidArgument, MalformedMessage
+from sluice.domain.errors import InvalidArgument
+from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.metrics import Registry
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from sluice.runtime import whoami
 from sluice.runtime.access import Authenticator
-from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from sluice.runtime.grpc_decoding import RequestDecoding
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.permissions import Resolver

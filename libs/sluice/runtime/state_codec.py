@@ -17,9 +17,12 @@ Encodings, chosen by hint:
   `encode` (the same object: notifications shared by pending jobs) is its index among the
   dataclasses encoded before it, and decodes to one shared object again, as pickle's memo did;
 - `A | B | ...` (two options or more, None aside): [option index, value];
-- a mapping: [kind, key, value, key, value, ...] (kind: dict, immutables.Map, mappingproxy, FrozenMap);
+- a mapping: [kind, key, value, key, value, ...] (kind: dict, immutables.Map, mappingproxy, FrozenMap;
+  any other Mapping is read back as a dict, as sluice.domain.codec reads events);
 - a datetime: itself when its zone is UTC (msgpack's timestamp), else [ISO local time, zone, fold]
   (a ZoneInfo key, an offset in seconds, or None when naive);
+- an integer: itself, within msgpack's range (-2**63 .. 2**64-1): a state holding a bigger one is
+  not snapshotted (the save fails, logged) and recovery folds the log;
 - a timedelta: [days, seconds, microseconds]; an enum: its value.
 """
 from __future__ import annotations
@@ -178,7 +181,7 @@ def _encode_enum(value: Any, packing: Packing) -> Any:
 
 def _encode_datetime(value: datetime, packing: Packing) -> Any:
     zone = value.tzinfo
-    if zone is timezone.utc:
+    if zone is timezone.utc and not value.fold:
         return value
     if zone is None:
         place = None
@@ -201,9 +204,7 @@ _MAPPING_KINDS = {dict: 0, immutables.Map: 1, MappingProxyType: 2, FrozenMap: 3}
 
 def _mapping_encoder(keys: Callable, values: Callable) -> Callable[[Any, Packing], Any]:
     def encode(value: Any, packing: Packing) -> list:
-        kind = _MAPPING_KINDS.get(type(value))
-        if kind is None:
-            raise TypeError(f"a snapshot cannot hold a {type(value).__name__}")
+        kind = _MAPPING_KINDS.get(type(value), 0)  # another Mapping is read back a dict, as events' are
         flat = [kind]
         append = flat.append
         for k, v in value.items():
@@ -306,7 +307,9 @@ def _encode_any(value: Any, packing: Packing = None) -> Any:
     if cls is tuple:
         return [_ANY_TUPLE, *[_encode_any(v) for v in value]]
     if cls is datetime:
-        return value if value.tzinfo is timezone.utc else [_ANY_DATETIME, *_encode_datetime(value, packing)]
+        if value.tzinfo is timezone.utc and not value.fold:
+            return value
+        return [_ANY_DATETIME, *_encode_datetime(value, packing)]
     if cls is list:
         return [_ANY_LIST, *[_encode_any(v) for v in value]]
     if cls is frozenset or cls is set:

@@ -23,7 +23,8 @@ from sluice.domain.bounds import (
     MAX_PARTITIONS_PER_REQUEST,
     check_timestamp_seconds,
 )
-from sluice.runtime.errors import InvalidArgument, MalformedMessage, ResourceExhausted
+from sluice.domain.errors import InvalidArgument, ResourceExhausted
+from sluice.runtime.errors import MalformedMessage
 from sluice.v1 import notifications_pb2 as pb
 
 

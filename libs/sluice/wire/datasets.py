@@ -9,7 +9,7 @@ from dataclasses import replace
 from sluice.domain.consumer.state import ConsumerConfig, PartitionId, WorkItem
 from sluice.domain.datasets.filters import KeyCondition, MetadataCondition, PartitionFilter
 from sluice.domain.datasets.specs import DatasetSpec, KeySpec, KeyType, Partition
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice.v1 import datasets_pb2 as pb
 from sluice.v1 import notifications_pb2
 from sluice.wire.common import timestamp_from_proto, timestamp_to_proto

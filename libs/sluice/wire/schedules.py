@@ -28,7 +28,7 @@ from sluice.domain.triggers import (
     TimeTrigger,
     Trigger,
 )
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 from sluice.v1 import notifications_pb2 as npb, schedules_pb2 as pb
 from sluice.wire.common import program_from_proto, program_to_proto
 

@@ -24,7 +24,7 @@ from sluice.domain.commits import (
 )
 from sluice.domain.consumer import ConsumerConfig, ConsumerRef, Outcome
 from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
-from sluice.runtime.errors import FailedPrecondition
+from sluice.domain.errors import FailedPrecondition
 from sluice_services.launcher.commits import RESERVE, CommitFailed, CommitRunner
 from sluice_services.launcher.publish import LocalFiles, manifest_of
 from tests.integration.datasets.backends import Backend, PostgresBackend, SqliteBackend

@@ -26,7 +26,7 @@ from sluice.datasets import ConsumerStore, DatasetStore
 from sluice.domain.consumer import ConsumerConfig, ConsumerRef, PartitionId, consumer_stream
 from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition, TransactionStatus
 from sluice.eventlog.port import EventLog
-from sluice.runtime.errors import FailedPrecondition
+from sluice.domain.errors import FailedPrecondition
 from tests.integration.datasets.backends import Backend, PostgresBackend, SqliteBackend
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import pytest
 from sluice.clock import SimulatedClock
 from sluice.datasets import ConsumerStore, DatasetStore, PartitionQuery
 from sluice.datasets.consumers import ConsumerSnapshotted
-from sluice.domain.codec import encode
+from sluice.eventlog.codec import encode
 from sluice.domain.consumer import ConsumerConfig, ConsumerRef, PartitionId, snapshot_stream, state_to_bytes
 from sluice.domain.datasets import (
     DatasetSpec,
@@ -24,7 +24,7 @@ from sluice.domain.datasets import (
     transaction_stream,
 )
 from sluice.eventlog.port import ANY_VERSION, EventLog
-from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from tests.integration.datasets.backends import Backend, PostgresBackend, SqliteBackend
 
 pytestmark = pytest.mark.integration

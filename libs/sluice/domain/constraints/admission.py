@@ -35,7 +35,7 @@ from sluice.domain.constraints.evaluation import Never, NotYet, check
 from sluice.domain.constraints.facts import PendingJobFacts, WorldFacts, join_groups
 from sluice.domain.constraints.specs import ConcurrencyConstraint, TimeoutPolicy
 from sluice.domain.triggers.specs import require_aware
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Run constraints: what must hold before a triggered job may launch, as frozen, JSON-friendly data.
 
-The codec (`sluice.domain.codec`) decodes a union of dataclasses by the set of its field names,
+The codec (`sluice.eventlog.codec`) decodes a union of dataclasses by the set of its field names,
 so every kind has its own set (a delay says `seconds`, a minimum interval says `min_seconds`; a
 time window says `start`/`end`, a runs-per-window cap says `max_runs`/`unit`). There is no `kind`
 field, for the reason the trigger specs give: a tag could disagree with its class.

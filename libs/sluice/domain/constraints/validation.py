@@ -16,7 +16,7 @@ from sluice.domain.constraints.specs import (
     TimeWindowConstraint,
 )
 from sluice.domain.triggers.cron import CronError, zone_of
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 
 def validate_constraints(constraints: Iterable[object], path: str = "schedule.constraints") -> None:

@@ -28,7 +28,7 @@ from sluice.domain.consumer.state import (
 )
 from sluice.domain.datasets.filters import MATCH_ALL, PartitionFilter
 from sluice.domain.datasets.specs import DatasetSpec
-from sluice.runtime.errors import FailedPrecondition, InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument
 
 
 # Commands

@@ -20,7 +20,7 @@ from functools import total_ordering
 from sluice.domain import bounds
 from sluice.domain.datasets.filters import MATCH_ALL, PartitionFilter
 from sluice.domain.datasets.specs import Partition, validate_name
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 DEFAULT_MAX_WORKING_SET = 10_000
 DEFAULT_MAX_RETRIES = 3

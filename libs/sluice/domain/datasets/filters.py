@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from sluice.domain.datasets.specs import DatasetSpec, KeyType
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 
 @dataclass(frozen=True)

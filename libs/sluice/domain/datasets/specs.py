@@ -19,7 +19,7 @@ from datetime import date, datetime
 from typing import Any, Mapping
 
 from sluice.domain.names import key_segments, validate_name
-from sluice.runtime.errors import InvalidArgument
+from sluice.domain.errors import InvalidArgument
 
 _INT = re.compile(r"[+-]?[0-9]{1,18}")
 

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from sluice.domain import bounds
 from sluice.domain.datasets.specs import DatasetSpec, Partition, validate_partition
-from sluice.runtime.errors import AlreadyExists, FailedPrecondition, InvalidArgument, ResourceExhausted
+from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, ResourceExhausted
 
 MAX_PARTITIONS_PER_TRANSACTION = bounds.MAX_PARTITIONS_PER_REQUEST
 

@@ -1,6 +1,6 @@
 """Trigger specifications: what a schedule waits for, as frozen, hashable, JSON-friendly data.
 
-The codec (`sluice.domain.codec`) decodes a union of dataclasses by matching the set of field
+The codec (`sluice.eventlog.codec`) decodes a union of dataclasses by matching the set of field
 names, so every kind below has a distinct set of field names (AND says `all_of`, OR says
 `any_of`); `test_every_kind_has_its_own_field_names` keeps it that way. There is no `kind`
 field: the codec could not tell AND from OR by a value, and a tag could disagree with its class.

@@ -21,7 +21,7 @@ from sluice.domain.triggers.specs import (
     children,
     leaves,
 )
-from sluice.runtime.errors import InvalidArgument, ResourceExhausted
+from sluice.domain.errors import InvalidArgument, ResourceExhausted
 
 MAX_DEPTH = 32
 """How deeply AND/OR may nest: deeper than any real schedule, shallow enough for the stack."""
