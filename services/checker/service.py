@@ -11,28 +11,28 @@ from sluice.clock import Clock
 from sluice.domain import checking
 from sluice.domain.checking import (
     QUEUE_STREAM,
+    CheckerCommand,
     CheckerState,
     CheckTime,
     EnqueueJob,
     JobAdmitted,
     ObserveRun,
-    ObserveSchedule,
 )
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import ProgramStatusChanged
 from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
-from sluice.eventlog.port import Checkpoint, CheckpointMoved, EventLog, RecordedEvent
-from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, execute
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
+from sluice.runtime.aggregates import AggregateStore, attempt_batch, forget_conflicting
 from sluice.runtime.consumer import BatchHandler
-from sluice.domain.errors import InvalidArgument
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import run_timer_loop
-from sluice.v1 import jobs_pb2, schedules_pb2
+from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
+from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_from_bytes, parse_bus_message
 from sluice.wire.jobs import job_from_proto, job_to_proto
-from sluice.wire.schedules import schedule_from_proto
+from sluice.wire.schedules import parse_schedule_change
 
 TYPES = EventTypes(checking.EVENTS)
 SNAPSHOTS = ("checker",)
@@ -56,6 +56,8 @@ class CheckerService:
                                                                      snapshot=SNAPSHOTS[0], size=snapshot_size,
                                                                      snapshot_version=SNAPSHOT_VERSION)
         self._offsets = ConsumedOffsets(log, "checker")
+        self._unit_of_work: ConsumingUnitOfWork[CheckerCommand] = ConsumingUnitOfWork(
+            self._offsets, self._decide, self._reload, what=QUEUE_STREAM)
         self._wake_at: datetime | None = None
         self._settled: checking.Settled | None = None
         """What the passes since the last full one settled (decide_admitting); None: the next is full."""
@@ -91,58 +93,28 @@ class CheckerService:
         message = parse_bus_message(jobs_pb2.JobTriggered, record.value)
         if not message.job.id or not message.job.schedule_id:
             raise MalformedMessage("job.id and job.schedule_id are required")
-        try:
-            return EnqueueJob(job_from_proto(message.job))
-        except InvalidArgument as error:
-            raise MalformedMessage(str(error)) from error
+        return EnqueueJob(job_from_proto(message.job))
 
     @staticmethod
     def parse_program_status(record: Record) -> ObserveRun:
-        try:
-            notification = notification_from_bytes(record.value)
-        except InvalidArgument as error:
-            raise MalformedMessage(str(error)) from error
+        notification = notification_from_bytes(record.value)
         status = notification.payload
         if not isinstance(status, ProgramStatusChanged):
             raise MalformedMessage(f"expected a program status notification, got {type(status).__name__}")
         return ObserveRun(status.program, status.run_id, status.status, notification.time)
 
-    @staticmethod
-    def parse_schedule_change(record: Record) -> ObserveSchedule:
-        change = parse_bus_message(schedules_pb2.ScheduleChanged, record.value)
-        if not change.schedule_id:
-            raise MalformedMessage("schedule_id: must not be empty")
-        try:
-            schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)
-        except InvalidArgument as error:
-            raise MalformedMessage(str(error)) from error
-        return ObserveSchedule(change.schedule_id, schedule)
+    parse_schedule_change = staticmethod(parse_schedule_change)
 
-    async def apply(self, items: list[tuple[Record, object]]) -> None:
-        """Decide on the commands of records not consumed before; the events and the consumed
-        positions are appended together. Positions another writer recorded meanwhile (CheckpointMoved)
-        are read again, and what it recorded is skipped."""
-        for _ in range(MAX_CONFLICT_RETRIES):
-            commands, checkpoints = [], {}
-            for record, command in items:
-                checkpoint = self._offsets.checkpoint(record)
-                if checkpoint is not None:  # else consumed before: its events are in the log
-                    commands.append(command)
-                    checkpoints[checkpoint.name] = checkpoint
-            if not commands:
-                return
-            try:
-                self._decide(commands, list(checkpoints.values()))
-                return
-            except CheckpointMoved:
-                self._offsets.refresh(set(checkpoints))
-        raise RuntimeError(f"gave up after {MAX_CONFLICT_RETRIES} moved consumed positions")
+    async def apply(self, items: list[tuple[Record, CheckerCommand]]) -> None:
+        """The poll's commands of records not consumed before, decided and appended with their consumed
+        positions (sluice.runtime.unit_of_work)."""
+        self._unit_of_work.handle(items)
 
     def fire_due(self) -> bool:
         """Run an admission pass if the clock reached the next check; whether one was due."""
         if self._wake_at is None or self._wake_at > self._clock.now():
             return False
-        self._decide([CheckTime()])
+        retry_on_conflict(lambda: self._decide([CheckTime()]), self._reload, what=QUEUE_STREAM)
         return True
 
     def next_wake_at(self) -> datetime | None:
@@ -163,28 +135,30 @@ class CheckerService:
         message = jobs_pb2.LaunchRequested(job=job_to_proto(event.job))
         return [Outgoing(LAUNCH_REQUESTS, event.job.id, message.SerializeToString())]
 
-    def _decide(self, commands: list[object], checkpoints: list[Checkpoint] = ()) -> None:
+    def _decide(self, commands: list[CheckerCommand], checkpoints: list[Checkpoint] = ()) -> bool:
+        """One attempt: decide on the queue and append with the checkpoints; whether it appended.
+        After a conflict (another writer's append) what the earlier passes settled no longer holds:
+        `_settled` is None then, and the next attempt makes a full pass."""
         now = self._clock.now()
-        attempts: list[checking.Settled | None] = []
+        settled: list[checking.Settled | None] = []
 
-        def decide(state: CheckerState) -> list[checking.CheckerEvent]:
-            # a retry follows another writer's append: what the earlier passes settled no longer holds
-            events, settled = checking.decide_admitting(state, commands, now, self._capacity,
-                                                        None if attempts else self._settled)
-            attempts.append(settled)
+        def decide(_: str, state: CheckerState) -> list[checking.CheckerEvent]:
+            events, done = checking.decide_admitting(state, commands, now, self._capacity, self._settled)
+            settled.append(done)
             return events
 
         try:
-            _, events = execute(self._store, self._log, QUEUE_STREAM, decide, checkpoints=checkpoints)
+            decided = attempt_batch(self._store, self._log, [QUEUE_STREAM], decide, checkpoints=checkpoints)
         except BaseException:
             self._settled = None
             raise
-        if events:
-            for checkpoint in checkpoints:
-                self._offsets.recorded(checkpoint)
-        if attempts[-1] is not None:
-            self._settled = attempts[-1]
+        if settled[-1] is not None:
+            self._settled = settled[-1]
             self._wake(self._settled.until)
+        return bool(decided)
+
+    def _reload(self, conflict: WrongExpectedVersion) -> None:
+        forget_conflicting(self._store, conflict)
 
     def _set_timer(self, state: CheckerState) -> None:
         now = self._clock.now()

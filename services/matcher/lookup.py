@@ -26,8 +26,6 @@ from sluice.domain.common import Notification
 from sluice.domain.schedules import ScheduleState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime.consumer import BatchHandler
-from sluice.domain.errors import InvalidArgument
-from sluice.runtime.errors import MalformedMessage
 from sluice.v1 import matching_pb2
 from sluice.wire.common import notification_from_bytes
 from sluice.wire.schedules import schedule_to_proto
@@ -84,10 +82,7 @@ class ScheduleLookup:
 
     @staticmethod
     def parse(record: Record) -> Notification:
-        try:
-            return notification_from_bytes(record.value)
-        except InvalidArgument as error:
-            raise MalformedMessage(str(error)) from error
+        return notification_from_bytes(record.value)
 
     async def on_notification(self, record: Record) -> None:
         await self.apply([(record, self.parse(record))])

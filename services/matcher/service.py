@@ -12,6 +12,7 @@ import asyncio
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Mapping
 from datetime import datetime
 
 from sluice.bus.port import Record, TopicPartition, kafka_partition
@@ -23,18 +24,18 @@ from sluice.domain.common import Notification
 from sluice.domain import triggers
 from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchNotification, ObserveSchedule
 from sluice.domain.schedules import Schedule
-from sluice.eventlog.port import Checkpoint, CheckpointMoved, EventLog, RecordedEvent, WrongExpectedVersion
-from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, catch_up
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
+from sluice.runtime.aggregates import AggregateStore, catch_up
 from sluice.runtime.consumer import BatchHandler
-from sluice.domain.errors import InvalidArgument
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import run_timer_loop
-from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2, schedules_pb2
+from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
+from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2
 from sluice.wire.common import notification_from_bytes, notification_from_proto, parse_bus_message
 from sluice.wire.jobs import job_to_proto
-from sluice.wire.schedules import schedule_from_proto
+from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
 from sluice_services.matcher.decisions import Decisions
 
 STREAM_PREFIX = "matcher-"
@@ -90,6 +91,10 @@ class FireDue:
     schedule_id: str
 
 
+Command = ObserveSchedule | MatchRequests | MatchRequest | LookUpAndMatch | FireDue
+"""What this service decides on: its own commands, each turned into the aggregate's (`matching.MatcherCommand`)."""
+
+
 class MatcherService:
     def __init__(self, log: EventLog, clock: Clock) -> None:
         self._log = log
@@ -99,6 +104,8 @@ class MatcherService:
                                                                      snapshot_version=SNAPSHOT_VERSION)
         self._index: dict[str, set[str]] = defaultdict(set)
         self._offsets = ConsumedOffsets(log, "matcher")
+        self._unit_of_work: ConsumingUnitOfWork[Command] = ConsumingUnitOfWork(
+            self._offsets, self._run_once, self._reload, what="matcher", load=self._load_concerned, more=self._more)
         self._notifications: dict[bytes, Notification] = {}
         self._owned: set[int] | None = None
         """Partitions of the matches topic this member owns; None: every schedule (no consumer group)."""
@@ -138,30 +145,18 @@ class MatcherService:
         """A notification straight from its topic, matched against this matcher's own index."""
         await self.apply([(record, self.parse_notification(record))])
 
-    @staticmethod
-    def parse_schedule_change(record: Record) -> ObserveSchedule:
-        change = parse_bus_message(schedules_pb2.ScheduleChanged, record.value)
-        if not change.schedule_id:
-            raise MalformedMessage("schedule_id: must not be empty")
-        schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)
-        return ObserveSchedule(change.schedule_id, schedule)
+    parse_schedule_change = staticmethod(parse_schedule_change)
 
     def parse_notification(self, record: Record) -> LookUpAndMatch:
-        try:
-            return LookUpAndMatch(notification_from_bytes(record.value))
-        except InvalidArgument as error:
-            raise MalformedMessage(str(error)) from error
+        return LookUpAndMatch(notification_from_bytes(record.value))
 
     def parse_match_requested(self, record: Record) -> MatchRequests:
         message = parse_bus_message(matching_pb2.MatchRequested, record.value)
         if not message.targets:
             raise MalformedMessage("targets: must name at least one schedule")
-        try:
-            notification = self._shared_notification(message.notification)
-            requests = tuple(self._match_request(target, notification, f"targets[{index}]")
-                             for index, target in enumerate(message.targets))
-        except InvalidArgument as error:
-            raise MalformedMessage(str(error)) from error
+        notification = self._shared_notification(message.notification)
+        requests = tuple(self._match_request(target, notification, f"targets[{index}]")
+                         for index, target in enumerate(message.targets))
         if not message.HasField("source"):
             return MatchRequests(requests)
         source = message.source
@@ -188,45 +183,29 @@ class MatcherService:
             self._notifications[encoded] = notification
         return notification
 
-    async def apply(self, items: list[tuple[Record, object]]) -> None:
+    async def apply(self, items: list[tuple[Record, Command]]) -> None:
         """Decide on the commands of records not consumed before; the events and the consumed
-        positions are appended together (a redelivered record is skipped, also after a restart).
-
-        During a rebalance the partition's previous owner may still be recording the same records.
-        So the consumed positions are appended with the values this member knows (`expected`): if
-        another writer recorded records since, the append fails and nothing is written; the
-        positions are read again and the records decided again (those recorded are skipped)."""
+        positions are appended together (sluice.runtime.unit_of_work: a redelivered record is
+        skipped, also after a restart; positions another member recorded during a rebalance are
+        read again). A MatchRequests record also records its source position (`_more`)."""
         try:
-            for _ in range(MAX_CONFLICT_RETRIES):
-                for schedule_id in self._concerned(command for _, command in items):
-                    self._store.load(matching.stream_name(schedule_id))
-                commands, checkpoints = [], {}
-                for record, command in items:
-                    checkpoint = self._offsets.checkpoint(record)
-                    if checkpoint is None:
-                        continue  # consumed before: its events are in the log
-                    checkpoints[checkpoint.name] = checkpoint
-                    if isinstance(command, MatchRequests) and command.source is not None:
-                        source = self._source_checkpoint(record, command.source, checkpoints)
-                        if source is None:
-                            continue  # the first stage published the notification again
-                        checkpoints[source.name] = source
-                    commands.append(command)
-                if not commands:
-                    return
-                try:
-                    self._run_once(commands, list(checkpoints.values()))
-                    return
-                except CheckpointMoved:
-                    self._offsets.refresh(set(checkpoints))
-                except WrongExpectedVersion as conflict:
-                    self._store.forget(conflict.stream)
-            raise RuntimeError(f"gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
+            self._unit_of_work.handle(items)
         finally:
             self._notifications.clear()
 
+    def _load_concerned(self, items: list[tuple[Record, Command]]) -> None:
+        for schedule_id in self._concerned(command for _, command in items):
+            self._store.load(matching.stream_name(schedule_id))
+
+    def _more(self, record: Record, command: Command, batch: Mapping[str, Checkpoint]) -> tuple[Checkpoint, ...] | None:
+        """The source position to record with a MatchRequests record (None: skip its command)."""
+        if not isinstance(command, MatchRequests) or command.source is None:
+            return ()
+        source = self._source_checkpoint(record, command.source, batch)
+        return None if source is None else (source,)
+
     def _source_checkpoint(self, record: Record, source: SourcePosition,
-                           batch: dict[str, Checkpoint]) -> Checkpoint | None:
+                           batch: Mapping[str, Checkpoint]) -> Checkpoint | None:
         """The source position to record with the record's events, or None when this partition has
         passed it: a publisher sends each source partition's notifications in order, and the first
         stage starts again where it had committed, after it had published everything before."""
@@ -261,27 +240,27 @@ class MatcherService:
                     else [MatchRequest(schedule_id, notification) for schedule_id in schedule_ids])
         self._run(commands, [consumed] if consumed else [])
 
-    def _run(self, commands: list[object], checkpoints: list[Checkpoint] = ()) -> None:
-        """`_run_once`; on a concurrent writer, reload and decide again."""
-        for _ in range(MAX_CONFLICT_RETRIES):
-            try:
-                self._run_once(commands, checkpoints)
-                return
-            except WrongExpectedVersion as conflict:
-                self._store.forget(conflict.stream)
-        raise RuntimeError(f"gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
+    def _run(self, commands: list[Command], checkpoints: list[Checkpoint] = ()) -> None:
+        """`_run_once`, retried on a concurrent writer (sluice.runtime.unit_of_work's policy)."""
+        def once() -> None:
+            if self._run_once(commands, checkpoints):
+                for checkpoint in checkpoints:
+                    self._offsets.recorded(checkpoint)
+        retry_on_conflict(once, self._reload, what="matcher")
 
-    def _run_once(self, commands: list[object], checkpoints: list[Checkpoint]) -> None:
+    def _reload(self, conflict: WrongExpectedVersion) -> None:
+        self._store.forget(conflict.stream)
+
+    def _run_once(self, commands: list[Command], checkpoints: list[Checkpoint]) -> bool:
         """Decide every command in order, append all events with the checkpoints in one transaction
-        (nothing when nothing was decided). Raises WrongExpectedVersion, having changed nothing."""
+        (nothing when nothing was decided); whether it appended. Raises WrongExpectedVersion, having
+        changed nothing."""
         decisions = Decisions(self._store, self._clock.now())
         for command in commands:
             self._decide(decisions, command)
         if not decisions:
-            return
+            return False
         versions = self._log.append_batch(decisions.appends(), checkpoints=checkpoints)
-        for checkpoint in checkpoints:
-            self._offsets.recorded(checkpoint)
         for schedule_id, (before, after) in decisions.changed_schedules.items():
             if before is not None:
                 self._unindex_schedule(before)
@@ -289,8 +268,9 @@ class MatcherService:
                 self._index_schedule(after)
         for schedule_id, state in decisions.commit(versions):
             self._set_timer(schedule_id, state)
+        return True
 
-    def _decide(self, decisions: Decisions, command: object) -> None:
+    def _decide(self, decisions: Decisions, command: Command) -> None:
         match command:
             case MatchRequests(requests, _):
                 for request in requests:

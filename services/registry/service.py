@@ -14,13 +14,15 @@ from sluice.domain.schedules import (
     DisableSchedule,
     EnableSchedule,
     Schedule,
+    ScheduleCommand,
     ScheduleState,
     UpdateSchedule,
 )
-from sluice.eventlog.port import EventLog, RecordedEvent, WrongExpectedVersion
-from sluice.runtime.aggregates import MAX_CONFLICT_RETRIES, AggregateStore, catch_up, execute
+from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.runtime.aggregates import AggregateStore, catch_up, execute
 from sluice.domain.errors import NotFound
 from sluice.runtime.outbox import Outgoing
+from sluice.runtime.unit_of_work import retry_on_conflict
 from sluice.v1 import schedules_pb2
 from sluice.wire.schedules import schedule_to_proto
 
@@ -61,21 +63,21 @@ class RegistryService:
             self._check_upstream_programs(schedule, deploying, f"app.schedules[{index}].trigger")
         now = self._clock.now()
         app_stream = apps.stream_name(command.namespace, command.app)
-        for _ in range(MAX_CONFLICT_RETRIES):
+        stores: dict[str, AggregateStore] = {}
+
+        def attempt() -> dict[str, list]:
             existing = {s.id: self._store.load(schedules.stream_name(s.id)).state
                         for s in self.list(command.namespace, command.app)}
             plan = apps.plan_deployment(self._apps.load(app_stream).state, existing, command, now)
-            stores = {stream: self._apps if stream == app_stream else self._store for stream in plan}
+            stores.update({stream: self._apps if stream == app_stream else self._store for stream in plan})
             appends = [stores[stream].prepare(stream, events) for stream, events in plan.items()]
-            try:
-                versions = self._log.append_batch(appends)
-            except WrongExpectedVersion as conflict:
-                stores[conflict.stream].forget(conflict.stream)
-                continue
+            versions = self._log.append_batch(appends)
             for (stream, events), version in zip(plan.items(), versions):
                 stores[stream].commit(stream, events, version)
             return plan
-        raise RuntimeError(f"deploying {app_stream}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
+
+        return retry_on_conflict(attempt, lambda conflict: stores[conflict.stream].forget(conflict.stream),
+                                 what=f"deploying {app_stream}")
 
     def _check_upstream_programs(self, schedule: Schedule, deploying: set[tuple[str, str, str]] = frozenset(),
                                  path: str = "schedule.trigger") -> None:
@@ -139,7 +141,7 @@ class RegistryService:
             return loaded.state
         return schedules.fold([TYPES.decode(r) for r in self._log.read_stream(stream)[: version + 1]])
 
-    def _execute(self, schedule_id: str, command: object) -> Schedule | None:
+    def _execute(self, schedule_id: str, command: ScheduleCommand) -> Schedule | None:
         now = self._clock.now()
         state, _ = execute(self._store, self._log, schedules.stream_name(schedule_id),
                            lambda s: schedules.decide(s, command, now))

@@ -35,6 +35,7 @@ from sluice.domain.constraints import (
     join_groups,
 )
 from sluice.domain.jobs import Job
+from sluice.domain.observations import CheckTime, ObserveSchedule
 from sluice.domain.schedules import Schedule
 from sluice.ids import run_id_for
 
@@ -59,16 +60,8 @@ class ObserveRun:
     at: datetime
 
 
-@dataclass(frozen=True)
-class ObserveSchedule:
-    schedule_id: str
-    schedule: Schedule | None
-    """None: deleted."""
-
-
-@dataclass(frozen=True)
-class CheckTime:
-    """The clock reached the earliest time at which a waiting job's answer may change."""
+CheckerCommand = EnqueueJob | ObserveRun | ObserveSchedule | CheckTime
+"""What the aggregate's `decide` takes."""
 
 
 # Events
@@ -204,12 +197,12 @@ class CheckerState:
         return [queued.facts() for queued in self.queue.values()]
 
 
-def decide(state: CheckerState, command: object, now: datetime, capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
+def decide(state: CheckerState, command: CheckerCommand, now: datetime, capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
     """The command's own events, then one admission pass over the queue they leave."""
     return decide_many(state, [command], now, capacity)
 
 
-def decide_many(state: CheckerState, commands: list[object], now: datetime,
+def decide_many(state: CheckerState, commands: list[CheckerCommand], now: datetime,
                 capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
     """Several commands (a poll's worth of messages), then one admission pass over the whole queue:
     one decision, one append."""
@@ -224,7 +217,7 @@ class Settled:
     until: datetime | None
 
 
-def decide_admitting(state: CheckerState, commands: list[object], now: datetime, capacity: Capacity = UNLIMITED,
+def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: datetime, capacity: Capacity = UNLIMITED,
                      settled: Settled | None = None) -> tuple[list[CheckerEvent], Settled | None]:
     """`decide_many`, and what its admission pass settled (None when nothing changed and no check
     was due): `until` is the checker's next timer.
@@ -260,7 +253,7 @@ def decide_admitting(state: CheckerState, commands: list[object], now: datetime,
     return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in admitted)), *admission], Settled(until)
 
 
-def _rechecked(state: CheckerState, commands: list[object], events: list[CheckerEvent],
+def _rechecked(state: CheckerState, commands: list[CheckerCommand], events: list[CheckerEvent],
                capacity: Capacity) -> list[PendingJobFacts] | None:
     """The jobs whose answer the commands can change, when they are arrivals and runs only (None:
     every queued job): the arrivals, and the jobs of the programs whose runs changed or that share
@@ -284,7 +277,7 @@ def _rechecked(state: CheckerState, commands: list[object], events: list[Checker
     return [state.queue[job_id].facts() for job_id in concerned]
 
 
-def _own_events(state: CheckerState, command: object, now: datetime) -> list[CheckerEvent]:
+def _own_events(state: CheckerState, command: CheckerCommand, now: datetime) -> list[CheckerEvent]:
     match command:
         case EnqueueJob(job):
             return _enqueue(state, job, now)

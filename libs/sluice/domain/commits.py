@@ -210,7 +210,11 @@ class Release:
     pass
 
 
-def decide(progress: CommitProgress | None, command: object, now: datetime) -> list[CommitEvent]:
+CommitCommand = Record | MarkDone | Finish | RecordFailure | Abandon | Release
+"""What the aggregate's `decide` takes."""
+
+
+def decide(progress: CommitProgress | None, command: CommitCommand, now: datetime) -> list[CommitEvent]:
     match command:
         case Record(sequence):
             _validate(sequence)

@@ -13,6 +13,7 @@ from sluice.domain import triggers
 from sluice.domain.bounds import MAX_CATCH_UP_FIRES
 from sluice.domain.common import Notification
 from sluice.domain.jobs import Job, TriggerContext
+from sluice.domain.observations import CheckTime, ObserveSchedule
 from sluice.domain.schedules import MISFIRE_THRESHOLD, MisfirePolicy, Schedule
 from sluice.domain.triggers import DataSizeTrigger, PartitionTrigger, ProgramStatusTrigger, TriggerState
 from sluice.ids import derived_id
@@ -24,19 +25,12 @@ def stream_name(schedule_id: str) -> str:
 
 # Commands
 @dataclass(frozen=True)
-class ObserveSchedule:
-    schedule_id: str
-    schedule: Schedule | None  # None: deleted
-
-
-@dataclass(frozen=True)
 class MatchNotification:
     notification: Notification
 
 
-@dataclass(frozen=True)
-class CheckTime:
-    """The clock reached a pending job's wake-up time (cron fire, quiet period, elapsed time)."""
+MatcherCommand = ObserveSchedule | MatchNotification | CheckTime
+"""What the aggregate's `decide` takes."""
 
 
 # Events
@@ -148,11 +142,11 @@ def _seen(recent: bytes, digest: bytes) -> bool:
     return found != -1
 
 
-def decide(state: MatcherState, command: object, now: datetime) -> list[MatcherEvent]:
+def decide(state: MatcherState, command: MatcherCommand, now: datetime) -> list[MatcherEvent]:
     return step(state, command, now)[0]
 
 
-def step(state: MatcherState, command: object, now: datetime) -> tuple[list[MatcherEvent], MatcherState]:
+def step(state: MatcherState, command: MatcherCommand, now: datetime) -> tuple[list[MatcherEvent], MatcherState]:
     """`decide`, with the state its events lead to (what folding `evolve` over them gives),
     worked out once: the matcher's hot path neither evolves twice nor observes a notification twice."""
     match command:

@@ -63,6 +63,10 @@ class MarkLost:
     reason: str
 
 
+RunCommand = RequestRun | MarkStarted | MarkCompleted | MarkFailed | MarkLost
+"""What the aggregate's `decide` takes."""
+
+
 # Events
 @dataclass(frozen=True)
 class RunRequested:
@@ -166,7 +170,7 @@ class Run:
         return self.attempt.due_at
 
 
-def decide(run: Run | None, command: object, now: datetime) -> list[RunEvent]:
+def decide(run: Run | None, command: RunCommand, now: datetime) -> list[RunEvent]:
     match command:
         case RequestRun(job):
             return [] if run is not None else [RunRequested(run_id_for(job.id), job, now)]

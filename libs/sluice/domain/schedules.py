@@ -119,6 +119,10 @@ class DisableSchedule:
     schedule_id: str
 
 
+ScheduleCommand = CreateSchedule | UpdateSchedule | DeleteSchedule | EnableSchedule | DisableSchedule
+"""What the aggregate's `decide` takes."""
+
+
 # Events
 @dataclass(frozen=True)
 class ScheduleCreated:
@@ -165,7 +169,7 @@ class ScheduleState:
         return self.schedule is not None
 
 
-def decide(state: ScheduleState, command: object, now: datetime) -> list[ScheduleEvent]:
+def decide(state: ScheduleState, command: ScheduleCommand, now: datetime) -> list[ScheduleEvent]:
     match command:
         case CreateSchedule(schedule):
             validate(schedule)

@@ -13,10 +13,10 @@ from sluice.ids import derived_id
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots, PendingSave
 from sluice.runtime.snapshots import Schema
+from sluice.runtime.unit_of_work import MAX_CONFLICT_RETRIES, retry_on_conflict  # noqa: F401 (re-exported)
 
 S = TypeVar("S")
 
-MAX_CONFLICT_RETRIES = 5
 READ_BATCH = 10_000
 BACKGROUND_SNAPSHOT_STREAMS = 2_000
 """From this many entries to pack (streams, or what `size` counts in them) a snapshot is written off
@@ -299,24 +299,40 @@ def execute_batch(
     checkpoints: Sequence[Checkpoint] = (),
 ) -> dict[str, list[Any]]:
     """decide for several streams and append every resulting event in one transaction, with the
-    checkpoints (written only when there is something to append)."""
-    for _ in range(MAX_CONFLICT_RETRIES):
-        decided = {stream: events for stream in streams if (events := list(decide(stream, store.load(stream).state)))}
-        if not decided:
-            return {}
-        appends = [store.prepare(stream, events) for stream, events in decided.items()]
-        try:
-            versions = log.append_batch(appends, checkpoints=checkpoints)
-        except CheckpointMoved:
-            raise  # the same checkpoints cannot succeed again: the caller reads them and decides again
-        except WrongExpectedVersion as conflict:
-            store.forget(conflict.stream)
-            continue
-        for (stream, events), version in zip(decided.items(), versions):
-            store.commit(stream, events, version)
-        store.snapshot_if_due()
-        return decided
-    raise RuntimeError(f"streams {list(streams)[:3]}...: gave up after {MAX_CONFLICT_RETRIES} concurrent-write conflicts")
+    checkpoints (written only when there is something to append); on a concurrent writer, reload
+    and decide again (sluice.runtime.unit_of_work's policy). CheckpointMoved is raised: the same
+    checkpoints cannot succeed again, the caller reads them and decides again."""
+    return retry_on_conflict(lambda: attempt_batch(store, log, streams, decide, checkpoints=checkpoints),
+                             lambda conflict: forget_conflicting(store, conflict),
+                             what=f"streams {list(streams)[:3]}...")
+
+
+def attempt_batch(
+    store: AggregateStore[S],
+    log: EventLog,
+    streams: Sequence[str],
+    decide: Callable[[str, S], Sequence[Any]],
+    *,
+    checkpoints: Sequence[Checkpoint] = (),
+) -> dict[str, list[Any]]:
+    """One attempt of `execute_batch`: raises WrongExpectedVersion having changed nothing."""
+    decided = {stream: events for stream in streams if (events := list(decide(stream, store.load(stream).state)))}
+    if not decided:
+        return {}
+    appends = [store.prepare(stream, events) for stream, events in decided.items()]
+    versions = log.append_batch(appends, checkpoints=checkpoints)
+    for (stream, events), version in zip(decided.items(), versions):
+        store.commit(stream, events, version)
+    store.snapshot_if_due()
+    return decided
+
+
+def forget_conflicting(store: AggregateStore[Any], conflict: WrongExpectedVersion) -> None:
+    """A store's reload after a conflict: its stale stream is read again at the next load. A moved
+    checkpoint is raised (no reload makes the same checkpoints succeed)."""
+    if isinstance(conflict, CheckpointMoved):
+        raise conflict
+    store.forget(conflict.stream)
 
 
 def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, types: EventTypes,

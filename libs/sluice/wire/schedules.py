@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from google.protobuf import duration_pb2, unknown_fields
 
@@ -16,6 +16,7 @@ from sluice.domain.constraints import (
     TimeWindowConstraint,
 )
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy
+from sluice.domain.observations import ObserveSchedule
 from sluice.domain.schedules import DEFAULT_CATCH_UP_SECONDS, MisfirePolicy, Schedule, validate
 from sluice.domain.triggers import (
     AndTrigger,
@@ -29,8 +30,12 @@ from sluice.domain.triggers import (
     Trigger,
 )
 from sluice.domain.errors import InvalidArgument
+from sluice.runtime.errors import MalformedMessage
 from sluice.v1 import notifications_pb2 as npb, schedules_pb2 as pb
-from sluice.wire.common import program_from_proto, program_to_proto
+from sluice.wire.common import parse_bus_message, program_from_proto, program_to_proto
+
+if TYPE_CHECKING:
+    from sluice.bus.port import Record
 
 
 def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
@@ -222,3 +227,13 @@ def constraint_from_proto(message: pb.Constraint, path: str) -> Constraint:
 
 
 CONSTRAINT_KINDS = ("concurrency", "delay", "time_window", "min_since_last_run", "max_runs_per_window")
+
+
+def parse_schedule_change(record: Record) -> ObserveSchedule:
+    """A ScheduleChanged message of the schedules topic as the command the matcher's and the
+    checker's aggregates take (MalformedMessage / InvalidArgument: dead-lettered by the consumer loop)."""
+    change = parse_bus_message(pb.ScheduleChanged, record.value)
+    if not change.schedule_id:
+        raise MalformedMessage("schedule_id: must not be empty")
+    schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)
+    return ObserveSchedule(change.schedule_id, schedule)

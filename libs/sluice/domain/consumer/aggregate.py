@@ -80,6 +80,10 @@ class Untake:
     partitions: tuple[PartitionId, ...]
 
 
+ConsumerCommand = CreateConsumer | Configure | Consume | Complete | Fail | Untake
+"""What the aggregate's `decide` takes."""
+
+
 # Events
 @dataclass(frozen=True)
 class ConsumerCreated:
@@ -146,7 +150,7 @@ ConsumerEvent = (ConsumerCreated | ConsumerConfigured | PartitionsDiscovered | P
                  | PartitionsFailed | PartitionsDiscarded | PartitionsReturned)
 
 
-def decide(state: ConsumerState | None, command: object, now: datetime, spec: DatasetSpec | None = None,
+def decide(state: ConsumerState | None, command: ConsumerCommand, now: datetime, spec: DatasetSpec | None = None,
            view: IndexView | None = None) -> list[ConsumerEvent]:
     match command:
         case CreateConsumer(consumer, config):
