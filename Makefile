@@ -29,7 +29,7 @@ demo: env
 	$(PY) -m sluice_examples.clickstream.demo
 
 standalone: env
-	$(PY) -m sluice.cli.main standalone
+	$(PY) -m sluice_services.cli standalone
 
 # PostgreSQL server binaries from Debian's packages; the tests start throwaway servers on free ports.
 postgres:

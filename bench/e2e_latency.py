@@ -61,7 +61,7 @@ from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
 from sluice.eventlog.port import EventLog
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.runtime.heap import freeze_long_lived
 from sluice.runtime.service import run_services
 from sluice.testing.kafka import KafkaBroker

@@ -106,7 +106,7 @@ class _LogAsOf(LogUntil):
 def _restart(path: Path, snapshots_lag: int | None) -> float:
     """Seconds from opening the log to matcher and checker recovered (snapshots `snapshots_lag` events
     behind the head, or none)."""
-    from sluice.cli.rebuild import rebuild
+    from sluice_services.cli.rebuild import rebuild
 
     log = SqliteEventLog(path)
     try:

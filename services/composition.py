@@ -24,6 +24,7 @@ from sluice.runtime.http_auth import server_ssl_context
 from sluice.runtime.grpc_server import GrpcBinding
 from sluice.runtime.service import ServiceSpec
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
+from sluice_services.catalogue import NAMES
 from sluice_services.checker import grpc_api as checker_grpc
 from sluice_services.checker.service import CheckerService
 from sluice_services.launcher import datasets_grpc, datasets_service
@@ -48,7 +49,7 @@ from sluice_services.registry import service as registry_service
 from sluice_services.registry.service import RegistryService
 from sluice_services.resolvers import checker_resolvers, launcher_resolvers, registry_resolvers
 
-SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
+SERVICES = NAMES
 DEFAULT_APPS_DIR = Path(__file__).resolve().parent.parent / "examples"
 
 

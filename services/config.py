@@ -27,13 +27,13 @@ from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE
 from sluice.domain.errors import InvalidArgument
 from sluice.runtime.auth_policy import PolicyError, load_policy
 from sluice.runtime.grpc_security import GrpcSecurity, loopback
-from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings
+from sluice_services.catalogue import SECTIONS
+from sluice_services.composition import DEFAULT_APPS_DIR, Settings
 from sluice_services.launcher.programs import SparkConfig
 from sluice_services.launcher.service import DEFAULT_FINISHED_RUNS_PER_SCHEDULE
 
 ENV_PREFIX = "SLUICE_"
 CONFIG_ENV = "SLUICE_CONFIG"
-SECTIONS = (*SERVICES, "standalone")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 

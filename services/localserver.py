@@ -19,7 +19,7 @@ class LocalServer:
     def __init__(self, data_dir: Path, command: Sequence[str] = ("standalone",), args: Sequence[str] = (),
                  env: dict[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
-        self._argv = [sys.executable, "-m", "sluice.cli.main", *command, "--data-dir", str(data_dir), "--port", "0", *args]
+        self._argv = [sys.executable, "-m", "sluice_services.cli", *command, "--data-dir", str(data_dir), "--port", "0", *args]
         self._env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
         self.address = ""

@@ -22,7 +22,7 @@ from sluice.cli import render
 from sluice.client import SluiceClient
 import grpc
 
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.v1 import datasets_pb2, datasets_pb2_grpc, jobs_pb2, notifications_pb2, schedules_pb2
 from sluice_examples.clickstream import app
 from sluice_examples.clickstream import datasets as clickstream_datasets

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any, Callable
 from sluice.cli import render
 from sluice.clock import SystemClock
 from sluice.eventlog.port import EventLog
+from sluice_services.catalogue import SECTIONS, WITH_AGGREGATE_SNAPSHOTS
+from sluice_services.cli.offline import add_sources, offline, open_log
 
 if TYPE_CHECKING:
     from sluice_services.composition import Settings
 
-SERVICES = ("registry", "matcher", "checker", "launcher")
+SERVICES = WITH_AGGREGATE_SNAPSHOTS
 PROJECTIONS = ("jobs", "lineage", *SERVICES, "snapshots")
 HOSTS = {"jobs": "checker", "snapshots": "standalone"}
 """The process whose configuration a projection is rebuilt with, where it is not the projection's own name."""
@@ -39,7 +41,7 @@ class Rebuilt:
     seconds: float
 
 
-def add_command(commands: argparse._SubParsersAction, offline: Callable, add_sources: Callable) -> None:
+def add_command(commands: argparse._SubParsersAction) -> None:
     rebuild = commands.add_parser("rebuild", help="drop a projection's snapshots and rebuild it from the log (offline)")
     rebuild.add_argument("projection", metavar="PROJECTION", help=", ".join(PROJECTIONS))
     rebuild.add_argument("--service", metavar="NAME",
@@ -50,8 +52,7 @@ def add_command(commands: argparse._SubParsersAction, offline: Callable, add_sou
 
 
 def _rebuild(settings, args) -> int:
-    from sluice.cli.sre import open_log
-    from sluice_services.config import SECTIONS, load_settings
+    from sluice_services.config import load_settings
 
     if args.projection not in PROJECTIONS:
         print(f"sluice: error: PROJECTION: unknown projection {args.projection!r} (one of {', '.join(PROJECTIONS)})",

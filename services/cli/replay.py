@@ -6,18 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sluice.clock import SystemClock
 from sluice.eventlog.port import EventLog
 from sluice.eventlog.truncated import LogUntil
+from sluice_services.catalogue import NAMES
+from sluice_services.cli.offline import OperatorError, add_sources, offline, open_log
 
-SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
 
-
-def add_command(commands: argparse._SubParsersAction, offline: Callable, add_sources: Callable) -> None:
+def add_command(commands: argparse._SubParsersAction) -> None:
     replay = commands.add_parser("replay", help="a service's state rebuilt from the log up to a position (offline)")
-    replay.add_argument("service", choices=SERVICES)
+    replay.add_argument("service", choices=NAMES)
     replay.add_argument("--until", type=int, metavar="POSITION", help="the last position to fold (default: the head)")
     replay.add_argument("--diff", action="store_true", help="show what differs between --until and the head")
     add_sources(replay)
@@ -25,8 +25,6 @@ def add_command(commands: argparse._SubParsersAction, offline: Callable, add_sou
 
 
 def _replay(settings, args) -> int:
-    from sluice.cli.sre import OperatorError, open_log
-
     log = open_log(settings)
     try:
         head = log.head_position()

@@ -1,5 +1,5 @@
 """Offline commands for operators: read the event log and the dead-letter topic directly, with no
-server running (`sluice log ...`, `sluice dlq ...`). They find the log and the bus as the servers
+server running (`sluice log ...`, `sluice dlq ...`; `replay` and `rebuild` beside this module). They find the log and the bus as the servers
 do: --event-log / --bus / --data-dir, the SLUICE_* variables, or a --config file."""
 from __future__ import annotations
 
@@ -9,23 +9,17 @@ import json
 import sys
 import uuid
 from collections import Counter
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sluice.bus.port import Record
 from sluice.bus.topics import DEAD_LETTER
 from sluice.cli import render
-from sluice.clock import SystemClock
 from sluice.eventlog.port import ANY_VERSION, NewEvent, RecordedEvent
-from sluice.domain.errors import InvalidArgument
+from sluice_services.cli.offline import OperatorError, add_sources, offline, open_bus, open_log
 
 REPLAYS_STREAM = "dlq-replays"
 """Each replayed dead letter is recorded here, so a second replay is refused unless forced."""
 DRAIN_IDLE_SECONDS = 2.0
-
-
-class OperatorError(Exception):
-    """One line for the operator; exit code 1."""
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -40,8 +34,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                       help="start after this position (default 0: the beginning)")
     read.add_argument("--limit", type=int, default=100)
     for parser, handler in ((stats, _log_stats), (tail, _log_tail), (show, _log_show), (read, _log_read)):
-        _add_sources(parser)
-        parser.set_defaults(handler=_offline(handler), server_mode=True)
+        add_sources(parser)
+        parser.set_defaults(handler=offline(handler), server_mode=True)
 
     dlq = commands.add_parser("dlq", help="dead-lettered bus messages (offline)").add_subparsers(metavar="ACTION")
     listing = dlq.add_parser("list", help="every dead letter: id, source, reason")
@@ -51,57 +45,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     replay.add_argument("ids", nargs="+", metavar="ID")
     replay.add_argument("--force", action="store_true", help="replay also what was replayed before")
     for parser, handler in ((listing, _dlq_list), (show_one, _dlq_show), (replay, _dlq_replay)):
-        _add_sources(parser)
-        parser.set_defaults(handler=_offline(handler), server_mode=True)
+        add_sources(parser)
+        parser.set_defaults(handler=offline(handler), server_mode=True)
 
-    from sluice.cli import replay as replay_command
-    replay_command.add_command(commands, _offline, _add_sources)
-    from sluice.cli import rebuild as rebuild_command
-    rebuild_command.add_command(commands, _offline, _add_sources)
-
-
-def _add_sources(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, metavar="FILE", help="TOML file, as for `sluice serve`")
-    parser.add_argument("--data-dir", type=Path, help="where the default SQLite log and bus live (default .sluice)")
-    parser.add_argument("--event-log", metavar="URL", help="sqlite:///path or postgresql://...")
-    parser.add_argument("--bus", metavar="URL", help="inprocess:///path or kafka://host:port")
-
-
-def _offline(handler: Callable[[Any, argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        from sluice_services.config import ConfigError, load_settings
-
-        try:
-            settings = load_settings(args, "standalone")
-            return handler(settings, args) or 0
-        except ConfigError as error:
-            return _fail(str(error), 2)
-        except (OperatorError, InvalidArgument) as error:
-            return _fail(str(error), 1)
-        except OSError as error:
-            return _fail(f"cannot open the event log or the bus: {error}", 1)
-    return run
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"sluice: error: {' '.join(message.split())}", file=sys.stderr)
-    return code
-
-
-def open_log(settings):
-    from sluice.runtime.secrets import mask_text, mask_url
-    from sluice_services.adapters import open_event_log
-
-    path = settings.data_dir / "events.db"
-    if not settings.event_log and not path.exists():
-        raise OperatorError(f"no event log at {path} (give --event-log or --data-dir)")
-    try:
-        return open_event_log(settings.event_log, settings.data_dir, SystemClock())
-    except InvalidArgument:
-        raise
-    except Exception as error:  # a driver's own error type: the URL is wrong or the server is down
-        raise OperatorError(f"cannot open the event log {mask_url(settings.event_log) or path}: "
-                            f"{mask_text(str(error), settings.event_log)}") from error
 
 
 # -- sluice log ---------------------------------------------------------------------------------
@@ -258,7 +204,7 @@ def _dlq_replay(settings, args) -> int:
 
 async def _dead_letters(settings) -> list[Record]:
     """Every record of the dead-letter topic, read under a throwaway group (nothing is committed)."""
-    bus = _open_bus(settings)
+    bus = open_bus(settings)
     consumer = bus.consumer(f"sluice-dlq-{uuid.uuid4().hex[:12]}", [DEAD_LETTER])
     records: list[Record] = []
     try:
@@ -274,7 +220,7 @@ async def _dead_letters(settings) -> list[Record]:
 
 
 async def _republish(settings, records: list[Record]) -> None:
-    bus = _open_bus(settings)
+    bus = open_bus(settings)
     producer = bus.producer()
     try:
         for record in records:
@@ -284,15 +230,6 @@ async def _republish(settings, records: list[Record]) -> None:
     finally:
         await producer.close()
         await bus.close()
-
-
-def _open_bus(settings):
-    from sluice_services.adapters import open_bus
-
-    path = settings.data_dir / "bus.db"
-    if not settings.bus and not path.exists():
-        raise OperatorError(f"no bus at {path} (give --bus or --data-dir)")
-    return open_bus(settings.bus, settings.data_dir, SystemClock())
 
 
 def _find(records: list[Record], letter_id: str) -> Record:

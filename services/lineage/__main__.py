@@ -1,4 +1,4 @@
 """`python -m sluice_services.lineage`: the lineage service alone (embedded adapters under --data-dir)."""
-from sluice.cli.serve import serve_main
+from sluice_services.cli.serve import serve_main
 
 serve_main("lineage")

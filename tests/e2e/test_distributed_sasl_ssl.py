@@ -15,7 +15,7 @@ import pytest
 
 from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.testing.kafka import KafkaBroker
 from sluice.testing.postgres import PostgresServer
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb

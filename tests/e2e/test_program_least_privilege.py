@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from sluice.client import SluiceClient
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.v1 import datasets_pb2 as dpb
 from sluice.v1 import datasets_pb2_grpc
 from sluice.v1 import notifications_pb2 as npb

@@ -8,7 +8,7 @@ import pytest
 
 from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 from tests.e2e.conftest import eventually

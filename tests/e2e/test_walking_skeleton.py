@@ -18,7 +18,7 @@ from sluice.bus.inprocess import InProcessBus
 from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.wire.common import notification_from_bytes
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
@@ -54,7 +54,7 @@ def expected_counts(partition: dict) -> Counter:
 def notify_with_cli(address: str, partition: dict) -> str:
     keys = [arg for k, v in partition["key"].items() for arg in ("--key", f"{k}={v}")]
     result = subprocess.run(
-        [sys.executable, "-m", "sluice.cli.main", "--server", address, "--json", "notify", "partition",
+        [sys.executable, "-m", "sluice_services.cli", "--server", address, "--json", "notify", "partition",
          "--namespace", NAMESPACE, "--dataset", "clickstream", *keys, "--location", partition["location"],
          "--size-bytes", str(partition["size_bytes"]), "--record-count", str(partition["record_count"])],
         capture_output=True, text=True, timeout=60)

@@ -425,7 +425,7 @@ class Fuzz:
         return found
 
     def dlq_list(self) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "sluice.cli.main", "--json", "dlq", "list", "--data-dir",
+        return subprocess.run([sys.executable, "-m", "sluice_services.cli", "--json", "dlq", "list", "--data-dir",
                                str(self.server.data_dir)], capture_output=True, text=True, timeout=120)
 
     # -- the whole run ----------------------------------------------------------------------

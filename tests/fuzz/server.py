@@ -55,7 +55,7 @@ class FuzzServer:
         (app / f"{CHECK_PROGRAM}.py").write_text(PROGRAM_SOURCE)
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "sluice.cli.main", "standalone", "--data-dir", str(self.data_dir),
+        return [sys.executable, "-m", "sluice_services.cli", "standalone", "--data-dir", str(self.data_dir),
                 "--port", "0", "--metrics-port", "0", "--lineage-port", "0", "--log-level", "WARNING",
                 "--spark-submit", str(FAKE_SPARK_SUBMIT), "--spark-master", "local[1]",
                 "--apps-dir", str(self.apps_dir), "--max-parallel-runs", "4"]

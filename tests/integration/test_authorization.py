@@ -15,10 +15,10 @@ import grpc
 import pytest
 
 from sluice.bus.inprocess import InProcessBus
-from sluice.cli.main import main
+from sluice_services.cli.main import main
 from sluice.clock import SystemClock
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.runtime.access import ANY_NAMESPACE, Grant, Principal, Role
 from sluice.runtime.auth_policy import TokenAuthenticator, hash_token, parse_policy
 from sluice.runtime.grpc_security import GrpcSecurity
@@ -194,13 +194,13 @@ def test_without_a_policy_or_token_whoami_says_authorization_is_off(tmp_path, ca
 
 
 def test_hash_token_prints_the_sha256_of_stdin():
-    hashed = subprocess.run([sys.executable, "-m", "sluice.cli.main", "auth", "hash-token"], input="s3cret\n",
+    hashed = subprocess.run([sys.executable, "-m", "sluice_services.cli", "auth", "hash-token"], input="s3cret\n",
                             capture_output=True, text=True, timeout=60)
     assert (hashed.returncode, hashed.stdout) == (0, hash_token("s3cret") + "\n")
 
 
 def serve_registry(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sluice.cli.main", "serve", "registry", "--data-dir", str(tmp_path),
+    return subprocess.run([sys.executable, "-m", "sluice_services.cli", "serve", "registry", "--data-dir", str(tmp_path),
                            "--port", "0", *args], capture_output=True, text=True, timeout=60,
                           env={**__import__("os").environ, **(env or {})})
 

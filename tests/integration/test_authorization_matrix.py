@@ -18,7 +18,7 @@ import grpc
 import pytest
 from google.protobuf import json_format, message_factory
 
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.runtime.access import Role
 from sluice.runtime.auth_policy import hash_token
 from sluice.runtime.metrics import Registry

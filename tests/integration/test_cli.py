@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ def server(tmp_path_factory):
 
 
 def sluice(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sluice.cli.main", "--server", server.address, *args],
+    return subprocess.run([sys.executable, "-m", "sluice_services.cli", "--server", server.address, *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -122,7 +122,7 @@ def test_jobs_runs_and_lineage_listings(server):
 
 
 def test_unreachable_server_is_one_line_exit_3():
-    result = subprocess.run([sys.executable, "-m", "sluice.cli.main", "--server", f"127.0.0.1:{free_port()}",
+    result = subprocess.run([sys.executable, "-m", "sluice_services.cli", "--server", f"127.0.0.1:{free_port()}",
                              "schedules", "list"], capture_output=True, text=True, timeout=60)
     assert_one_line_error(result, 3, "cannot reach Sluice at")
 

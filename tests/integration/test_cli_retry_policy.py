@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from tests.integration.test_cli import assert_one_line_error, create_args, sluice
 
 pytestmark = pytest.mark.integration

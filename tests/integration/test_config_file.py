@@ -23,7 +23,7 @@ def test_serve_takes_port_and_data_dir_from_the_config_file(tmp_path):
     config.write_text('[sluice]\ndata_dir = "../from-file"\nport = 1\n\n[services.registry]\nport = 0\nmetrics_port = 0\n')
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
-    process = subprocess.Popen([sys.executable, "-m", "sluice.cli.main", "serve", "registry", "--config", str(config)],
+    process = subprocess.Popen([sys.executable, "-m", "sluice_services.cli", "serve", "registry", "--config", str(config)],
                                stdout=subprocess.PIPE, text=True, cwd=elsewhere, env=server_env())
     try:
         line = process.stdout.readline()
@@ -43,7 +43,7 @@ def test_serve_takes_port_and_data_dir_from_the_config_file(tmp_path):
 def test_a_bad_config_file_is_one_line_naming_the_key_and_exit_2(tmp_path):
     config = tmp_path / "sluice.toml"
     config.write_text("[services.registry]\nprot = 0\n")
-    result = subprocess.run([sys.executable, "-m", "sluice.cli.main", "serve", "registry", "--config", str(config)],
+    result = subprocess.run([sys.executable, "-m", "sluice_services.cli", "serve", "registry", "--config", str(config)],
                             capture_output=True, text=True, timeout=60, env=server_env())
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()

@@ -13,11 +13,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sluice.bus.inprocess import InProcessBus
-from sluice.cli.main import main
+from sluice_services.cli.main import main
 from sluice.client import SluiceClient
 from sluice.clock import SystemClock
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.metrics import Registry
 from sluice.runtime.service import run_services
@@ -161,7 +161,7 @@ def test_the_cli_names_an_unreadable_ca_file(tmp_path, capsys):
 
 def test_serve_refuses_half_a_tls_configuration_in_one_line(tmp_path, certificate):
     cert, _ = certificate
-    served = subprocess.run([sys.executable, "-m", "sluice.cli.main", "serve", "registry", "--data-dir", str(tmp_path), "--port", "0",
+    served = subprocess.run([sys.executable, "-m", "sluice_services.cli", "serve", "registry", "--data-dir", str(tmp_path), "--port", "0",
                              "--tls-cert", str(cert)], capture_output=True, text=True, timeout=60)
     assert served.returncode == 2
     assert served.stderr == "sluice: error: tls_cert, tls_key: give both (the certificate and its private key) or neither\n"

@@ -20,7 +20,7 @@ import pytest
 from sluice.bus import TopicSpec
 from sluice.bus.kafka import KafkaBus
 from sluice.client import SluiceClient
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.runtime.auth_policy import hash_token
 from sluice.testing.kafka import KafkaBroker
 from tests.conftest import free_port
@@ -137,7 +137,7 @@ async def test_object_events_become_partition_notifications_and_the_rest_is_dead
         client = SluiceClient(server.address, token=ADMIN)
         opens = datetime.now(timezone.utc) + timedelta(hours=2)  # the jobs wait for a window: nothing is launched
         created = subprocess.run(
-            [sys.executable, "-m", "sluice.cli.main", "--server", server.address, "--json", "schedules", "create",
+            [sys.executable, "-m", "sluice_services.cli", "--server", server.address, "--json", "schedules", "create",
              "--name", "hourly", "--namespace", "clickstream", "--app", "clickstream", "--program", "hourly_metrics",
              "--dataset", "clickstream.events", "--enabled",
              "--window", f"{opens:%H:%M}-{opens + timedelta(minutes=1):%H:%M}"],

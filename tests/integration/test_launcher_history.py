@@ -116,7 +116,7 @@ async def test_sluice_rebuild_launcher_keeps_the_history_of_the_launchers_own_co
     config.write_text("[sluice]\nruns_history = 3\n\n[services.launcher]\nruns_history = 1\n", encoding="utf-8")
     kept = {}
     for section in ((), ("--service", "standalone")):
-        rebuilt = subprocess.run([sys.executable, "-m", "sluice.cli.main", "--json", "rebuild", "launcher",
+        rebuilt = subprocess.run([sys.executable, "-m", "sluice_services.cli", "--json", "rebuild", "launcher",
                                   "--data-dir", str(tmp_path), "--config", str(config), *section],
                                  capture_output=True, text=True, timeout=120)
         assert rebuilt.returncode == 0, rebuilt.stderr

@@ -41,7 +41,7 @@ async def address(tmp_path):
 
 async def sluice(address: str, *args: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sluice.cli.main", "--server", address, *args,
+        sys.executable, "-m", "sluice_services.cli", "--server", address, *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(process.communicate(), 60)
     return process.returncode, out.decode(), err.decode()

@@ -17,7 +17,7 @@ from sluice.client import SluiceClient
 from sluice.clock import SimulatedClock
 from sluice.domain.common import PartitionRef
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.runtime.consumer import Subscription
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.metrics import Registry

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 
 def sluice(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sluice.cli.main", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "sluice_services.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ PROGRAM = ProgramRef("ns", "app", "p")
 
 
 def sluice(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sluice.cli.main", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "sluice_services.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def one_line_error(result: subprocess.CompletedProcess, text: str) -> None:

@@ -15,7 +15,7 @@ from sluice.clock import SimulatedClock
 from sluice.eventlog.port import ANY_VERSION, NewEvent
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.eventlog.truncated import LogUntil, ReadOnlyLog
-from sluice.cli.replay import service_state
+from sluice_services.cli.replay import service_state
 
 RECORDING = Path(__file__).with_name("recorded.jsonl")
 SERVICES = ("registry", "matcher", "checker")
@@ -80,7 +80,7 @@ def test_replay_until_a_position_is_the_state_then_and_cannot_write(logs):
 def test_sluice_replay_shows_a_service_at_a_position_and_the_diff_to_the_head(logs, tmp_path):
     url = f"sqlite://{tmp_path}/copy.db"
     load(tmp_path / "copy.db").close()
-    run = [sys.executable, "-m", "sluice.cli.main", "--json", "replay", "registry", "--event-log", url]
+    run = [sys.executable, "-m", "sluice_services.cli", "--json", "replay", "registry", "--event-log", url]
     created = max(json.loads(line)["position"] for line in RECORDING.read_text().splitlines()
                   if json.loads(line)["type"] == "ScheduleCreated")
     at = json.loads(subprocess.run([*run, "--until", str(created)], capture_output=True, text=True, timeout=60).stdout)

@@ -24,7 +24,7 @@ class ServiceProcess:
         self.name = name
         self.address = f"127.0.0.1:{port}"
         self.log_path = log_path
-        self._argv = [sys.executable, "-m", "sluice.cli.main", "serve", name, "--port", str(port), *args]
+        self._argv = [sys.executable, "-m", "sluice_services.cli", "serve", name, "--port", str(port), *args]
         self._env = env
         self._ready_timeout = ready_timeout
         self.process: subprocess.Popen | None = None

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.cli.main import build_parser
+from sluice_services.cli.main import build_parser
 from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice_services.config import ConfigError, load_settings, resolve

@@ -8,7 +8,8 @@ import json
 import jsonschema
 import yaml
 
-from sluice.cli.main import SERVICES, build_parser
+from sluice_services.catalogue import NAMES as SERVICES
+from sluice_services.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,7 @@
-"""The `sluice` command line."""
+"""The `sluice` command line's client commands (they talk to a running server over gRPC).
+
+The server-side commands (`standalone`, `serve`, `log`, `dlq`, `replay`, `rebuild`) need the services
+and live with them: sluice_services.cli builds on `build_parser` and is the `sluice` console script."""
 from __future__ import annotations
 
 import argparse
@@ -12,20 +15,25 @@ from google.protobuf import duration_pb2, json_format
 
 from sluice.cli import auth as auth_cli
 from sluice.cli import datasets as datasets_cli
-from sluice.cli import sre
 from sluice.cli import render
 from sluice.cli.output import UsageError, pairs, print_many, print_message
-from sluice.cli.serve import add_server_options, run_server
 from sluice.client import SluiceClient, default_server
 from sluice.domain.common import PartitionRef
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
 
-SERVICES = ("registry", "matcher", "checker", "launcher", "lineage")
+AddCommands = Callable[[argparse._SubParsersAction], None]
+"""Adds subcommands to the `sluice` parser's COMMAND list."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    """The client commands alone; `sluice` itself is sluice_services.cli.main."""
+    return run(build_parser(), argv)
+
+
+def run(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Parse and run a command: one with `server_mode` set runs as `handler(args)`; any other gets a
+    client connected to --server, as `handler(client, args)`."""
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
         parser.print_help()
@@ -56,7 +64,9 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(first: AddCommands | None = None, last: AddCommands | None = None) -> argparse.ArgumentParser:
+    """The parser of the client commands; `first` and `last` add commands before and after them (the
+    services' server and offline commands)."""
     parser = argparse.ArgumentParser(prog="sluice", description="Event-driven scheduler for data pipelines.")
     parser.add_argument("--server", default=default_server(), help="gRPC address (env SLUICE_SERVER; default %(default)s)")
     parser.add_argument("--token", default=None,
@@ -70,15 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the client certificate's private key (env SLUICE_CLIENT_KEY)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     commands = parser.add_subparsers(metavar="COMMAND")
-
-    standalone = commands.add_parser("standalone", help="run all five services in one process (embedded mode)")
-    add_server_options(standalone)
-    standalone.set_defaults(handler=lambda a: run_server(a, SERVICES), server_mode=True)
-    serve = commands.add_parser("serve", help="run one service")
-    serve.add_argument("service", choices=SERVICES)
-    add_server_options(serve)
-    serve.set_defaults(handler=lambda a: run_server(a, (a.service,)), server_mode=True)
-
+    if first is not None:
+        first(commands)
     _schedule_commands(commands)
     apps = commands.add_parser("apps", help="deploy apps").add_subparsers(metavar="ACTION")
     deploy = apps.add_parser("deploy", help="deploy an app with its programs and schedules",
@@ -122,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     lineage_show.set_defaults(handler=_show_lineage)
     datasets_cli.register(commands)
     auth_cli.register(commands)
-    sre.add_commands(commands)
+    if last is not None:
+        last(commands)
     return parser
 
 

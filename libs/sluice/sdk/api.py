@@ -21,8 +21,7 @@ from sluice.v1 import datasets_pb2_grpc
 from sluice.wire.common import timestamp_from_proto
 from sluice.wire.datasets import config_to_proto, consumed_from_proto, filter_to_proto, partitions_from_proto
 
-from .context import ApiAccess
-from .partitions import ApiError
+from .context import ApiAccess, ApiError
 
 PAGE = 1000
 

@@ -22,6 +22,12 @@ PARTITION_COMMITTED = "partition_committed"
 _MISSING = object()
 
 
+class ApiError(RuntimeError):
+    """A call the Partitions API refused or could not answer; the message names the call and the
+    server's reason (sluice.sdk.api raises it; here, where
+    both sluice.sdk.partitions and sluice.sdk.api can import it)."""
+
+
 class ContextError(ValueError):
     """The context is missing, unreadable or malformed; the message names what is wrong."""
 

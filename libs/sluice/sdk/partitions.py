@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from sluice.domain.consumer.state import ConsumerConfig, ConsumerRef, WorkItem
 from sluice.domain.datasets.filters import KeyCondition, MetadataCondition, PartitionFilter
 
-from .context import ApiAccess, ProgramContext
+from .context import ApiAccess, ApiError, ProgramContext
 
 if TYPE_CHECKING:
     from sluice.datasets.store import IndexedPartition
@@ -34,11 +34,6 @@ CONSUMED_FILE = "consumed.json"
 
 class ConsumeError(RuntimeError):
     """A consume call that cannot be served; the message names the cause (unknown dataset, bad filter...)."""
-
-
-class ApiError(RuntimeError):
-    """A call the Partitions API refused or could not answer; the message names the call and the
-    server's reason (sluice.sdk.api raises it)."""
 
 
 @dataclass(frozen=True)

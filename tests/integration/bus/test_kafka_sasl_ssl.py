@@ -102,7 +102,7 @@ async def test_a_plaintext_client_at_the_sasl_ssl_port_fails_clearly(kafka_broke
 
 def serve(bus_url: str, env: dict[str, str], tmp_path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sluice.cli.main", "serve", "registry", "--port", "0", "--data-dir", str(tmp_path),
+        [sys.executable, "-m", "sluice_services.cli", "serve", "registry", "--port", "0", "--data-dir", str(tmp_path),
          "--bus", bus_url], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
 
 

@@ -8,7 +8,7 @@ import sys
 import grpc
 import pytest
 
-from sluice.localserver import LocalServer
+from sluice_services.localserver import LocalServer
 from sluice.v1 import datasets_pb2 as pb
 from sluice.v1 import datasets_pb2_grpc
 
@@ -22,7 +22,7 @@ def server(tmp_path_factory):
 
 
 def sluice(server, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sluice.cli.main", "--server", server.address, *args],
+    return subprocess.run([sys.executable, "-m", "sluice_services.cli", "--server", server.address, *args],
                           capture_output=True, text=True, timeout=60)
 
 
