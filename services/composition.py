@@ -34,7 +34,13 @@ from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.run_credentials import RunCredentials, load_secret
 from sluice_services.launcher.run_outputs import RunPublisher
-from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
+from sluice_services.launcher.programs import (
+    DirectoryCatalog,
+    ProgramCatalog,
+    ProgramSubmitter,
+    SparkConfig,
+    SparkSubmitter,
+)
 from sluice_services.launcher.publish import LocalFiles
 from sluice_services.launcher.service import LauncherService
 from sluice_services.lineage import http_api as lineage_http
@@ -138,7 +144,9 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
                        resolvers=checker_resolvers(jobs_view))
 
 
-def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
+def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: ProgramCatalog | None = None,
+                  submitter: ProgramSubmitter | None = None) -> ServiceSpec:
+    """`catalog` and `submitter` default to the apps dir and spark-submit; tests inject fakes of the ports."""
     # outputs are moved only below the partitions dir, from staged directories only below the runs dir
     data_plane = DatasetsService(log, clock, files=LocalFiles(settings.partitions_dir, settings.data_dir / "runs"))
     publisher = RunPublisher(data_plane, settings.partitions_dir)
@@ -146,8 +154,8 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
     credentials = RunCredentials(load_secret(settings.data_dir, settings.run_credential_secret),
                                  lambda run_id: launcher.get(run_id))
     program_api = ProgramApi(credentials, settings.host, settings.grpc_security.tls_cert)
-    launcher = LauncherService(log, clock, DirectoryCatalog(settings.apps_dir),
-                               SparkSubmitter(settings.spark, program_env=settings.program_env),
+    launcher = LauncherService(log, clock, catalog or DirectoryCatalog(settings.apps_dir),
+                               submitter or SparkSubmitter(settings.spark, program_env=settings.program_env),
                                settings.partitions_dir, settings.max_parallel_runs, publisher, settings.runs_history,
                                program_api)
 

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sluice.domain.common import ProgramRef, RunStatus
+from sluice.ids import run_id_for
 from sluice.domain.constraints import (
     Capacity,
     ConcurrencyConstraint,
@@ -122,7 +123,7 @@ async def test_scenario_8_launches_only_when_the_trigger_and_every_constraint_ho
     await scheduler.advance(timedelta(hours=24))
     assert [launch.at for launch in scheduler.launches][3:] == [T0 + timedelta(hours=1, minutes=51),
                                                                 T0 + timedelta(days=1, hours=1)]
-    assert [view.state for view in scheduler.jobs.list(schedule.id)] == [JobState.PENDING_LAUNCH] * 5
+    assert [view.state for view in scheduler.jobs.list(schedule.id)] == [JobState.LAUNCHED] * 5  # the launcher started each
 
 
 @pytest.fixture
@@ -206,7 +207,8 @@ async def test_timeout_discards_or_forces_the_launch(scheduler):
     assert state is JobState.DISCARDED and reason.startswith("timed out 3600 s after its trigger")
     assert "outside the window 12:00-13:00 UTC" in reason
     history = [t.cause for t in scheduler.jobs.list(force.id)[0].history]
-    assert history[-1] == "timed out, launch forced" and history[-2].startswith("waiting for: outside the window")
+    assert history[-1] == f"run {run_id_for(forced.job.id)}"  # the launcher started it
+    assert history[-2] == "timed out, launch forced" and history[-3].startswith("waiting for: outside the window")
 
 
 async def test_disabling_discards_a_waiting_job_and_enabling_listens_again(scheduler):
