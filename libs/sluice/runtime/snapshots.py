@@ -39,11 +39,11 @@ from typing import Any, Callable
 import msgspec
 
 from sluice.eventlog.snapshots import Snapshot, snapshot_store
-from sluice.runtime.state_codec import YIELD_EVERY, Packing, StateCodec
+from sluice.runtime.state_codec import RAW_FROM, YIELD_EVERY, Packing, StateCodec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SNAPSHOT_EVERY", "YIELD_EVERY", "PART_ENTRIES", "FORMAT", "Schema", "SnapshotUnusable", "pack", "unpack",
+__all__ = ["SNAPSHOT_EVERY", "YIELD_EVERY", "RAW_FROM", "PART_ENTRIES", "FORMAT", "Schema", "SnapshotUnusable", "pack", "unpack",
            "LoopPacer", "Snapshots"]
 
 SNAPSHOT_EVERY = 2_000
@@ -53,7 +53,7 @@ the work: what a recovery folds at most on top of its snapshot."""
 
 PART_ENTRIES = 1_000
 """Entries of a dict per frame (see `pack`): each part has its own memo of shared dataclasses, freed
-with it, and msgpack encodes one part while holding the GIL (~1 ms for 1,000 matcher states)."""
+with it. (The GIL is held no longer for it: its entries were encoded one by one, see RAW_FROM.)"""
 FORMAT = "msgpack-1"
 """The framing and state_codec's conventions: part of every snapshot's schema, bumped when they change."""
 MAX_TURN_WAIT = 0.1
@@ -108,9 +108,9 @@ def pack(state: Any, schema: Schema, name: str, pace: Callable[[], None] | None 
 
     A dict of more than PART_ENTRIES entries (a map snapshot's base) is written in parts of
     PART_ENTRIES entries: each part's memo (the dataclasses it wrote, so that an object shared
-    between entries is written once and shared again when read) is freed with it, and msgpack
-    encodes one part at a time while holding the GIL. Objects shared across parts are written once
-    per part."""
+    between entries is written once and shared again when read) is freed with it. Objects shared
+    across parts are written once per part. A big container's items are encoded as they are
+    converted (state_codec.RAW_FROM), so no msgpack encode holds the GIL for long."""
     pace = pace or _release_gil
     entries = _entries_type(schema.type)
     frames: list[bytes] = []

@@ -38,6 +38,7 @@ from typing import Any, Callable
 from zoneinfo import ZoneInfo
 
 import immutables
+import msgspec
 
 from sluice.domain.triggers.specs import FrozenMap
 
@@ -45,6 +46,16 @@ YIELD_EVERY = 64
 """Dataclasses encoded between two calls of the packing's `pace` (~0.1 ms of packing): a chunk. Paced
 by the event loop (snapshots.LoopPacer), the loop waits for the GIL one chunk at most: with chunks of
 256, embedded 200/s p99 was 10.7 ms while the matcher's base packed, 4.8 ms with 64."""
+
+
+RAW_FROM = 64
+"""A container of more items is encoded to msgpack item by item as it is converted (each one
+msgspec.Raw, copied as is by the final encode): msgpack encoding runs in C holding the GIL, so one
+encode of a whole part (1,000 matcher states) held it ~2.5 ms, and a checker's queue of 10,000
+jobs would hold it for all of them. Paced conversion, then, and no long encode after it."""
+
+_ENCODER = msgspec.msgpack.Encoder()
+_Raw = msgspec.Raw
 
 
 class StateUnusable(Exception):
@@ -171,7 +182,7 @@ def _make_encoder(hint: Any, env: Env) -> Callable[[Any, Packing], Any]:
         item = _encoder(args[0], env) if args else _encode_any
         if item is _same:
             return lambda value, packing: list(value)
-        return lambda value, packing: [item(v, packing) for v in value]
+        return _items_encoder(item)
     raise TypeError(f"a snapshot cannot hold {hint!r}")
 
 
@@ -207,10 +218,23 @@ def _mapping_encoder(keys: Callable, values: Callable) -> Callable[[Any, Packing
         kind = _MAPPING_KINDS.get(type(value), 0)  # another Mapping is read back a dict, as events' are
         flat = [kind]
         append = flat.append
+        if len(value) > RAW_FROM and values is not _same:
+            for k, v in value.items():
+                append(keys(k, packing))
+                append(_Raw(_ENCODER.encode(values(v, packing))))
+            return flat
         for k, v in value.items():
             append(keys(k, packing))
             append(values(v, packing))
         return flat
+    return encode
+
+
+def _items_encoder(item: Callable) -> Callable[[Any, Packing], Any]:
+    def encode(value: Any, packing: Packing) -> list:
+        if len(value) > RAW_FROM:
+            return [_Raw(_ENCODER.encode(item(v, packing))) for v in value]
+        return [item(v, packing) for v in value]
     return encode
 
 
@@ -375,7 +399,8 @@ def _make_decoder(hint: Any, env: Env) -> Callable[[Any, list], Any]:
     if not isinstance(origin, type):
         raise TypeError(f"a snapshot cannot hold {hint!r}")
     if issubclass(origin, enum.Enum):
-        return lambda plain, table: origin(plain)
+        members = origin._value2member_map_  # by value, as Enum(value) finds them (KeyError: unusable)
+        return lambda plain, table: members[plain]
     if origin is datetime:
         return _decode_datetime
     if origin is timedelta:
@@ -450,8 +475,16 @@ def _mapping_decoder(keys: Callable, values: Callable) -> Callable[[Any, list], 
             raise StateUnusable(f"not a kind of mapping: {kind!r}")
         it = iter(plain)
         next(it)
-        items = {keys(k, table): values(v, table) for k, v in zip(it, it)}
+        if key_classes is None:
+            items = {keys(k, table): values(v, table) for k, v in zip(it, it)}
+        else:  # scalar keys (strings, mostly): checked here, one call fewer per entry
+            items = {}
+            for k, v in zip(it, it):
+                if type(k) not in key_classes:
+                    raise StateUnusable(f"a {type(k).__name__} key where a {key_classes[0].__name__} is declared")
+                items[k] = values(v, table)
         return items if kind == 0 else _MAPPING_BUILDERS[kind](items)
+    key_classes = getattr(keys, "classes", None)
     return decode
 
 
