@@ -31,6 +31,7 @@ from sluice.domain.consumer.aggregate import Complete
 from sluice.domain.consumer.state import ConsumerRef
 from sluice.eventlog.port import NO_STREAM, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.domain.errors import FailedPrecondition
+from sluice.runtime.unit_of_work import reload_nothing, retry_on_conflict
 from sluice_services.launcher.publish import LocalFiles
 
 log = logging.getLogger(__name__)
@@ -144,20 +145,21 @@ class CommitRunner:
 
     def _record(self, draft: CommitSequence) -> None:
         stream = commits.stream_name(draft.id)
-        for _ in range(MAX_CONFLICTS):
+
+        def attempt() -> None:
             sequence, begins = self._reserve(draft)
             events = commits.decide(None, commits.Record(commits.CommitSequence(
                 sequence.id, sequence.run_id, sequence.datasets, commits.ordered(sequence.steps))), self._clock.now())
             try:
                 self._log.append_batch([*begins, StreamAppend(stream, events_for(stream, 0, events), NO_STREAM)])
             except WrongExpectedVersion as conflict:
-                if conflict.stream == stream:
-                    self._refresh(draft.id)
-                    return  # recorded by a concurrent attempt of the same run
-                continue
+                if conflict.stream != stream:
+                    raise  # another writer began a transaction first: reserve again
+                # else recorded by a concurrent attempt of the same run
             self._refresh(draft.id)
-            return
-        raise RuntimeError(f"commit sequence {draft.id}: gave up reserving positions")
+
+        retry_on_conflict(attempt, reload_nothing, attempts=MAX_CONFLICTS,
+                          what=f"commit sequence {draft.id}: reserving positions")
 
     def _reserve(self, draft: CommitSequence) -> tuple[CommitSequence, list[StreamAppend]]:
         by_dataset: dict[tuple[str, str], list[int]] = {}
@@ -213,21 +215,19 @@ class CommitRunner:
             self._boundary(f"step {index} executed")
             self._decide(sequence_id, commits.MarkDone(index))
             return
-        for _ in range(MAX_CONFLICTS):  # the effect and its marker in one append
+        stream = commits.stream_name(sequence_id)
+
+        def attempt() -> None:  # the effect and its marker in one append
             effect = self._effect(step)
             loaded = self._load(sequence_id)
             marker = commits.decide(loaded.progress, commits.MarkDone(index), self._clock.now())
-            stream = commits.stream_name(sequence_id)
             appends = [a for a in (effect, StreamAppend(stream, events_for(stream, loaded.version + 1, marker),
                                                         loaded.version)) if a is not None]
-            try:
-                self._log.append_batch(appends)
-            except WrongExpectedVersion:
-                self._refresh(sequence_id)
-                continue
+            self._log.append_batch(appends)
             self._refresh(sequence_id)
-            return
-        raise RuntimeError(f"commit sequence {sequence_id}: step {index} kept conflicting")
+
+        retry_on_conflict(attempt, lambda conflict: self._refresh(sequence_id), attempts=MAX_CONFLICTS,
+                          what=f"commit sequence {sequence_id}: step {index}")
 
     def _effect(self, step: commits.CommitStep) -> StreamAppend | None:
         if isinstance(step, RecordConsumerState):
@@ -244,21 +244,18 @@ class CommitRunner:
 
     # -- the sequence's stream -----------------------------------------------------------------
 
-    def _decide(self, sequence_id: str, command: object) -> None:
+    def _decide(self, sequence_id: str, command: commits.CommitCommand) -> None:
         stream = commits.stream_name(sequence_id)
-        for _ in range(MAX_CONFLICTS):
+
+        def attempt() -> None:
             loaded = self._load(sequence_id)
             events = commits.decide(loaded.progress, command, self._clock.now())
-            if not events:
-                return
-            try:
+            if events:
                 self._log.append(stream, events_for(stream, loaded.version + 1, events), loaded.version)
-            except WrongExpectedVersion:
                 self._refresh(sequence_id)
-                continue
-            self._refresh(sequence_id)
-            return
-        raise RuntimeError(f"commit sequence {sequence_id}: kept conflicting")
+
+        retry_on_conflict(attempt, lambda conflict: self._refresh(sequence_id), attempts=MAX_CONFLICTS,
+                          what=f"commit sequence {sequence_id}")
 
     def _load(self, sequence_id: str) -> _Loaded:
         loaded = self._known.get(sequence_id)

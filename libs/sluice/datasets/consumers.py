@@ -43,10 +43,10 @@ from sluice.eventlog.port import (
     DuplicateEventId,
     EventLog,
     StreamAppend,
-    WrongExpectedVersion,
 )
 from sluice.ids import derived_id
 from sluice.domain.errors import InvalidArgument, NotFound
+from sluice.runtime.unit_of_work import reload_nothing, retry_on_conflict
 
 log = logging.getLogger(__name__)
 
@@ -199,15 +199,13 @@ class ConsumerStore:
 
     def _execute(self, ref: ConsumerRef, decide) -> list:
         stream = consumer_stream(ref)
-        for _ in range(MAX_CONFLICTS):
+
+        def attempt() -> list:  # each attempt loads the consumer afresh (the log's tail after the cache)
             loaded = self._load(ref)
             events = decide(loaded.state)
             if not events:
                 return []
-            try:
-                version = self._log.append(stream, events_for(stream, loaded.version + 1, events), loaded.version)
-            except WrongExpectedVersion:
-                continue
+            version = self._log.append(stream, events_for(stream, loaded.version + 1, events), loaded.version)
             state = aggregate.fold(loaded.state, events)
             unsnapshotted = loaded.unsnapshotted + sum(_weight(event) for event in events)
             if unsnapshotted >= self._snapshot_every:
@@ -215,7 +213,8 @@ class ConsumerStore:
                 unsnapshotted = 0
             self._remember(ref, _Loaded(state, version, unsnapshotted))
             return events
-        raise RuntimeError(f"consumer {ref}: gave up after {MAX_CONFLICTS} concurrent-write conflicts")
+
+        return retry_on_conflict(attempt, reload_nothing, attempts=MAX_CONFLICTS, what=f"consumer {ref}")
 
     def _load(self, ref: ConsumerRef) -> _Loaded:
         with self._lock:

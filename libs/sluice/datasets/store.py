@@ -42,6 +42,7 @@ from sluice.datasets.events import decode_event, encode_event
 from sluice.eventlog.port import NO_STREAM, EventLog, NewEvent, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
 from sluice.domain.errors import InvalidArgument, NotFound
+from sluice.runtime.unit_of_work import reload_nothing, retry_on_conflict
 
 TYPES = EventTypes(DATASET_EVENTS + TRANSACTION_EVENTS)
 MAX_CONFLICTS = 1000
@@ -185,7 +186,8 @@ class DatasetStore:
 
     def _begin(self, spec: DatasetSpec, owner: str, outcome) -> int:
         stream = positions_stream(spec.namespace, spec.name)
-        for _ in range(MAX_CONFLICTS):
+
+        def attempt() -> int:  # a lost race for the position is decided again on the next one
             version = self._log.stream_version(stream)
             position = version + 1
             started = TransactionStarted(spec.namespace, spec.name, position, owner, self._clock.now())
@@ -194,13 +196,11 @@ class DatasetStore:
             if decided:
                 outcome_stream = transaction_stream(spec.namespace, spec.name, position)
                 appends.append(StreamAppend(outcome_stream, events_for(outcome_stream, 0, decided), NO_STREAM))
-            try:
-                self._log.append_batch(appends)
-                return position
-            except WrongExpectedVersion:
-                continue
-        raise RuntimeError(f"dataset {spec.qualified_name}: gave up beginning a transaction after "
-                           f"{MAX_CONFLICTS} concurrent-write conflicts")
+            self._log.append_batch(appends)
+            return position
+
+        return retry_on_conflict(attempt, reload_nothing, attempts=MAX_CONFLICTS,
+                                 what=f"dataset {spec.qualified_name}: beginning a transaction")
 
     def _settle(self, spec: DatasetSpec, position: int, decide) -> Transaction:
         if not isinstance(position, int) or isinstance(position, bool) or position < 0:
@@ -208,17 +208,18 @@ class DatasetStore:
         if position >= self.next_position(spec.namespace, spec.name):
             raise NotFound(f"transaction {position} of dataset {spec.qualified_name} was never begun")
         stream = transaction_stream(spec.namespace, spec.name, position)
-        for _ in range(2):  # an outcome is written once: a lost race is decided again on the winner's
+
+        def attempt() -> Transaction:
             current = self.transaction(spec.namespace, spec.name, position)
             events = decide(current)
             if not events:
                 return current
-            try:
-                self._log.append(stream, events_for(stream, 0, events), NO_STREAM)
-                return self.transaction(spec.namespace, spec.name, position)
-            except WrongExpectedVersion:
-                continue
-        raise RuntimeError(f"transaction {position} of {spec.qualified_name}: outcome changed while deciding")
+            self._log.append(stream, events_for(stream, 0, events), NO_STREAM)
+            return self.transaction(spec.namespace, spec.name, position)
+
+        # an outcome is written once: a lost race is decided again on the winner's
+        return retry_on_conflict(attempt, reload_nothing, attempts=2,
+                                 what=f"transaction {position} of {spec.qualified_name}: outcome")
 
     # -- queries -------------------------------------------------------------------------------
 
