@@ -272,7 +272,7 @@ def make_certificates(directory: Path, days: int = 2) -> Path:
 def find_kafka_dir() -> Path:
     """$SLUICE_KAFKA_DIR, else deploy/kafka of the repository this file is in."""
     override = os.environ.get("SLUICE_KAFKA_DIR")
-    directory = Path(override) if override else Path(__file__).resolve().parents[3] / "deploy" / "kafka"
+    directory = Path(override) if override else Path(__file__).resolve().parents[2] / "deploy" / "kafka"
     if not (directory / "server.properties.in").exists():
         raise KafkaNotInstalled(f"{directory} holds no server.properties.in; set SLUICE_KAFKA_DIR to deploy/kafka")
     return directory
