@@ -8,7 +8,7 @@ Two shapes, each on a fresh log, with ~300-byte JSON events and exact expected v
   poll's consumed-offset checkpoint in the same transaction: events/s.
 
 SQLite runs in WAL mode with synchronous=NORMAL, as the adapter opens it. PostgreSQL is started
-from the installed binaries the way the tests start it (sluice.testing.postgres: fsync and
+from the installed binaries the way the tests start it (tests.support.postgres: fsync and
 synchronous_commit off), so its figures are what the adapter and the protocol cost, not a disk's
 flush latency. Each run measures after WARM_UP appends.
 
@@ -110,7 +110,7 @@ class _sqlite:
 class _postgres:
     def __enter__(self) -> Callable[[], EventLog]:
         from sluice.eventlog.postgres import PostgresEventLog
-        from sluice.testing.postgres import PostgresServer
+        from tests.support.postgres import PostgresServer
 
         self._server = PostgresServer().start()
         return lambda: PostgresEventLog(self._server.create_database())

@@ -64,8 +64,8 @@ from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.localserver import LocalServer
 from sluice.runtime.heap import freeze_long_lived
 from sluice.runtime.service import run_services
-from sluice.testing.kafka import KafkaBroker
-from sluice.testing.postgres import PostgresServer
+from tests.support.kafka import KafkaBroker
+from tests.support.postgres import PostgresServer
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2, schedules_pb2_grpc
 from sluice.wire.common import notification_to_proto
 from sluice_services.composition import checker_spec, matcher_spec, registry_spec

@@ -32,8 +32,8 @@ from bench.e2e_latency import send_at_rate
 from sluice.bus.kafka import KafkaBus
 from sluice.bus.port import Message
 from sluice.bus.topics import ALL_TOPICS, JOBS, LAUNCH_REQUESTS, MATCHES, PARTITION_NOTIFICATIONS
-from sluice.testing.kafka import KafkaBroker
-from sluice.testing.postgres import PostgresServer
+from tests.support.kafka import KafkaBroker
+from tests.support.postgres import PostgresServer
 
 DESCRIPTION = "e2e-latency's Kafka hops with trivial services (relay, PostgreSQL insert): p50/p99, the floor here"
 PATH = (PARTITION_NOTIFICATIONS, MATCHES, JOBS, LAUNCH_REQUESTS)

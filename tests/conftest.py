@@ -8,7 +8,7 @@ from typing import Iterator
 import pytest
 from hypothesis import settings
 
-from sluice.testing.postgres import PostgresNotInstalled, PostgresServer
+from tests.support.postgres import PostgresNotInstalled, PostgresServer
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

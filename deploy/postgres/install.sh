@@ -1,5 +1,5 @@
 #!/bin/sh
-# Installs the PostgreSQL server binaries that sluice.testing.postgres.PostgresServer starts
+# Installs the PostgreSQL server binaries that tests.support.postgres.PostgresServer starts
 # (initdb, pg_ctl, postgres under /usr/lib/postgresql/<major>/bin), from Debian's `postgresql`
 # package. Idempotent and quick when they are there already: `make postgres` runs it.
 #

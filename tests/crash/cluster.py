@@ -27,7 +27,7 @@ from sluice.eventlog.port import EventLog
 from sluice.runtime.consumer import ConsumerLoop, Subscription
 from sluice.runtime.outbox import OutboxRelay
 from sluice.runtime.service import ServiceSpec
-from sluice.testing.faults import Crash, CrashPoint, FaultPlan, FaultyConsumer, FaultyEventLog, FaultyProducer, \
+from tests.support.faults import Crash, CrashPoint, FaultPlan, FaultyConsumer, FaultyEventLog, FaultyProducer, \
     FaultySubmitter
 from sluice.wire.common import notification_to_proto
 from sluice_services import composition

@@ -19,7 +19,7 @@ from sluice.clock import SimulatedClock
 from sluice.domain.common import RunStatus
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import JobsView
-from sluice.testing.faults import Crash, CrashPoint, FaultPlan
+from tests.support.faults import Crash, CrashPoint, FaultPlan
 from sluice_services.checker.service import CheckerService
 from sluice_services.launcher.service import LauncherService
 from sluice_services.matcher.service import MatcherService

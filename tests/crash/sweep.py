@@ -24,7 +24,7 @@ from pathlib import Path
 
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.testing.faults import CrashPoint
+from tests.support.faults import CrashPoint
 from tests.crash import harness
 from tests.crash.cluster import SERVICES
 from tests.crash.workload import Workload, build
@@ -97,7 +97,7 @@ class Backend:
         self.name = name
         self._server = None
         if name == "postgres":
-            from sluice.testing.postgres import PostgresServer
+            from tests.support.postgres import PostgresServer
             self._server = stack.enter_context(PostgresServer())
 
     def make_log(self, clock, work_dir: Path):

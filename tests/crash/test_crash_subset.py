@@ -7,7 +7,7 @@ import pytest
 
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.testing.faults import CrashPoint
+from tests.support.faults import CrashPoint
 from tests.crash import harness
 from tests.crash.sweep import SweepReport, sweep
 from tests.crash.workload import build

@@ -14,8 +14,8 @@ from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice_services.localserver import LocalServer
-from sluice.testing.kafka import KafkaBroker
-from sluice.testing.postgres import PostgresServer
+from tests.support.kafka import KafkaBroker
+from tests.support.postgres import PostgresServer
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 from sluice_services.composition import SERVICES

@@ -31,7 +31,7 @@ from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.ids import derived_id, run_id_for
-from sluice.testing.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_services.composition import SERVICES
 from tests.conftest import free_port

@@ -15,7 +15,7 @@ from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
-from sluice.testing.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker
 from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice_services.composition import matcher_spec, registry_spec

@@ -22,7 +22,7 @@ from sluice.bus.kafka import KafkaBus
 from sluice.client import SluiceClient
 from sluice_services.localserver import LocalServer
 from sluice.runtime.auth_policy import hash_token
-from sluice.testing.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~50 s: a broker, a standalone started twice, two Faust workers

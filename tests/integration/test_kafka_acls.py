@@ -28,7 +28,7 @@ from sluice.bus.topics import (
 from sluice.clock import SystemClock
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
-from sluice.testing.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker
 from sluice.v1 import (
     jobs_pb2,
     notifications_pb2 as npb,

@@ -23,7 +23,7 @@ from sluice.domain.triggers import AndTrigger, PartitionTrigger
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
-from sluice.testing.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker
 from sluice.wire.common import notification_to_proto
 from sluice_services.composition import matcher_spec, registry_spec
 from sluice_services.matcher.service import TYPES, MatcherService

@@ -21,7 +21,7 @@ from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.consumer import send_to_dead_letter
-from sluice.testing.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker
 from sluice_services.registry.service import RegistryService
 
 pytestmark = pytest.mark.integration

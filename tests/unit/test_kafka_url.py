@@ -16,7 +16,7 @@ ENV = {"SLUICE_KAFKA_USERNAME": "sluice", "SLUICE_KAFKA_PASSWORD": "s3cret-env"}
 
 @pytest.fixture
 def cafile(tmp_path):
-    from sluice.testing.kafka import make_certificates
+    from tests.support.kafka import make_certificates
 
     return make_certificates(tmp_path / "tls") / "ca.pem"
 

@@ -1,6 +1,6 @@
 """The Kafka bus (aiokafka) against a real single-node broker: the bus contract, plus what only it promises.
 
-One broker serves the whole module (sluice.testing.kafka.KafkaBroker: the jars from Maven Central
+One broker serves the whole module (tests.support.kafka.KafkaBroker: the jars from Maven Central
 via deploy/kafka/fetch.sh, Java 17). A broker that cannot start fails the module: it never skips.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from sluice.bus import TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 from sluice.bus.kafka import KafkaBus
-from sluice.testing.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker
 from tests.integration.bus.contract import DurableBusContract
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

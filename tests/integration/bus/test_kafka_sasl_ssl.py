@@ -1,5 +1,5 @@
 """The Kafka bus over TLS with SCRAM-SHA-512 logins, against a real broker's SASL_SSL listener
-(sluice.testing.kafka.KafkaBroker(sasl_ssl=True): an openssl CA, a PEM keystore, SCRAM users made
+(tests.support.kafka.KafkaBroker(sasl_ssl=True): an openssl CA, a PEM keystore, SCRAM users made
 when the storage is formatted). The durable bus contract (produce, consume, groups, commits, reopen),
 the dead-letter path of the services, PLAIN logins, and the refusals: a wrong password, a plaintext
 client at the SASL_SSL port and a server given a bad URL each fail at once with a clear message."""
@@ -14,7 +14,7 @@ import pytest
 
 from sluice.bus import TopicSpec
 from sluice.bus.kafka import KafkaBus, KafkaUnreachable
-from sluice.testing.kafka import KafkaBroker
+from tests.support.kafka import KafkaBroker
 from tests.integration.bus.contract import DurableBusContract
 from tests.integration.test_dead_letter import poison_messages_are_dead_lettered
 

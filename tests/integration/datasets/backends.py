@@ -12,7 +12,7 @@ from sluice.clock import Clock
 from sluice.eventlog.port import EventLog
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.testing.postgres import PostgresServer
+from tests.support.postgres import PostgresServer
 
 
 class Backend:

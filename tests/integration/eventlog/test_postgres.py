@@ -20,7 +20,7 @@ import pytest
 from sluice.clock import Clock
 from sluice.eventlog import NO_STREAM, Checkpoint, EventLog, RecordedEvent, StreamAppend
 from sluice.eventlog.postgres import PostgresEventLog
-from sluice.testing.postgres import PostgresNotInstalled, PostgresServer, find_bin_dir
+from tests.support.postgres import PostgresNotInstalled, PostgresServer, find_bin_dir
 
 from tests.integration.eventlog.contract import (
     TIMEOUT,

@@ -16,7 +16,7 @@ from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.snapshots import Snapshot, snapshot_store
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.eventlog.truncated import LogUntil
-from sluice.testing.postgres import PostgresServer
+from tests.support.postgres import PostgresServer
 
 from tests.integration.eventlog.contract import everything, new_events
 from tests.unit.test_kurrentdb_fake import FakeKurrentServer
