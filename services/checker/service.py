@@ -79,15 +79,6 @@ class CheckerService:
                 PROGRAM_NOTIFICATIONS: BatchHandler(self.parse_program_status, self.apply),
                 JOBS: BatchHandler(self.parse_job_triggered, self.apply)}
 
-    async def on_job_triggered(self, record: Record) -> None:
-        await self.apply([(record, self.parse_job_triggered(record))])
-
-    async def on_program_status(self, record: Record) -> None:
-        await self.apply([(record, self.parse_program_status(record))])
-
-    async def on_schedule_changed(self, record: Record) -> None:
-        await self.apply([(record, self.parse_schedule_change(record))])
-
     @staticmethod
     def parse_job_triggered(record: Record) -> EnqueueJob:
         message = parse_bus_message(jobs_pb2.JobTriggered, record.value)

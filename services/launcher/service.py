@@ -232,7 +232,7 @@ class LauncherService:
             self._publisher.release(run_id, run_dir, error)  # partitions it consumed are retried
         self._decide(run_id, MarkFailed(error, retryable))
 
-    def _decide(self, run_id: str, command: object) -> list:
+    def _decide(self, run_id: str, command: runs.RunCommand) -> list:
         now = self._clock.now()
         run, events = execute(self._store, self._log, runs.stream_name(run_id),
                               lambda r: runs.decide(r, command, now))

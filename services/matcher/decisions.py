@@ -29,7 +29,7 @@ class Decisions:
             state = self._states[schedule_id] = self._store.load(matching.stream_name(schedule_id)).state
         return state
 
-    def decide(self, schedule_id: str, command: object) -> None:
+    def decide(self, schedule_id: str, command: matching.MatcherCommand) -> None:
         state = self.state(schedule_id)
         events, after = matching.step(state, command, self.now)
         if not events:

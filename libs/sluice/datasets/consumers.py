@@ -144,7 +144,7 @@ class ConsumerStore:
     def untake(self, ref: ConsumerRef, taker: str, partitions: Sequence[PartitionId]) -> None:
         self._existing(ref, Untake(taker, tuple(partitions)))
 
-    def prepare(self, ref: ConsumerRef, command: object) -> StreamAppend | None:
+    def prepare(self, ref: ConsumerRef, command: aggregate.ConsumerCommand) -> StreamAppend | None:
         """The append that applies `command` to the consumer as it is now, for a caller that appends it
         together with its own events (a commit step and its marker); None when it changes nothing.
         Appending it conflicts (WrongExpectedVersion) if the consumer changed meanwhile."""
@@ -181,7 +181,7 @@ class ConsumerStore:
             return aggregate.decide(None, CreateConsumer(ref, config or ConsumerConfig()), self._clock.now())
         return aggregate.decide(state, Configure(config), self._clock.now()) if config is not None else []
 
-    def _existing(self, ref: ConsumerRef, command: object) -> list:
+    def _existing(self, ref: ConsumerRef, command: aggregate.ConsumerCommand) -> list:
         validate_ref(ref)
 
         def decide(state: ConsumerState | None) -> list:
