@@ -43,6 +43,12 @@ class ProgramProcess(Protocol):
     @property
     def pid(self) -> int: ...
 
+    @property
+    def process_start(self) -> int:
+        """The process's start time (clock ticks since boot) that tells it from a later process with
+        its pid; 0 where none is known (the launcher then trusts the pid alone)."""
+        ...
+
     async def wait(self) -> int | None:
         """Wait for the program to end; its exit code, None if it ended leaving none (it vanished:
         the run is LOST)."""

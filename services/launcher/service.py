@@ -164,7 +164,7 @@ class LauncherService:
         found = await self._find(run, attempt_dir)
         if found is not None:  # started before the launcher restarted
             if run.status is RunStatus.STARTING:  # ... and it stopped before recording that
-                self._decide(run.id, MarkStarted(found.pid, _process_start(found)))
+                self._decide(run.id, MarkStarted(found.pid, found.process_start))
             exit_code = await found.wait()
         elif run.status is RunStatus.RUNNING:
             exit_code = None  # nothing to find it by
@@ -208,7 +208,7 @@ class LauncherService:
         context["system"].update(self._program_api.context_for(run.id) if self._program_api else {})
         write_context(context_path, context)
         process = await self._submitter.submit(entry_point, context_path, attempt_dir / "driver.log")
-        self._decide(run.id, MarkStarted(process.pid, _process_start(process)))
+        self._decide(run.id, MarkStarted(process.pid, process.process_start))
         return process
 
     def _publish(self, run: Run, attempt_dir: Path) -> None:
@@ -292,11 +292,6 @@ class LauncherService:
 def listing_key(run: Run) -> ListingKey:
     """Runs are listed by request time, then id."""
     return epoch_micros(run.requested_at), run.id
-
-
-def _process_start(process: ProgramProcess) -> int:
-    """The start time that tells the process from a later one with its pid, 0 where unknown (a fake)."""
-    return getattr(process, "process_start", 0)
 
 
 def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:

@@ -144,6 +144,9 @@ class UnsupervisedSubmitter:
 
 
 class WorldProcess:
+    process_start = 0
+    """No start time tells a simulated program from a later one with its pid."""
+
     def __init__(self, pid: int, program: Program) -> None:
         self.pid = pid
         self._program = program

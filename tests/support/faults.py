@@ -216,6 +216,10 @@ class _FaultyProcess:
     def pid(self) -> int:
         return self._process.pid
 
+    @property
+    def process_start(self) -> int:
+        return self._process.process_start
+
     async def wait(self) -> int:
         return await self._plan.around_async("launcher.program.wait", self._process.wait)
 

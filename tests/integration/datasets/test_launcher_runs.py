@@ -42,6 +42,7 @@ CLICKS = DatasetSpec("web", "clicks", (KeySpec("hour", KeyType.INT),), "/unused"
 
 class Finished:
     pid = 4242
+    process_start = 0
 
     def __init__(self, code: int) -> None:
         self.code = code
