@@ -54,7 +54,7 @@ kafka-down:
 	bash deploy/kafka/broker.sh down
 
 test-fast: env postgres compose-schema
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not bench" $(PYTEST_ARGS)
 
 # The crash sweep (tests/crash): >= 500 seeded crash points on SQLite and on PostgreSQL, judged
 # against the crash-free oracle; prints the counts. Replay: SEED=, RUN_SEED= (one run), POINT= (B@N).

@@ -8,6 +8,8 @@ import pytest
 
 from bench.__main__ import main
 
+pytestmark = pytest.mark.bench  # runs a benchmark: `make test` keeps it, `make test-fast` leaves it out
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_distributed_mode_runs_the_services_as_processes_and_prints_its_figures(capsys):

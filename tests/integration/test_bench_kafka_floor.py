@@ -5,7 +5,7 @@ import pytest
 
 from tests.unit.test_bench_smoke import figures
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.bench]
 
 
 def test_prints_its_figures(capsys):

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.__main__ import main
+
+pytestmark = pytest.mark.bench  # runs a benchmark: `make test` keeps it, `make test-fast` leaves it out
 
 
 def test_consume_prints_its_figures(capsys, monkeypatch):

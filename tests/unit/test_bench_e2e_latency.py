@@ -8,6 +8,8 @@ import pytest
 
 from bench.e2e_latency import cpu_seconds_of_stat, process_cpu_seconds
 
+pytestmark = pytest.mark.bench  # runs a benchmark: `make test` keeps it, `make test-fast` leaves it out
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from bench import deliver
 from bench.matcher import Workload
 from bench.matcher_bound import CountingMatcher
@@ -15,6 +17,8 @@ from sluice.domain.matching import EVENTS
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.matcher.service import MatcherService
 from tests.unit.test_bench_smoke import figures
+
+pytestmark = pytest.mark.bench  # runs a benchmark: `make test` keeps it, `make test-fast` leaves it out
 
 
 def test_records_the_fires_the_matcher_makes(tmp_path):

@@ -6,6 +6,8 @@ import pytest
 import bench.replay
 from tests.unit.test_bench_smoke import figures
 
+pytestmark = pytest.mark.bench  # runs a benchmark: `make test` keeps it, `make test-fast` leaves it out
+
 
 def test_replay_prints_its_figures(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("BENCH_EVENTS", "3000")

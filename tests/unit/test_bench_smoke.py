@@ -8,6 +8,8 @@ import pytest
 from bench import BENCHMARKS
 from bench.__main__ import main
 
+pytestmark = pytest.mark.bench  # runs a benchmark: `make test` keeps it, `make test-fast` leaves it out
+
 REQUIRED = {"bench", "metric", "value", "unit", "target"}
 
 
