@@ -2,11 +2,11 @@
 
 In WAL mode with synchronous=NORMAL a commit does not fsync; the checkpoint that copies the WAL
 back into the database file does, and by default SQLite runs it inside whichever commit takes the
-WAL past 1,000 pages. Embedded, that was one commit in every ~70 notifications, each ~11 ms
-longer: the bulk of e2e-latency's p99 at 200/s. Here the writer's connection turns automatic
+WAL past 1,000 pages. Embedded, that made one commit in every few dozen notifications much
+longer: the bulk of embedded mode's tail latency (docs/decisions.md). Here the writer's connection turns automatic
 checkpoints off and a thread, on a connection of its own, runs a PASSIVE checkpoint (it waits for
 no writer and no reader) after commits, at most one every CHECKPOINT_INTERVAL seconds (one every
-64 commits cost more CPU than the stalls: at 1000/s that was ~150 checkpoints a second per file).
+few dozen commits cost more CPU than the stalls it saved).
 sqlite3 releases the GIL while SQLite works, so the fsync no longer holds the event loop."""
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ out in the same order: a transaction holding an OLDER xid can take a LATER posit
 pass the horizon while a younger transaction still holds the earlier position. That technique
 is only gap-free when readers order and resume by (xid, position), which the port's single
 integer position cursor cannot express. The price of the lock is that appends, across all
-streams, are serialised (one round trip chain per append, ~1 ms locally); reads never wait.
+streams, are serialised (one round trip chain per append); reads never wait.
 
 Subscribers are woken at once by appends through this instance and poll (poll_interval) for
 appends made by other instances and processes. The same lock makes this instance's commits fit
@@ -265,7 +265,7 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
 _APPEND_CALL = ("SELECT actuals, last_position FROM sluice_append(%b::TEXT[], %b::BIGINT[], %b::INT[], %b::INT[],"
                 " %b::TEXT[], %b::TEXT[], %b::BYTEA[], %b::TEXT[], %b::TIMESTAMPTZ, %b::TEXT[], %b::BIGINT[], %b::BIGINT[])")
 """Binary parameters: psycopg dumps a text array of byte strings through a regex escape per element,
-~6 us per event against ~1 us in binary (an append of 10 job events: 116 us -> 35 us). The casts
+several times the cost of binary parameters (docs/decisions.md). The casts
 make the arrays' types the function's, whatever element type psycopg picked (int2 for small ints)."""
 _UPSERT_CHECKPOINT = ("INSERT INTO checkpoints (name, value) VALUES (%s, %s)"
                       " ON CONFLICT (name) DO UPDATE SET value = excluded.value")

@@ -187,7 +187,7 @@ def _append_streams(conn: sqlite3.Connection, appends: Sequence[StreamAppend],
 
 def _stream_versions(conn: sqlite3.Connection, streams: set[str]) -> dict[str, int]:
     """Each stream's last version, one index probe per stream: `MAX(version) ... IN (...) GROUP BY`
-    walked every event of each stream (3.7 ms for one of 50,000 events, against 3 us)."""
+    walked every event of each stream: its cost grew with the stream's length."""
     names = list(streams)
     versions: dict[str, int] = {}
     for start in range(0, len(names), _VERSIONS_CHUNK):

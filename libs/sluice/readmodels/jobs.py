@@ -167,7 +167,7 @@ class JobsView:
 
     def _snapshot_if_due(self, store: MapSnapshots) -> None:
         """While following: the jobs are taken here and packed and written on the snapshot thread
-        (packing thousands of jobs held the event loop 50-130 ms); one at a time."""
+        (packing thousands of jobs on the loop held it too long); one at a time."""
         if self._unsnapshotted < max(self._snapshot_every, len(self._jobs)) or not store.enabled:
             return
         if self._writing is not None and not self._writing.done():

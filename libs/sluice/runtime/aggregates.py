@@ -20,8 +20,8 @@ S = TypeVar("S")
 READ_BATCH = 10_000
 BACKGROUND_SNAPSHOT_STREAMS = 2_000
 """From this many entries to pack (streams, or what `size` counts in them) a snapshot is written off
-the event loop: 2,000 matcher states take ~80 ms to pack. (Lower, the matcher benchmark's memory
-pass of 1,000 schedules measured a snapshot still being packed: +450 B per schedule.)"""
+the event loop, where packing that many would hold it too long. (Lower, a snapshot still being
+packed showed in the memory per schedule. Figures: docs/decisions.md, benchmark figures.)"""
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +145,8 @@ class AggregateStore(Generic[S]):
     def snapshot(self) -> None:
         """Save the states (with a prefix, up to the log's head). Many streams are brought to the
         head, packed and written in a worker thread while the event loop goes on: the states are
-        immutable, so the copy taken here stays the snapshot's (packing 10,000 schedules' states
-        blocked the matcher's loop for ~200 ms, and finding which of them moved ~16 ms). A snapshot
+        immutable, so the copy taken here stays the snapshot's (packing many schedules' states, and
+        finding which of them moved, blocked the matcher's loop: docs/decisions.md). A snapshot
         still being written holds off the next."""
         if self._snapshots is None or not self._snapshots.enabled:
             return
@@ -166,7 +166,7 @@ class AggregateStore(Generic[S]):
             return
         # Submitted at once and checked with the thread's own future: a to_thread task starts,
         # and an asyncio future completes, only when the loop next runs, so a handler that does
-        # not yield (the matcher benchmark) held that snapshot and every later one off.
+        # not yield (a long burst of work) held that snapshot and every later one off.
         self._writing = SNAPSHOT_WRITER.submit(self._write_caught_up, pending, states, self._position,
                                                snapshots.LoopPacer(loop))
         self._saving = asyncio.wrap_future(self._writing, loop=loop)

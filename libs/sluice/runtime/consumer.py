@@ -95,7 +95,7 @@ class ConsumerLoop:
     Offsets are committed after each poll (awaited) unless `commit_every` is set: then the offsets
     of handled records are committed in the background while the next polls are handled, at most
     once per `commit_every` seconds (one commit at a time, in order). A commit is a round trip to
-    the group coordinator (~8 ms on a local broker) and a write for the broker; awaited after every
+    the group coordinator and a write for the broker; awaited after every
     poll, it held back each record behind it. Nothing is lost by committing later: only handled
     records are committed, and handlers skip a redelivered record by the positions they record in
     the event log (what a crash redelivers is at most `commit_every` seconds of records)."""

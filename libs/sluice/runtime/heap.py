@@ -1,18 +1,18 @@
 """The cyclic garbage collector and a large, long-lived heap.
 
 A service holds every schedule's state (and views of every job) for its whole life. CPython's
-full collections walk all of it: with 10,000 schedules a gen-2 collection paused the event loop
-for ~100 ms, twice in 2.6 s at 1,000 notifications/s. What has survived start-up is long-lived,
+full collections walk all of it: with many schedules a gen-2 collection paused the event loop
+long, and often under load (figures: docs/decisions.md). What has survived start-up is long-lived,
 so after recovery it is collected once and frozen (`gc.freeze`: later collections skip it), and
 again every `REFREEZE_SECONDS`: a frozen object that becomes cyclic garbage is only reclaimed by
 the next refreeze, which unfreezes, collects everything, and freezes what survives. Acyclic
 garbage (all domain state: frozen dataclasses) is freed by reference counting at once anyway.
 
 Between refreezes the heap grows (the jobs view's jobs, each schedule's latest state), and what grew
-was walked by every full collection: 17,000 jobs after 15 s at 1,000/s made one of ~40-60 ms. So every
+was walked by every full collection, and the pauses grew long again. So every
 `SURVIVORS_SECONDS` the young generations are collected and what survived them is frozen too, a
-pause of about a millisecond. In steady state the collector found no cyclic garbage at all (64
-collections over 2 s, embedded, 1,000/s), so freezing survivors early holds back next to nothing."""
+short pause. In steady state the collector found no cyclic garbage at all, so freezing survivors
+early holds back next to nothing."""
 from __future__ import annotations
 
 import asyncio

@@ -100,8 +100,7 @@ class MapSnapshots:
         self._rebase_fraction = rebase_fraction
         self.changed: set[Hashable] = set()
         """The keys set or removed since the base: whoever changes the map adds them. One set, kept
-        and cleared in place (a second one in the aggregate store cost ~40 B per schedule in the
-        matcher benchmark's memory pass)."""
+        and cleared in place (a second one in the aggregate store cost memory per schedule)."""
         self._generation = 0
         """Counts loads and deletes: a base written for an earlier generation is not this one's."""
         self._forget_base()

@@ -174,7 +174,7 @@ def _frames(body: bytes) -> typing.Iterator[memoryview]:
 def _collector_paused():
     """No cyclic garbage collection while packing or unpacking: packing makes a list per dataclass
     and unpacking builds the whole state, so the collector ran full collections over the whole heap
-    again and again (with pickle: half of packing a jobs view, and pauses of ~50 ms). Reference
+    again and again (with pickle: much of packing a jobs view, in long pauses). Reference
     counting still frees what they drop; the collector runs again after."""
     if not gc.isenabled():
         yield
@@ -197,7 +197,7 @@ class LoopPacer:
     loop. The loop then waits for the GIL one chunk at most, and only once per turn. A bare
     `sleep(0)` mostly took the GIL straight back: while the matcher's 10,000 states packed, each time
     the loop wanted the GIL (after every SQLite call) it waited up to the switch interval, and the
-    loop lagged 12 ms at 200 notifications/s. Pacing ends when the loop stops running or takes
+    loop lagged behind its notifications. Pacing ends when the loop stops running or takes
     longer than MAX_TURN_WAIT to turn (it is blocked: then the packer must not wait on it), and on `stop()`."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:

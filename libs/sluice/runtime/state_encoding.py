@@ -18,15 +18,15 @@ from sluice.runtime.state_hints import (ANY_DATETIME, ANY_DICT, ANY_FROZENSET, A
                                         union_options)
 
 YIELD_EVERY = 64
-"""Dataclasses encoded between two calls of the packing's `pace` (~0.1 ms of packing): a chunk. Paced
-by the event loop (snapshots.LoopPacer), the loop waits for the GIL one chunk at most: with chunks of
-256, embedded 200/s p99 was 10.7 ms while the matcher's base packed, 4.8 ms with 64."""
+"""Dataclasses encoded between two calls of the packing's `pace`: a chunk. Paced by the event loop
+(snapshots.LoopPacer), the loop waits for the GIL one chunk at most, so chunks are small: larger ones
+showed in embedded mode's tail latency while the matcher's base packed (docs/decisions.md)."""
 
 
 RAW_FROM = 64
 """A container of more items is encoded to msgpack item by item as it is converted (each one
 msgspec.Raw, copied as is by the final encode): msgpack encoding runs in C holding the GIL, so one
-encode of a whole part (1,000 matcher states) held it ~2.5 ms, and a checker's queue of 10,000
+encode of a whole part held it for all of its items at once, and a checker's queue of many
 jobs would hold it for all of them. Paced conversion, then, and no long encode after it."""
 
 _ENCODER = msgspec.msgpack.Encoder()
