@@ -99,10 +99,11 @@ async def test_a_poll_is_one_append_with_the_events_of_record_by_record_handling
 
     one_by_one = SqliteEventLog(tmp_path / "one.db", clock=clock)
     single = MatcherService(one_by_one, clock)
+    alone = single.handlers()  # one record per poll, as the consumer loop hands a lone record
     for record in schedule_records(all_schedules):
-        await single.on_schedule_changed(record)
+        await alone[SCHEDULES].apply([(record, alone[SCHEDULES].parse(record))])
     for record in records:
-        await single.on_match_requested(record)
+        await alone[MATCHES].apply([(record, alone[MATCHES].parse(record))])
 
     batched = CountingLog(tmp_path / "batched.db", clock=clock)
     matcher = MatcherService(batched, clock)

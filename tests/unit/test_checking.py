@@ -91,7 +91,7 @@ def test_jobs_admitted_out_of_sequence_order_still_make_a_redelivery_of_the_high
     """Admission orders a pass by priority, trigger time and job id, not by sequence: here job 10 is
     admitted before job 9 ("s1-j10" < "s1-j9"). A redelivered job 10 (the matcher's relay publishes
     at least once) must still be recognised, also in the state folded from the recorded events."""
-    events = checking.decide_many(CheckerState(), [EnqueueJob(job(9)), EnqueueJob(job(10))], T0)
+    events = checking.decide_admitting(CheckerState(), [EnqueueJob(job(9)), EnqueueJob(job(10))], T0)[0]
     assert [e.job.sequence for e in events] == [10, 9]
     folded = checking.fold(CheckerState(), events)
     assert folded.schedules["s1"].last_sequence == 10
@@ -255,7 +255,7 @@ def test_one_admission_pass_gives_the_timer_no_later_than_a_second_pass_over_the
         now = now + timedelta(seconds=seconds)
         for step in ([CheckTime()], commands[start:start + batch]):
             events, settled = checking.decide_admitting(state, step, now)
-            assert events == checking.decide_many(state, step, now)
+            assert events == checking.decide_admitting(state, step, now, settled=None)[0]
             state = checking.fold(state, events)
             if settled is None:
                 continue
@@ -314,7 +314,7 @@ def test_a_pass_over_the_jobs_a_batch_concerns_decides_what_a_pass_over_the_whol
         due = settled is not None and settled.until is not None and settled.until <= now
         due = due and not (index < len(late) and late[index])
         for commands in ([CheckTime()], step) if due else (step,):
-            expected = checking.decide_many(whole, commands, now, capacity)
+            expected = checking.decide_admitting(whole, commands, now, capacity)[0]  # a full pass
             events, after = checking.decide_admitting(partial, commands, now, capacity, settled=settled)
             assert events == expected
             whole, partial = checking.fold(whole, expected), checking.fold(partial, events)
