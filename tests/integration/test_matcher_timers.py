@@ -21,18 +21,20 @@ from sluice.eventlog.codec import EventTypes
 from sluice.domain.schedules import MisfirePolicy
 from sluice.domain import matching
 from sluice_services.matcher.service import MatcherService
+from tests.support.matcher_inputs import MatcherInputs
 
 T0 = datetime(2026, 11, 22, 0, 10, tzinfo=timezone.utc)
 PROGRAM = ProgramRef("experiments", "clickstream", "hourly_metrics")
 TYPES = EventTypes(matching.EVENTS)
 
 
-def setup(tmp_path, trigger, **schedule) -> tuple[SimulatedClock, SqliteEventLog, MatcherService]:
+async def setup(tmp_path, trigger, **schedule) -> tuple[SimulatedClock, SqliteEventLog, MatcherService, MatcherInputs]:
     clock = SimulatedClock(T0)
     log = SqliteEventLog(tmp_path / "events.db", clock=clock)
     matcher = MatcherService(log, clock)
-    matcher.observe("s-1", Schedule("s-1", "sched", PROGRAM, trigger, enabled=True, **schedule))
-    return clock, log, matcher
+    inputs = MatcherInputs(matcher)  # through the bus handlers, as the lookup stage republishes
+    await inputs.observe("s-1", Schedule("s-1", "sched", PROGRAM, trigger, enabled=True, **schedule))
+    return clock, log, matcher, inputs
 
 
 def fired(log) -> list[JobTriggered]:
@@ -43,8 +45,8 @@ def partition(n: int) -> Notification:
     return Notification(f"n-{n}", T0, PartitionCommitted("experiments", "clickstream", (PartitionRef({"hour": str(n)}, f"/d/{n}"),)))
 
 
-def test_cron_in_a_zone_fires_at_the_right_instant_and_catches_up_after_downtime(tmp_path):
-    clock, log, matcher = setup(tmp_path, TimeTrigger("0 * * * *", "Asia/Tokyo"), misfire_policy=MisfirePolicy.FIRE_EACH)
+async def test_cron_in_a_zone_fires_at_the_right_instant_and_catches_up_after_downtime(tmp_path):
+    clock, log, matcher, inputs = await setup(tmp_path, TimeTrigger("0 * * * *", "Asia/Tokyo"), misfire_policy=MisfirePolicy.FIRE_EACH)
     assert matcher.next_wake_at() == datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
     clock.advance(timedelta(minutes=49))
     assert matcher.fire_due() == 0 and fired(log) == []
@@ -61,10 +63,10 @@ def test_cron_in_a_zone_fires_at_the_right_instant_and_catches_up_after_downtime
     assert restarted.next_wake_at() == datetime(2026, 11, 22, 5, tzinfo=timezone.utc)
 
 
-def test_or_with_elapsed_fires_with_what_exists_after_the_timeout(tmp_path):
+async def test_or_with_elapsed_fires_with_what_exists_after_the_timeout(tmp_path):
     trigger = OrTrigger((PartitionTrigger("experiments", "clickstream", 3), ElapsedTrigger(600)))
-    clock, log, matcher = setup(tmp_path, trigger)
-    matcher.match(partition(1))
+    clock, log, matcher, inputs = await setup(tmp_path, trigger)
+    await inputs.match(partition(1))
     clock.advance(timedelta(seconds=599))
     matcher.fire_due()
     assert fired(log) == []
@@ -74,11 +76,11 @@ def test_or_with_elapsed_fires_with_what_exists_after_the_timeout(tmp_path):
     assert [n.id for n in event.job.context.notifications] == ["n-1"]
 
 
-def test_quiet_period_fires_after_the_last_chunk_of_a_burst(tmp_path):
-    clock, log, matcher = setup(tmp_path, QuietPeriodTrigger("experiments", "clickstream", 600))
-    matcher.match(partition(1))
+async def test_quiet_period_fires_after_the_last_chunk_of_a_burst(tmp_path):
+    clock, log, matcher, inputs = await setup(tmp_path, QuietPeriodTrigger("experiments", "clickstream", 600))
+    await inputs.match(partition(1))
     clock.advance(timedelta(minutes=5))
-    matcher.match(partition(2))
+    await inputs.match(partition(2))
     clock.advance(timedelta(minutes=9))
     matcher.fire_due()
     assert fired(log) == []  # only 9 minutes since the second chunk
@@ -88,25 +90,25 @@ def test_quiet_period_fires_after_the_last_chunk_of_a_burst(tmp_path):
     assert [n.id for n in fired(log)[0].job.context.notifications] == ["n-1", "n-2"]
 
 
-def test_program_status_trigger_hands_over_the_triggering_run(tmp_path):
+async def test_program_status_trigger_hands_over_the_triggering_run(tmp_path):
     upstream = ProgramRef("experiments", "clickstream", "ingest")
-    clock, log, matcher = setup(tmp_path, ProgramStatusTrigger("experiments", "clickstream", "ingest", ("COMPLETED",), 1))
-    matcher.match(Notification("st-1", T0, ProgramStatusChanged(upstream, "run-9", RunStatus.FAILED)))
+    clock, log, matcher, inputs = await setup(tmp_path, ProgramStatusTrigger("experiments", "clickstream", "ingest", ("COMPLETED",), 1))
+    await inputs.match(Notification("st-1", T0, ProgramStatusChanged(upstream, "run-9", RunStatus.FAILED)))
     assert fired(log) == []
-    matcher.match(Notification("st-2", T0, ProgramStatusChanged(upstream, "run-10", RunStatus.COMPLETED)))
+    await inputs.match(Notification("st-2", T0, ProgramStatusChanged(upstream, "run-10", RunStatus.COMPLETED)))
     (event,) = fired(log)
     assert [n.payload.run_id for n in event.job.context.notifications] == ["run-10"]
 
 
-def test_the_next_wake_up_is_the_earliest_live_timer_once_others_moved_or_went(tmp_path):
-    clock, log, matcher = setup(tmp_path, QuietPeriodTrigger("experiments", "clickstream", 600))
-    matcher.observe("s-2", Schedule("s-2", "hourly", PROGRAM, TimeTrigger("0 * * * *"), enabled=True))
+async def test_the_next_wake_up_is_the_earliest_live_timer_once_others_moved_or_went(tmp_path):
+    clock, log, matcher, inputs = await setup(tmp_path, QuietPeriodTrigger("experiments", "clickstream", 600))
+    await inputs.observe("s-2", Schedule("s-2", "hourly", PROGRAM, TimeTrigger("0 * * * *"), enabled=True))
     assert matcher.next_wake_at() == datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
-    matcher.match(partition(1))
+    await inputs.match(partition(1))
     assert matcher.next_wake_at() == T0 + timedelta(minutes=10)
     clock.advance(timedelta(minutes=5))
-    matcher.match(partition(2))  # the quiet period starts again: its first timer is superseded
+    await inputs.match(partition(2))  # the quiet period starts again: its first timer is superseded
     assert matcher.next_wake_at() == T0 + timedelta(minutes=15)
-    matcher.observe("s-1", None)
+    await inputs.observe("s-1", None)
     assert matcher.next_wake_at() == datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
     log.close()
