@@ -4,13 +4,15 @@ functions alike, a cycle is a cycle — except those under `if TYPE_CHECKING:`.
 
 - the domain is pure: nothing under libs/sluice/domain imports Sluice's infrastructure;
 - the library never imports the services (the services extend the library, not the other way);
-- no import cycles among the library's modules (the cycle's path is reported).
+- no import cycles among the library's modules, nor among the services' (the cycle's path is reported).
 """
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"sluice": ROOT / "libs" / "sluice", "sluice_services": ROOT / "services"}
@@ -154,8 +156,8 @@ def _path_in(component: set[str], edges: dict[str, set[str]]) -> list[str]:
 
 
 def _describe(imports: list[Import], modules: dict[str, Path]) -> str:
-    return "\n".join(
-        f"  {modules[imp.importer].relative_to(ROOT)}:{imp.line} imports {imp.imported}" for imp in imports)
+    lines = dict.fromkeys(f"  {modules[imp.importer].relative_to(ROOT)}:{imp.line} imports {imp.imported}" for imp in imports)
+    return "\n".join(lines)
 
 
 def test_the_domain_imports_nothing_of_the_infrastructure():
@@ -170,15 +172,16 @@ def test_the_library_never_imports_the_services():
     assert not bad, "libs/sluice may not import sluice_services (services extend the library):\n" + _describe(bad, modules)
 
 
-def test_no_import_cycles_in_the_library():
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_cycles(package):
     modules, imports = _graph()
-    library = {name for name in modules if _within(name, "sluice")}
+    inside = {name for name in modules if _within(name, package)}
     edges: dict[str, set[str]] = {}
     for imp in imports:
-        if imp.importer in library and imp.imported in library:
+        if imp.importer in inside and imp.imported in inside:
             edges.setdefault(imp.importer, set()).add(imp.imported)
-    cycles = _cycles(library, edges)
-    assert not cycles, "import cycles in libs/sluice (break each by moving the shared piece where both can import it):\n" + \
+    cycles = _cycles(inside, edges)
+    assert not cycles, f"import cycles in {package} (break each by moving the shared piece where both can import it):\n" + \
         "\n".join("  " + " -> ".join(cycle) for cycle in cycles)
 
 
