@@ -222,7 +222,7 @@ class _History:
         return events
 
     def _decide_checker(self, commands: list) -> None:
-        events = checking.decide_many(self._checker, commands, self._now, UNLIMITED)
+        events, _ = checking.decide_admitting(self._checker, commands, self._now, UNLIMITED)
         for event in events:
             self._checker = checking.evolve(self._checker, event)
         self._add(checking.QUEUE_STREAM, events)

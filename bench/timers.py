@@ -29,14 +29,16 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from bench import Figure, option, progress
+from bench import Figure, deliver, option, progress
 from sluice.bus.port import Record
-from sluice.bus.topics import JOBS
+from sluice.bus.topics import JOBS, SCHEDULES
 from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import TimeTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.v1 import schedules_pb2
+from sluice.wire.schedules import schedule_to_proto
 from sluice_services.checker.service import CheckerService
 from sluice_services.matcher.service import MatcherService
 
@@ -67,16 +69,21 @@ def _schedule(index: int, cron: str) -> Schedule:
     return Schedule(schedule_id_for(PROGRAM, name), name, PROGRAM, TimeTrigger(cron), enabled=True)
 
 
-def _register(matcher: MatcherService, schedules: list[Schedule]) -> None:
-    for schedule in schedules:
-        matcher.observe(schedule.id, schedule)
+async def _register(matcher: MatcherService, schedules: list[Schedule]) -> None:
+    """The schedules as the registry's changes reach the matcher: ScheduleChanged records handed to
+    its bus handler a poll at a time, as the consumer loop does (not timed)."""
+    handler = matcher.handlers()[SCHEDULES]
+    records = [Record(SCHEDULES, 0, offset, s.id.encode(), schedules_pb2.ScheduleChanged(
+        schedule_id=s.id, schedule=schedule_to_proto(s)).SerializeToString(), (), 0) for offset, s in enumerate(schedules)]
+    for start in range(0, len(records), POLL):
+        await deliver(handler, records[start:start + POLL])
 
 
 async def _spread(path: Path, count: int) -> tuple[float, int]:
     clock = SimulatedClock(MINUTE - timedelta(minutes=1))
     log = SqliteEventLog(path, clock=clock)
     matcher, checker = MatcherService(log, clock), CheckerService(log, clock)
-    _register(matcher, [_schedule(i, f"{MINUTE.minute} {MINUTE.hour} * * *") for i in range(count)])
+    await _register(matcher, [_schedule(i, f"{MINUTE.minute} {MINUTE.hour} * * *") for i in range(count)])
     after = log.head_position()
     clock.set(MINUTE)
     started = time.perf_counter()
@@ -104,7 +111,7 @@ def _day(path: Path, count: int, rng: random.Random) -> tuple[float, int]:
     clock = SimulatedClock(start)
     log = SqliteEventLog(path, clock=clock)
     matcher = MatcherService(log, clock)
-    _register(matcher, [_schedule(i, f"{rng.randrange(60)} {rng.randrange(24)} * * *") for i in range(count)])
+    asyncio.run(_register(matcher, [_schedule(i, f"{rng.randrange(60)} {rng.randrange(24)} * * *") for i in range(count)]))
     fires = 0
     started = time.perf_counter()
     for minute in range(1, 24 * 60 + 1):

@@ -3,13 +3,16 @@ trigger at the same instant: each instance writes with the stream's expected ver
 reloads and decides again, so both notifications land in the same job, which fires once."""
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Callable
 
 import pytest
 
+from sluice.bus.topics import PARTITION_NOTIFICATIONS
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.matching import JobCreated, JobTriggered, stream_name
@@ -19,6 +22,7 @@ from sluice.eventlog.port import EventLog
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.matcher.service import TYPES, MatcherService
+from tests.support.matcher_inputs import MatcherInputs
 
 pytestmark = pytest.mark.integration
 
@@ -46,18 +50,23 @@ def test_the_two_inputs_of_an_and_trigger_at_once_make_one_job(open_log):
     logs = [open_log(), open_log()]
     try:
         matchers = [MatcherService(log, SimulatedClock(T0)) for log in logs]
-        for matcher in matchers:
+        feeds = [MatcherInputs(matcher) for matcher in matchers]
+        for matcher, feed in zip(matchers, feeds):
             matcher.recover()
-            matcher.observe(SCHEDULE.id, SCHEDULE)
-        for _ in range(ROUNDS):
+            asyncio.run(feed.observe(SCHEDULE.id, SCHEDULE))
+        for round_ in range(ROUNDS):
             start = threading.Barrier(2)
             inputs = [partition("left"), partition("right")]
 
-            def deliver(matcher: MatcherService, notification: Notification) -> None:
+            def deliver(member: int, notification: Notification) -> None:
+                """Each instance its own matches partition (the schedule's old and new owner during a
+                rebalance) and source offset: only the schedule's stream is shared."""
+                records = [replace(record, partition=member) for record in
+                           feeds[member].match_records(notification, PARTITION_NOTIFICATIONS, round_)]
                 start.wait()
-                matcher.match(notification)
+                asyncio.run(feeds[member].deliver(records))
 
-            threads = [threading.Thread(target=deliver, args=pair) for pair in zip(matchers, inputs)]
+            threads = [threading.Thread(target=deliver, args=pair) for pair in enumerate(inputs)]
             for thread in threads:
                 thread.start()
             for thread in threads:

@@ -24,6 +24,7 @@ from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
 from tests.support.kafka import KafkaBroker
+from tests.support.matcher_inputs import MatcherInputs
 from sluice.wire.common import notification_to_proto
 from sluice_services.composition import matcher_spec, registry_spec
 from sluice_services.matcher.service import TYPES, MatcherService
@@ -56,15 +57,16 @@ def notifications(count: int, rng: random.Random) -> list[Notification]:
         for index in range(count)]
 
 
-def oracle(tmp_path, schedules: list[Schedule], sent: list[Notification]) -> tuple[Counter, Counter]:
-    """A single matcher, no bus: how many notifications each schedule matches and how often it fires."""
+async def oracle(tmp_path, schedules: list[Schedule], sent: list[Notification]) -> tuple[Counter, Counter]:
+    """A single matcher, its records handed to its bus handlers one by one, no broker: how many
+    notifications each schedule matches and how often it fires."""
     clock = SimulatedClock(T0)
     log = SqliteEventLog(tmp_path / "oracle.db", clock=clock)
-    matcher = MatcherService(log, clock)
+    inputs = MatcherInputs(MatcherService(log, clock))
     for schedule in schedules:
-        matcher.observe(schedule.id, schedule)
+        await inputs.observe(schedule.id, schedule)
     for notification in sent:
-        matcher.match(notification)
+        await inputs.match(notification)
     matched, fired = outcome(log)
     log.close()
     return Counter(s for s, _ in matched), fired
@@ -118,7 +120,7 @@ async def test_members_joining_and_leaving_lose_and_duplicate_nothing(tmp_path, 
     clock = SimulatedClock(T0)
     schedules = workload_schedules()
     sent = notifications(3 * PHASE, rng)
-    expected_matched, expected_fired = oracle(tmp_path, schedules, sent)
+    expected_matched, expected_fired = await oracle(tmp_path, schedules, sent)
 
     dsn = postgres.create_database()
     log = PostgresEventLog(dsn, clock=clock)
