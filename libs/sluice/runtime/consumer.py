@@ -90,7 +90,7 @@ async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, p
 
 class ConsumerLoop:
     """One group member's loop, a poll at a time: `consume` steps it forever; the crash harness
-    (tests/crash) steps it in a chosen order.
+    (tests/crash) steps it in a chosen order, the scenario tests' pump (tests/support/pump.py) in a fixed one.
 
     Offsets are committed after each poll (awaited) unless `commit_every` is set: then the offsets
     of handled records are committed in the background while the next polls are handled, at most

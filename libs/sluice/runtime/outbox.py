@@ -73,7 +73,8 @@ class OutboxRelay:
 
     async def publish_pending(self, limit: int = 1000) -> int:
         """Relay what has committed since the last call (at most `limit` events), without waiting:
-        the crash harness (tests/crash) steps relays this way; how many events were read."""
+        the crash harness (tests/crash) and the scenario tests' pump (tests/support/pump.py) step
+        relays this way; how many events were read."""
         if self._after is None:
             self._start()
         events = self._log.read_all(self._after, limit, self._prefixes)
