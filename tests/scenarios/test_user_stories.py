@@ -38,8 +38,9 @@ async def test_story_1_many_time_schedules_all_fire_on_time(scheduler):
 
 
 CATCH_UP_ORDER = pytest.mark.xfail(strict=True, reason=(
-    "found by the production wiring: the catch-up fires reach the checker in one poll and one admission "
-    "pass orders jobs triggered at the same instant by job id (admission.order_key), not by logical time"))
+    "found by the production wiring: the catch-up fires reach the checker in one poll, and one admission "
+    "pass orders jobs triggered at the same instant by job id (admission.order_key, as tests/unit/"
+    "test_checking.py documents), not by logical time: to decide whether catch-up runs must start in order"))
 
 
 @pytest.mark.parametrize("policy, catch_up, fired_hours", [
