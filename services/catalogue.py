@@ -1,32 +1,47 @@
-"""The one list of Sluice's services, read by composition (which services `build` wires), configuration
-(the [services.<name>] sections), `serve`/`standalone`, `replay` and `rebuild`.
+"""The one list of Sluice's services: per service its name (`sluice serve NAME`, `python -m
+sluice_services.NAME`, the [services.NAME] config section), the streams its outbox routes to the bus,
+the snapshots `sluice rebuild` drops and writes again, and its spec factory in composition.py. Read by
+composition, configuration (services/config.py), `serve`/`standalone`, `replay` and `rebuild`; the
+services' own modules take their STREAM_PREFIX and SNAPSHOTS from here.
 
-Light on purpose: it imports no service, so `sluice --help` and a client command load none. A service's
-streams, event types and snapshots stay the constants of its own module (`STREAM_PREFIX`, `SNAPSHOTS`),
-named here by `module`."""
+Light on purpose: it imports no service, so `sluice --help` and a client command load none. A
+service's event types stay with its aggregate (each service module's TYPES)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from sluice.domain.checking import QUEUE_STREAM
 
 
 @dataclass(frozen=True)
 class Service:
     name: str
-    """`sluice serve NAME`, `python -m sluice_services.NAME`, the [services.NAME] config section."""
     module: str
-    """Where its service class, STREAM_PREFIX and SNAPSHOTS live."""
+    """Where its service class lives."""
+    stream_prefixes: tuple[str, ...]
+    """The streams it writes whose events its outbox routes to the bus (composition's route_prefixes)."""
+    snapshots: tuple[str, ...]
+    """The snapshots `sluice rebuild NAME` drops and writes again."""
+    spec: str
+    """The composition.py function that builds its ServiceSpec."""
     aggregate_snapshots: bool
-    """Its state is aggregate stores whose snapshots `sluice rebuild NAME` drops and writes again (the
-    lineage service keeps one snapshot of its own and is rebuilt by its `rebuild`)."""
+    """Its snapshots are aggregate stores' (rebuilt by recovering the service); the lineage service keeps
+    one snapshot of its own and is rebuilt by its `rebuild`."""
 
 
-CATALOGUE = (
-    Service("registry", "sluice_services.registry.service", aggregate_snapshots=True),
-    Service("matcher", "sluice_services.matcher.service", aggregate_snapshots=True),
-    Service("checker", "sluice_services.checker.service", aggregate_snapshots=True),
-    Service("launcher", "sluice_services.launcher.service", aggregate_snapshots=True),
-    Service("lineage", "sluice_services.lineage.service", aggregate_snapshots=False),
-)
+REGISTRY = Service("registry", "sluice_services.registry.service", ("schedule-",),
+                   ("registry-schedules", "registry-apps"), "registry_spec", aggregate_snapshots=True)
+MATCHER = Service("matcher", "sluice_services.matcher.service", ("matcher-",), ("matcher",), "matcher_spec",
+                  aggregate_snapshots=True)
+CHECKER = Service("checker", "sluice_services.checker.service", (QUEUE_STREAM,), ("checker",), "checker_spec",
+                  aggregate_snapshots=True)
+LAUNCHER = Service("launcher", "sluice_services.launcher.service", ("run-", "transaction-"), ("launcher-runs",),
+                   "launcher_spec", aggregate_snapshots=True)
+LINEAGE = Service("lineage", "sluice_services.lineage.service", (), ("lineage",), "lineage_spec",
+                  aggregate_snapshots=False)
+
+CATALOGUE = (REGISTRY, MATCHER, CHECKER, LAUNCHER, LINEAGE)
+BY_NAME = {service.name: service for service in CATALOGUE}
 NAMES = tuple(service.name for service in CATALOGUE)
 """Every service, in the order `standalone` starts them."""
 WITH_AGGREGATE_SNAPSHOTS = tuple(service.name for service in CATALOGUE if service.aggregate_snapshots)

@@ -14,7 +14,6 @@ from sluice.bus.topics import (
     PROGRAM_NOTIFICATIONS,
 )
 from sluice.clock import Clock
-from sluice.domain.checking import QUEUE_STREAM
 from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE, JobsView
@@ -24,10 +23,11 @@ from sluice.runtime.http_auth import server_ssl_context
 from sluice.runtime.grpc_server import GrpcBinding
 from sluice.runtime.service import ServiceSpec
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
+from sluice_services import catalogue
 from sluice_services.catalogue import NAMES
 from sluice_services.checker import grpc_api as checker_grpc
 from sluice_services.checker.service import CheckerService
-from sluice_services.launcher import datasets_grpc, datasets_service
+from sluice_services.launcher import datasets_grpc
 from sluice_services.launcher import grpc_api as launcher_grpc
 from sluice_services.launcher import service as launcher_service
 from sluice_services.launcher.datasets_service import DatasetsService
@@ -47,11 +47,9 @@ from sluice_services.lineage import http_api as lineage_http
 from sluice_services.lineage.export import EXPORT_GROUP, OpenLineageExport
 from sluice_services.lineage.grpc_api import LineageServicer
 from sluice_services.lineage.service import LineageService
-from sluice_services.matcher import service as matcher_service
 from sluice_services.matcher.lookup import ScheduleLookup
 from sluice_services.matcher.service import MatcherService
 from sluice_services.registry import grpc_api as registry_grpc
-from sluice_services.registry import service as registry_service
 from sluice_services.registry.service import RegistryService
 from sluice_services.resolvers import checker_resolvers, launcher_resolvers, registry_resolvers
 
@@ -104,7 +102,7 @@ class Settings:
 
 def registry_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
     registry = RegistryService(log, clock)
-    return ServiceSpec("registry", route=registry.route, route_prefixes=(registry_service.STREAM_PREFIX,),
+    return ServiceSpec("registry", route=registry.route, route_prefixes=catalogue.REGISTRY.stream_prefixes,
                        grpc=registry_grpc.bindings(registry, producer), recover=registry.recover,
                        resolvers=registry_resolvers(registry))
 
@@ -125,7 +123,7 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
         matcher.recover()
 
     return ServiceSpec("matcher", [look_up, match], route=matcher.route,
-                       route_prefixes=(matcher_service.STREAM_PREFIX,), recover=recover,
+                       route_prefixes=catalogue.MATCHER.stream_prefixes, recover=recover,
                        background=[matcher.run_timers, lookup.follow])
 
 
@@ -138,7 +136,7 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
         checker.recover()
         jobs_view.recover(log)  # complete up to the head before the gRPC server answers a ListJobs
 
-    return ServiceSpec("checker", [subscription], route=checker.route, route_prefixes=(QUEUE_STREAM,),
+    return ServiceSpec("checker", [subscription], route=checker.route, route_prefixes=catalogue.CHECKER.stream_prefixes,
                        grpc=checker_grpc.bindings(jobs_view, checker),
                        recover=recover, background=[lambda: jobs_view.follow(log), checker.run_timers],
                        resolvers=checker_resolvers(jobs_view))
@@ -165,7 +163,7 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: P
 
     return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
                        route=lambda recorded: [*launcher.route(recorded), *data_plane.route(recorded)],
-                       route_prefixes=(launcher_service.STREAM_PREFIX, datasets_service.TRANSACTION_PREFIX),
+                       route_prefixes=catalogue.LAUNCHER.stream_prefixes,
                        grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
                        resolvers=launcher_resolvers(launcher, data_plane),
                        start=launcher.resume, background=[launcher.run_timers],
@@ -211,4 +209,5 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
         "launcher": lambda: launcher_spec(log, clock, settings),
         "lineage": lambda: lineage_spec(log, clock, settings),
     }
+    assert factories.keys() == set(catalogue.NAMES)
     return [factories[name]() for name in names]

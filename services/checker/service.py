@@ -33,9 +33,10 @@ from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_from_bytes, parse_bus_message
 from sluice.wire.jobs import job_from_proto, job_to_proto
 from sluice.wire.schedules import parse_schedule_change
+from sluice_services.catalogue import CHECKER
 
 TYPES = EventTypes(checking.EVENTS)
-SNAPSHOTS = ("checker",)
+SNAPSHOTS = CHECKER.snapshots
 SNAPSHOT_VERSION = 1
 """The schema version of this service's snapshots (the queue stream's Loaded[CheckerState]): bump it when
 CheckerState (or anything it holds) changes shape; a snapshot of another version is ignored and the

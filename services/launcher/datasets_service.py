@@ -20,8 +20,9 @@ from sluice.runtime.snapshots import Schema, Snapshots
 from sluice.wire.common import notification_to_proto
 from sluice_services.launcher.commits import STREAM_PREFIX as COMMIT_PREFIX
 from sluice_services.launcher.commits import CommitRunner, FileSteps
+from sluice_services.catalogue import LAUNCHER
 
-TRANSACTION_PREFIX = "transaction-"
+TRANSACTION_PREFIX = LAUNCHER.stream_prefixes[1]
 SNAPSHOTS = ("launcher-datasets",)
 SNAPSHOT_VERSION = 1
 """The schema version of the datasets snapshot (every DatasetCreated, and the ids of the commit

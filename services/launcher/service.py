@@ -34,12 +34,13 @@ from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, Pro
 from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
 from sluice_services.launcher.run_outputs import RunPublisher
 from sluice_services.launcher.tracking import ProcessIdentity
+from sluice_services.catalogue import LAUNCHER
 
 log = logging.getLogger(__name__)
 
-STREAM_PREFIX = "run-"
+STREAM_PREFIX = LAUNCHER.stream_prefixes[0]
 TYPES = EventTypes(runs.EVENTS)
-SNAPSHOTS = ("launcher-runs",)
+SNAPSHOTS = LAUNCHER.snapshots
 SNAPSHOT_VERSION = 1
 """The schema version of this service's snapshots (Loaded[Run | None] per run stream): bump it when
 Run (or anything it holds) changes shape; a snapshot of another version is ignored and the

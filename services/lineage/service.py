@@ -26,9 +26,10 @@ from sluice.eventlog.port import ANY_VERSION, DuplicateEventId, EventLog, NewEve
 from sluice.ids import derived_id
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.snapshots import SNAPSHOT_EVERY, Schema, Snapshots
+from sluice_services.catalogue import LINEAGE
 
 EVENT_TYPE = "LineageEventRecorded"
-SNAPSHOT = "lineage"
+SNAPSHOT, = LINEAGE.snapshots
 SNAPSHOT_VERSION = 1
 """The schema version of the lineage snapshot (every run's RunFacts, by run id; the index is derived
 from them when loaded): bump it when RunFacts (or anything it holds) changes shape."""

@@ -29,8 +29,9 @@ from sluice.runtime.consumer import BatchHandler
 from sluice.v1 import matching_pb2
 from sluice.wire.common import notification_from_bytes
 from sluice.wire.schedules import schedule_to_proto
+from sluice_services.catalogue import REGISTRY
 
-REGISTRY_PREFIX = "schedule-"
+REGISTRY_PREFIX, = REGISTRY.stream_prefixes
 REGISTRY_STREAMS = (REGISTRY_PREFIX,)
 SYNC_BATCH = 5000
 REGISTRY_TYPES = EventTypes(schedules.EVENTS)

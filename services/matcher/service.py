@@ -37,9 +37,10 @@ from sluice.wire.common import notification_from_bytes, notification_from_proto,
 from sluice.wire.jobs import job_to_proto
 from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
 from sluice_services.matcher.decisions import Decisions
+from sluice_services.catalogue import MATCHER
 
-STREAM_PREFIX = "matcher-"
-SNAPSHOTS = ("matcher",)
+STREAM_PREFIX, = MATCHER.stream_prefixes
+SNAPSHOTS = MATCHER.snapshots
 SNAPSHOT_VERSION = 1
 """The schema version of this service's snapshots (Loaded[MatcherState] per schedule stream): bump it when
 MatcherState (or anything it holds) changes shape; a snapshot of another version is ignored and the

@@ -25,12 +25,13 @@ from sluice.runtime.outbox import Outgoing
 from sluice.runtime.unit_of_work import retry_on_conflict
 from sluice.v1 import schedules_pb2
 from sluice.wire.schedules import schedule_to_proto
+from sluice_services.catalogue import REGISTRY
 
-STREAM_PREFIX = "schedule-"
+STREAM_PREFIX, = REGISTRY.stream_prefixes
 TYPES = EventTypes(schedules.EVENTS)
 APP_PREFIX = "app-"
 APP_TYPES = EventTypes(apps.EVENTS)
-SNAPSHOTS = ("registry-schedules", "registry-apps")
+SNAPSHOTS = REGISTRY.snapshots
 SNAPSHOT_VERSION = 1
 """The schema version of this service's snapshots (Loaded[ScheduleState], Loaded[AppState] per stream): bump it when
 ScheduleState or AppState (or anything they hold) changes shape; a snapshot of another version is ignored and the

@@ -193,3 +193,17 @@ def test_the_checker_sees_a_cycle_and_a_forbidden_import():
     assert _cycles(set(edges), edges) == [["a", "b", "c", "a"]]
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    import y\n")
     assert [alias.name for node in _import_nodes(tree) for alias in node.names] == ["TYPE_CHECKING", "y"]
+
+
+def test_the_catalogue_is_what_composition_and_the_services_use():
+    """One list: composition builds a spec per catalogued service with the catalogued factory, and
+    routes the catalogued streams."""
+    import inspect
+
+    from sluice_services import catalogue, composition
+
+    assert composition.SERVICES == catalogue.NAMES
+    source = inspect.getsource(composition.build)
+    for service in catalogue.CATALOGUE:
+        assert f'"{service.name}": lambda: {service.spec}(' in source
+        assert callable(getattr(composition, service.spec))
