@@ -40,7 +40,7 @@ ROUNDS = 5
 TARGET_RATIO = 1.5
 SPEC = DatasetSpec("bench", "events", (KeySpec("source"), KeySpec("seq", KeyType.INT)), "/data/bench/events")
 CONSUMER = ConsumerRef("bench", "events", "reader")
-CONFIG = ConsumerConfig(max_working_set=20_000)
+CONFIG = ConsumerConfig(max_working_set=10_000)  # the most a consumer may hold (bounds.MAX_WORKING_SET)
 
 _built: dict[int, "_Dataset"] = {}
 
