@@ -37,15 +37,9 @@ async def test_story_1_many_time_schedules_all_fire_on_time(scheduler):
     assert all(launch.at == launch.job.context.logical_time for launch in scheduler.launches)
 
 
-CATCH_UP_ORDER = pytest.mark.xfail(strict=True, reason=(
-    "found by the production wiring: the catch-up fires reach the checker in one poll, and one admission "
-    "pass orders jobs triggered at the same instant by job id (admission.order_key, as tests/unit/"
-    "test_checking.py documents), not by logical time: to decide whether catch-up runs must start in order"))
-
-
 @pytest.mark.parametrize("policy, catch_up, fired_hours", [
-    pytest.param(MisfirePolicy.FIRE_EACH, DEFAULT_CATCH_UP_SECONDS, [1, 2, 3, 4, 5, 6], marks=CATCH_UP_ORDER),
-    pytest.param(MisfirePolicy.FIRE_EACH, 2 * 3600, [1, 3, 4, 5, 6], marks=CATCH_UP_ORDER),  # 02:00: too old
+    (MisfirePolicy.FIRE_EACH, DEFAULT_CATCH_UP_SECONDS, [1, 2, 3, 4, 5, 6]),
+    (MisfirePolicy.FIRE_EACH, 2 * 3600, [1, 3, 4, 5, 6]),  # 02:00: too old
     (MisfirePolicy.FIRE_ONCE, DEFAULT_CATCH_UP_SECONDS, [1, 4, 5, 6]),
     (MisfirePolicy.SKIP, DEFAULT_CATCH_UP_SECONDS, [1, 5, 6]),
 ])

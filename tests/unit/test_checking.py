@@ -87,12 +87,12 @@ def test_a_redelivered_job_changes_nothing_even_after_its_run_ended():
     assert kinds(run(state, EnqueueJob(job(2)))[1]) == ["JobAdmitted"]
 
 
-def test_jobs_admitted_out_of_sequence_order_still_make_a_redelivery_of_the_higher_one_a_no_op():
-    """Admission orders a pass by priority, trigger time and job id, not by sequence: here job 10 is
-    admitted before job 9 ("s1-j10" < "s1-j9"). A redelivered job 10 (the matcher's relay publishes
-    at least once) must still be recognised, also in the state folded from the recorded events."""
+def test_jobs_of_one_pass_are_admitted_in_sequence_order_and_a_redelivery_of_the_higher_one_is_a_no_op():
+    """One schedule's jobs triggered at one instant are admitted in sequence order, not job id order
+    ("s1-j10" < "s1-j9"). A redelivered job 10 (the matcher's relay publishes at least once) must be
+    recognised, also in the state folded from the recorded events."""
     events = checking.decide_admitting(CheckerState(), [EnqueueJob(job(9)), EnqueueJob(job(10))], T0)[0]
-    assert [e.job.sequence for e in events] == [10, 9]
+    assert [e.job.sequence for e in events] == [9, 10]
     folded = checking.fold(CheckerState(), events)
     assert folded.schedules["s1"].last_sequence == 10
     assert run(folded, EnqueueJob(job(10)))[1] == []

@@ -151,7 +151,7 @@ class QueuedJob:
     def facts(self) -> PendingJobFacts:
         job = self.job
         return PendingJobFacts(job.id, job.program, job.schedule_id, self.triggered_at, job.constraints, job.priority,
-                               job.timeout_seconds, job.timeout_policy, self.checked)
+                               job.timeout_seconds, job.timeout_policy, self.checked, job.sequence)
 
 
 @dataclass(frozen=True)

@@ -101,8 +101,9 @@ class _Discard:
 
 
 def order_key(job: PendingJobFacts) -> tuple:
-    """Higher priority first, then the earlier trigger, then the job id: a total order."""
-    return (-job.priority, job.triggered_at, job.job_id)
+    """Higher priority first, then the earlier trigger, then one schedule's jobs in the order they
+    fired, then the job id: a total order."""
+    return (-job.priority, job.triggered_at, job.schedule_id, job.sequence, job.job_id)
 
 
 def admit(pending_jobs: Iterable[PendingJobFacts], world: WorldFacts, now: datetime,

@@ -43,6 +43,9 @@ class PendingJobFacts:
     checked_before: bool = False
     """Whether an earlier admission pass already checked the job and left it waiting. The
     checker sets it when it records the job as waiting; ABORT constraints act only while False."""
+    sequence: int = 0
+    """The job's number among its schedule's jobs: one schedule's jobs triggered at one instant (the
+    catch-up fires of FIRE_EACH) are admitted in the order they fired, their logical times' order."""
 
     def __post_init__(self) -> None:
         require_aware(self.triggered_at)
