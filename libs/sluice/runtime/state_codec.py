@@ -18,7 +18,7 @@ Encodings, chosen by hint:
   dataclasses encoded before it, and decodes to one shared object again, as pickle's memo did;
 - `A | B | ...` (two options or more, None aside): [option index, value];
 - a mapping: [kind, key, value, key, value, ...] (kind: dict, immutables.Map, mappingproxy, FrozenMap;
-  any other Mapping is read back as a dict, as sluice.domain.codec reads events);
+  any other Mapping is read back as a dict, as sluice.eventlog.codec reads events);
 - a datetime: itself when its zone is UTC (msgpack's timestamp), else [ISO local time, zone, fold]
   (a ZoneInfo key, an offset in seconds, or None when naive);
 - an integer: itself, within msgpack's range (-2**63 .. 2**64-1): a state holding a bigger one is
@@ -27,7 +27,7 @@ Encodings, chosen by hint:
 A container of more than RAW_FROM items has each item encoded to msgpack as it is converted.
 
 The work is in sluice.runtime.state_encoding and state_decoding (compiled per type hint, as
-sluice.domain.codec's decoders are); state_hints holds what they share.
+sluice.eventlog.codec's decoders are); state_hints holds what they share.
 """
 from __future__ import annotations
 
