@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sluice.bus.kafka import KafkaBus
-from sluice.bus.kafka_security import KafkaSecurity, parse_kafka_url
+from sluice.bus.kafka_security import KafkaSecurity, KafkaTopicOptions, parse_kafka_url
 from sluice.clock import SimulatedClock
 from sluice.domain.errors import InvalidArgument
 from sluice.runtime.secrets import mask_url
@@ -102,3 +102,54 @@ def test_open_bus_passes_the_security_to_the_bus(tmp_path, monkeypatch, cafile):
 ])
 def test_bus_urls_are_shown_with_the_password_masked(url, shown):
     assert mask_url(url) == shown
+
+
+# -- the topics' replication (issue 25) ---------------------------------------------------------
+
+
+def test_topic_options_default_to_one_replica_and_dead_letters_kept_forever():
+    topics = parse_kafka_url("kafka://k:9092", env=ENV).topics
+    assert topics == KafkaTopicOptions(replication_factor=1, min_insync_replicas=None, dead_letter_retention_ms=-1)
+    bus = KafkaBus.from_url("kafka://k:9092", env=ENV)
+    assert (bus.replication_factor, bus.min_insync_replicas, bus.dead_letter_retention_ms) == (1, None, -1)
+
+
+def test_open_bus_passes_the_topic_options_to_the_bus(tmp_path):
+    bus = open_bus("kafka://h1:9092,h2:9092,h3:9092?replication_factor=3&min_insync_replicas=2"
+                   "&dead_letter_retention_ms=2592000000", tmp_path, SimulatedClock())
+    assert isinstance(bus, KafkaBus) and bus.bootstrap == "h1:9092,h2:9092,h3:9092"
+    assert (bus.replication_factor, bus.min_insync_replicas, bus.dead_letter_retention_ms) == (3, 2, 2_592_000_000)
+    assert bus.security == KafkaSecurity()
+
+
+def test_the_topic_configs_the_bus_asks_for():
+    from sluice.bus.port import TopicSpec
+    from sluice.bus.topics import DEAD_LETTER, SCHEDULES
+
+    bus = KafkaBus("k:9092", replication_factor=3, min_insync_replicas=2)
+    assert bus._configs(TopicSpec("sluice.jobs", 4)) == {"min.insync.replicas": "2"}
+    assert bus._configs(TopicSpec(SCHEDULES, 4, compacted=True)) == {"cleanup.policy": "compact",
+                                                                     "min.insync.replicas": "2"}
+    assert bus._configs(TopicSpec(DEAD_LETTER)) == {"min.insync.replicas": "2", "retention.ms": "-1"}
+    assert KafkaBus("k:9092")._configs(TopicSpec("sluice.jobs")) == {}  # the broker's min.insync.replicas
+
+
+@pytest.mark.parametrize("query, named", [
+    ("replication_factor=0", "replication_factor: '0' is not a whole number from 1 to 32767"),
+    ("replication_factor=three", "replication_factor: 'three' is not a whole number"),
+    ("replication_factor=40000", "replication_factor: '40000'"),
+    ("replication_factor=2.5", "replication_factor: '2.5'"),
+    ("replication_factor=", "replication_factor: empty value"),
+    ("min_insync_replicas=0", "min_insync_replicas: '0' is not a whole number"),
+    ("min_insync_replicas=2", "min_insync_replicas: 2 is more than replication_factor=1"),
+    ("replication_factor=3&min_insync_replicas=4", "min_insync_replicas: 4 is more than replication_factor=3"),
+    ("min_insync_replicas=-1", "min_insync_replicas: '-1'"),
+    ("dead_letter_retention_ms=0", "dead_letter_retention_ms: 0 would delete"),
+    ("dead_letter_retention_ms=-2", "dead_letter_retention_ms: '-2' is not a whole number -1 or more"),
+    ("dead_letter_retention_ms=7d", "dead_letter_retention_ms: '7d'"),
+    ("replication_factor=3&replication_factor=3", "replication_factor: given twice"),
+])
+def test_a_wrong_topic_option_is_refused_by_name(tmp_path, query, named):
+    with pytest.raises(InvalidArgument) as refused:
+        open_bus(f"kafka://k:9092?{query}", tmp_path, SimulatedClock())
+    assert refused.value.field == "--bus" and named in str(refused.value)

@@ -7,8 +7,16 @@ Decisions:
 - create_topics uses the admin client: an existing topic is left as it is (TOPIC_ALREADY_EXISTS is
   not an error), a compacted one gets cleanup.policy=compact. It returns once every topic is in
   the broker's metadata, so a send right after it finds the topic.
+- Replication: `replication_factor` replicas per topic (default 1: a single development broker) and,
+  when given, the topic config min.insync.replicas (else the broker's); the dead-letter topic gets
+  retention.ms=`dead_letter_retention_ms` (default -1: parked messages never expire). All three come
+  from the bus URL (`?replication_factor=3&min_insync_replicas=2`). An existing topic keeps its
+  settings; one with another replication factor than asked is logged as a warning (changing it is a
+  partition reassignment, an operator's job).
 - Producers: acks=all with idempotence, so a send returns (partition, offset) once the record is
-  on every in-sync replica and a retried batch is never written twice. aiokafka's default
+  on every in-sync replica and a retried batch is never written twice. With fewer in-sync replicas
+  than min.insync.replicas the broker refuses the write (NotEnoughReplicas, retried by aiokafka): the
+  send fails or waits, it is never acknowledged by fewer replicas. aiokafka's default
   partitioner is Kafka's murmur2 (kafka_partition); keyless records go to a random partition.
   A topic the broker does not know raises UnknownTopic at once (one metadata request that does not
   auto-create) instead of aiokafka's wait of request_timeout_ms for it to appear.
@@ -26,6 +34,7 @@ Decisions:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 
@@ -46,8 +55,11 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from sluice.bus.kafka_security import KafkaSecurity, KafkaUnreachable, diagnose, parse_kafka_url
 from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic
+from sluice.bus.topics import DEAD_LETTER
 
 __all__ = ["KafkaBus", "KafkaConsumer", "KafkaProducer", "KafkaSecurity", "KafkaUnreachable"]
+
+log = logging.getLogger(__name__)
 
 
 class KafkaBus:
@@ -59,6 +71,8 @@ class KafkaBus:
         *,
         client_id: str = "sluice",
         replication_factor: int = 1,
+        min_insync_replicas: int | None = None,
+        dead_letter_retention_ms: int = -1,
         heartbeat_interval_ms: int = 1000,
         session_timeout_ms: int = 10_000,
         metadata_max_age_ms: int = 30_000,
@@ -69,6 +83,8 @@ class KafkaBus:
         self.security = security or KafkaSecurity()
         self.client_id = client_id
         self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas
+        self.dead_letter_retention_ms = dead_letter_retention_ms
         self.topic_ready_timeout = topic_ready_timeout
         self._consumer_options = dict(
             heartbeat_interval_ms=heartbeat_interval_ms,
@@ -82,26 +98,27 @@ class KafkaBus:
 
     @classmethod
     def from_url(cls, url: str, env: Mapping[str, str] | None = None, **options: object) -> KafkaBus:
-        """A bus for `kafka://[USER[:PASSWORD]@]HOST:PORT[,...][?security options]` (see
+        """A bus for `kafka://[USER[:PASSWORD]@]HOST:PORT[,...][?security and topic options]` (see
         sluice.bus.kafka_security); ValueError naming the option that is wrong."""
         parsed = parse_kafka_url(url, env)
-        return cls(parsed.bootstrap, security=parsed.security, **options)  # type: ignore[arg-type]
+        return cls(parsed.bootstrap, security=parsed.security,  # type: ignore[arg-type]
+                   **{**parsed.topics.bus_options(), **options})
 
     async def create_topics(self, topics: Sequence[TopicSpec]) -> None:
         self._check_open()
         if not topics:
             return
         admin = await self._admin_client()
-        new = [
-            NewTopic(spec.name, spec.partitions, self.replication_factor,
-                     topic_configs={"cleanup.policy": "compact"} if spec.compacted else None)
-            for spec in topics
-        ]
+        new = [NewTopic(spec.name, spec.partitions, self.replication_factor, topic_configs=self._configs(spec) or None)
+               for spec in topics]
         response = await admin.create_topics(new)
+        existing = set()
         for name, code, message in ((t[0], t[1], t[2] if len(t) > 2 else None) for t in response.topic_errors):
-            if code not in (0, TopicAlreadyExistsError.errno):
+            if code == TopicAlreadyExistsError.errno:
+                existing.add(name)
+            elif code != 0:
                 raise for_code(code)(f"creating topic {name!r} failed: {message or 'no message'}")
-        await self._wait_visible(admin, [spec.name for spec in topics])
+        await self._wait_visible(admin, [spec.name for spec in topics], existing)
 
     def producer(self) -> KafkaProducer:
         self._check_open()
@@ -132,6 +149,16 @@ class KafkaBus:
         if self._closed:
             raise RuntimeError("the bus is closed")
 
+    def _configs(self, spec: TopicSpec) -> dict[str, str]:
+        configs = {}
+        if spec.compacted:
+            configs["cleanup.policy"] = "compact"
+        if self.min_insync_replicas is not None:
+            configs["min.insync.replicas"] = str(self.min_insync_replicas)
+        if spec.name == DEAD_LETTER:
+            configs["retention.ms"] = str(self.dead_letter_retention_ms)
+        return configs
+
     async def _admin_client(self) -> AIOKafkaAdminClient:
         if self._admin is None:
             admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, client_id=f"{self.client_id}-admin",
@@ -152,8 +179,9 @@ class KafkaBus:
                 raise
             raise await diagnose(self.bootstrap, self.security) from error
 
-    async def _wait_visible(self, admin: AIOKafkaAdminClient, names: list[str]) -> None:
-        """Until the broker's metadata has every topic with a leader for each partition."""
+    async def _wait_visible(self, admin: AIOKafkaAdminClient, names: list[str], existing: set[str]) -> None:
+        """Until the broker's metadata has every topic with a leader for each partition; warns of an
+        existing topic whose replication factor is not the one asked for."""
         deadline = time.monotonic() + self.topic_ready_timeout
         while True:
             described = await admin.describe_topics(names)
@@ -162,6 +190,12 @@ class KafkaBus:
                 if t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
             }
             if ready >= set(names):
+                for topic in described:
+                    replicas = {len(p["replicas"]) for p in topic["partitions"]}
+                    if topic["topic"] in existing and replicas != {self.replication_factor}:
+                        log.warning("topic %s exists with %s replicas, not replication_factor=%d: Kafka keeps an "
+                                    "existing topic's replicas (reassign its partitions to change them)",
+                                    topic["topic"], "/".join(map(str, sorted(replicas))), self.replication_factor)
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topics {sorted(set(names) - ready)} not ready after {self.topic_ready_timeout}s")

@@ -1,4 +1,5 @@
-"""The Kafka bus URL and its security options (TLS, SASL), and the masking of secrets in URLs.
+"""The Kafka bus URL: its security options (TLS, SASL), the replication of the topics the bus creates,
+and the masking of secrets in URLs.
 
     kafka://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][?OPTION=VALUE&...]
 
@@ -9,6 +10,14 @@
 | ssl_cafile        | PEM file of the CAs that sign the brokers' certificates | the system's CAs (SSL, SASL_SSL) |
 | ssl_certfile      | PEM client certificate (mutual TLS), with ssl_keyfile | none                        |
 | ssl_keyfile       | PEM key of ssl_certfile (its password: env SLUICE_KAFKA_SSL_KEY_PASSWORD) | none   |
+| replication_factor | replicas of each topic the bus creates, 1..32767 | 1 (a single development broker) |
+| min_insync_replicas | the topics' min.insync.replicas, 1..replication_factor | unset: the broker's default |
+| dead_letter_retention_ms | retention.ms of the dead-letter topic, -1 (unlimited) or > 0 | -1 |
+
+The topic options apply when the bus creates a topic (KafkaBus.create_topics); a topic that exists
+already keeps its settings (a replication factor that differs is logged as a warning). Producers send
+with acks=all, so with min_insync_replicas=2 a write needs two replicas: with fewer in sync it fails
+(NotEnoughReplicas) instead of being acknowledged by one broker alone.
 
 Credentials (SASL_* only): the username and password of the URL's userinfo (percent-encoded), else
 SLUICE_KAFKA_USERNAME and SLUICE_KAFKA_PASSWORD from the environment -- better, since a command line
@@ -21,6 +30,7 @@ URLs are shown with sluice.runtime.secrets.mask_url: the password replaced by `*
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-__all__ = ["KafkaSecurity", "KafkaUnreachable", "KafkaUrl", "diagnose", "parse_kafka_url",
+__all__ = ["KafkaSecurity", "KafkaTopicOptions", "KafkaUnreachable", "KafkaUrl", "diagnose", "parse_kafka_url",
            "USERNAME_ENV", "PASSWORD_ENV", "SSL_KEY_PASSWORD_ENV"]
 
 USERNAME_ENV = "SLUICE_KAFKA_USERNAME"
@@ -37,7 +47,9 @@ SSL_KEY_PASSWORD_ENV = "SLUICE_KAFKA_SSL_KEY_PASSWORD"
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
-OPTIONS = ("security_protocol", "sasl_mechanism", "ssl_cafile", "ssl_certfile", "ssl_keyfile")
+OPTIONS = ("security_protocol", "sasl_mechanism", "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+           "replication_factor", "min_insync_replicas", "dead_letter_retention_ms")
+MAX_REPLICATION_FACTOR = 32767  # an INT16 in CreateTopics
 
 
 @dataclass(frozen=True)
@@ -70,9 +82,23 @@ class KafkaSecurity:
 
 
 @dataclass(frozen=True)
+class KafkaTopicOptions:
+    """How the bus creates its topics: KafkaBus's keyword arguments (`bus_options()`)."""
+
+    replication_factor: int = 1
+    min_insync_replicas: int | None = None  # None: the broker's min.insync.replicas
+    dead_letter_retention_ms: int = -1       # -1: dead letters are kept until an operator deletes them
+
+    def bus_options(self) -> dict[str, Any]:
+        return {"replication_factor": self.replication_factor, "min_insync_replicas": self.min_insync_replicas,
+                "dead_letter_retention_ms": self.dead_letter_retention_ms}
+
+
+@dataclass(frozen=True)
 class KafkaUrl:
     bootstrap: str
     security: KafkaSecurity
+    topics: KafkaTopicOptions = KafkaTopicOptions()
 
 
 def parse_kafka_url(url: str, env: Mapping[str, str] | None = None) -> KafkaUrl:
@@ -113,7 +139,8 @@ def parse_kafka_url(url: str, env: Mapping[str, str] | None = None) -> KafkaUrl:
                 raise ValueError(f"{name}: needs security_protocol=SSL or SASL_SSL, not {protocol}")
     context = _ssl_context(options, env) if tls else None
     return KafkaUrl(bootstrap, KafkaSecurity(protocol, mechanism, username if mechanism else None,
-                                             password if mechanism else None, context))
+                                             password if mechanism else None, context),
+                    _topic_options(options))
 
 
 # -- plumbing ----------------------------------------------------------------------------------
@@ -146,6 +173,32 @@ def _options(query: str) -> dict[str, str]:
             raise ValueError(f"{name}: empty value")
         options[name] = value
     return options
+
+
+def _topic_options(options: Mapping[str, str]) -> KafkaTopicOptions:
+    replication = _integer(options, "replication_factor", 1, 1, MAX_REPLICATION_FACTOR)
+    min_insync = None
+    if "min_insync_replicas" in options:
+        min_insync = _integer(options, "min_insync_replicas", 1, 1, MAX_REPLICATION_FACTOR)
+        if min_insync > replication:
+            raise ValueError(f"min_insync_replicas: {min_insync} is more than replication_factor={replication}"
+                             " (every acks=all write would fail)")
+    retention = _integer(options, "dead_letter_retention_ms", -1, -1, None)
+    if retention == 0:
+        raise ValueError("dead_letter_retention_ms: 0 would delete dead letters at once; "
+                         "-1 keeps them until deleted, or a number of milliseconds > 0")
+    return KafkaTopicOptions(replication, min_insync, retention)
+
+
+def _integer(options: Mapping[str, str], name: str, default: int, low: int, high: int | None) -> int:
+    if name not in options:
+        return default
+    value = options[name]
+    number = int(value) if re.fullmatch(r"-?[0-9]{1,18}", value) else None
+    if number is None or number < low or (high is not None and number > high):
+        bounds = f"from {low} to {high}" if high is not None else f"{low} or more"
+        raise ValueError(f"{name}: {value!r} is not a whole number {bounds}")
+    return number
 
 
 def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
