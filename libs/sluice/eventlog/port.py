@@ -44,6 +44,21 @@ class DuplicateEventId(Exception):
         self.event_id = event_id
 
 
+class EventLogUnavailable(Exception):
+    """An infrastructure failure, not a refusal: the log cannot be reached or cannot write now (connection
+    lost, server down or restarting, read-only during a failover, disk full, a timeout). Raised after the
+    adapter's own retries; retrying later is right, and the work waits rather than being dead-lettered.
+
+    An append that raises it did not finish: the adapter retried one whose outcome it could not know, and
+    a retry that finds the append's event ids (derived from stream and version) already in the log returns
+    as committed. When it still raises, the append may yet have committed, so a caller retries with the same
+    ids (or reloads and decides again): a duplicate id then means it was written."""
+
+
+class EventLogNotMigrated(Exception):
+    """The store's schema is missing or older than this code's (PostgreSQL): run `sluice migrate`."""
+
+
 @dataclass(frozen=True)
 class NewEvent:
     id: str                                   # unique; the id under which the event is published

@@ -1,4 +1,17 @@
-"""PostgreSQL adapter of the event-log port (psycopg 3): one connection per instance, behind a lock.
+"""PostgreSQL adapter of the event-log port (psycopg 3) over a connection pool (psycopg_pool).
+
+Connections. Reads take a pooled connection each; appends are serialised by the instance's lock (the
+tail below needs them in commit order). A connection lost (server restarted, killed backend, network)
+is replaced by the pool; the statement is retried on another for up to `retry_for` seconds, then
+EventLogUnavailable is raised (an infrastructure error: the caller's work waits, nothing is refused).
+An append whose connection was lost after it was sent has an unknown outcome: it is sent again, and if
+that fails on the versions, the ids or a checkpoint, the log is asked whether the first one committed
+(its event ids present, or its checkpoints at their new values), which makes the retry idempotent
+(event ids are derived from (stream, version): the same append always carries the same ids).
+
+Schema. `migrate(dsn)` (`sluice migrate`) creates or updates the tables and `sluice_append` and records
+SCHEMA_VERSION; an instance opened with `migrate=False` only checks that version (EventLogNotMigrated
+otherwise), so it needs no DDL rights, and a read-only role (SELECT) can read the log.
 
 Positions and the late-commit problem. A position comes from an identity sequence, which hands
 out values BEFORE commit and never waits for anyone: with two concurrent writers, A can take
@@ -32,15 +45,16 @@ this instance's lock is held, so in commit order.
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timezone
 from typing import Any, Iterator, Sequence
 
 import psycopg
-from psycopg import IsolationLevel
 
 from sluice.clock import Clock, SystemClock
+from sluice.eventlog.postgres_pool import POOL_SIZE, RETRY_FOR, PooledConnection, configure, unavailable
 from sluice.eventlog.sql import COLUMNS, SqlEventLogBase
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
@@ -49,11 +63,17 @@ from sluice.eventlog.port import (
     Checkpoint,
     CheckpointMoved,
     DuplicateEventId,
+    EventLogNotMigrated,
+    EventLogUnavailable,
     RecordedEvent,
     StreamAppend,
     WrongExpectedVersion,
 )
 
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+"""The schema `migrate` writes (table sluice_schema); bump it with every change to _SCHEMA."""
 _APPEND_LOCK = int.from_bytes(b"sluiceEL", "big")
 """The advisory lock key every append (and the schema set-up) holds until its transaction ends."""
 _WRONG_EXPECTED_VERSION, _DUPLICATE_EVENT_ID, _CHECKPOINT_MOVED = "SL001", "SL002", "SL003"
@@ -127,18 +147,31 @@ CREATE TABLE IF NOT EXISTS snapshots (                  -- see sluice.eventlog.s
     schema   TEXT   NOT NULL,
     data     BYTEA  NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sluice_schema (              -- one row: the SCHEMA_VERSION migrate wrote
+    version INT NOT NULL
+);
+DELETE FROM sluice_schema;
+INSERT INTO sluice_schema (version) VALUES ({version});
 """
 class PostgresEventLog(SqlEventLogBase):
     """The EventLog port over PostgreSQL. Thread-safe; several instances (processes) may share a database."""
 
     PLACEHOLDER = "%s"
 
-    def __init__(self, dsn: str, *, clock: Clock | None = None, poll_interval: float = 0.05) -> None:
+    def __init__(self, dsn: str, *, clock: Clock | None = None, poll_interval: float = 0.05, migrate: bool = True,
+                 retry_for: float = RETRY_FOR, pool_size: int = POOL_SIZE) -> None:
+        """`migrate`: create or update the schema first (needs DDL rights); False only checks that it is
+        there (EventLogNotMigrated). Unreachable at start: the driver's error, as before."""
         self._clock = clock or SystemClock()
         super().__init__()
         self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, psycopg.Error,
-                                       self.read_all_to_head)
-        self._conn = _connect(dsn)
+                                        self.read_all_to_head)
+        with _connect(dsn) as conn:
+            if migrate:
+                _migrate(conn)
+            else:
+                _check_schema(conn)
+        self._conn = PooledConnection(dsn, pool_size, retry_for)
 
     @staticmethod
     def _stream_starts_with(prefix: str) -> tuple[str, str]:
@@ -168,20 +201,72 @@ class PostgresEventLog(SqlEventLogBase):
         if len(set(ids)) < len(ids):
             raise DuplicateEventId(next(event_id for event_id in ids if ids.count(event_id) > 1))
         with self._lock:
-            with self._append_cursor() as cur:
-                written = self._write(cur, appends, checkpoints)
+            written = self._append_retrying(appends, checkpoints)
             if written.recorded:  # committed, and still in this instance's commit order
                 self._subscribers.tail.record(written.recorded)
         if appended := [append.stream for append in appends if append.events]:
             self._subscribers.notify(appended)
         return written.versions
 
+    def _append_retrying(self, appends: Sequence[StreamAppend], checkpoints: Sequence[Checkpoint]) -> _Written:
+        """`_write` on a pooled connection, again on another while the connection fails, until `retry_for`.
+        Once an attempt failed with its outcome unknown, a refusal of a later one (the versions moved,
+        the ids or a checkpoint taken) may be the first attempt's own commit: the log says."""
+        unknown = False
+
+        def attempt(conn: psycopg.Connection[Any]) -> _Written:
+            nonlocal unknown
+            try:
+                with self._append_cursor(conn) as cur:
+                    return self._write(cur, appends, checkpoints)
+            except (WrongExpectedVersion, DuplicateEventId):
+                if unknown and self._committed(conn, appends, checkpoints):
+                    log.warning("an append retried after its connection was lost had committed: %s",
+                                ", ".join(dict.fromkeys(append.stream for append in appends)) or "checkpoints")
+                    return _Written(self._versions_now(conn, appends), [])  # not for the tail: order unknown
+                raise
+            except psycopg.Error as error:
+                unknown = unknown or unavailable(error)
+                raise
+
+        return self._conn.run(attempt, "append")
+
     @contextmanager
-    def _append_cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+    def _append_cursor(self, conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
         """The cursor for an append's one statement, which commits by itself (the connection is in
         autocommit mode). Tests hold it in a transaction of their own instead."""
-        with self._conn.cursor() as cur:
+        with conn.cursor() as cur:
             yield cur
+
+    @staticmethod
+    def _committed(conn: psycopg.Connection[Any], appends: Sequence[StreamAppend],
+                   checkpoints: Sequence[Checkpoint]) -> bool:
+        """Whether an append with these events (all their ids, in their streams) or, without events,
+        these checkpoint values is in the log."""
+        expected = {event.id: append.stream for append in appends for event in append.events}
+        if expected:
+            rows = conn.execute("SELECT id, stream FROM events WHERE id = ANY(%s)", (list(expected),)).fetchall()
+            return dict(rows) == expected
+        if not checkpoints:
+            return False
+        stored = dict(conn.execute("SELECT name, value FROM checkpoints WHERE name = ANY(%s)",
+                                   ([checkpoint.name for checkpoint in checkpoints],)).fetchall())
+        return all(stored.get(checkpoint.name) == checkpoint.value for checkpoint in checkpoints)
+
+    @staticmethod
+    def _versions_now(conn: psycopg.Connection[Any], appends: Sequence[StreamAppend]) -> list[int]:
+        """Each append's version after a committed append: its last event's, else its stream's now."""
+        ids = [append.events[-1].id for append in appends if append.events]
+        stored = dict(conn.execute("SELECT id, version FROM events WHERE id = ANY(%s)", (ids,)).fetchall())
+        versions = []
+        for append in appends:
+            if append.events:
+                versions.append(stored[append.events[-1].id])
+            else:
+                row = conn.execute("SELECT COALESCE(MAX(version), %s) FROM events WHERE stream = %s",
+                                   (NO_STREAM, append.stream)).fetchone()
+                versions.append(row[0])
+        return versions
 
     def _write(self, cur: psycopg.Cursor[Any], appends: Sequence[StreamAppend],
                checkpoints: Sequence[Checkpoint]) -> _Written:
@@ -229,12 +314,22 @@ class PostgresEventLog(SqlEventLogBase):
         if checkpoint.expected is not None:
             self.append_batch([], checkpoints=[checkpoint])
             return
-        with self._lock:
-            self._conn.execute(_UPSERT_CHECKPOINT, (checkpoint.name, checkpoint.value))
+        self._conn.execute(_UPSERT_CHECKPOINT, (checkpoint.name, checkpoint.value))
+
+    def ping(self, timeout: float = 1.0) -> None:
+        """One cheap round trip on a pooled connection, retried for `timeout` seconds at most (health
+        probes); EventLogUnavailable when it fails."""
+        self._conn.run(lambda conn: conn.execute("SELECT 1").fetchall(), "ping", retry_for=timeout)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """On a pooled connection of its own, retried on another when the connection fails: reads
+        need not wait for an append (the instance's lock serialises only those)."""
+        return self._conn.execute(sql.format(p=self.PLACEHOLDER), params).fetchall()
 
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
-        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+        """Snapshots' writes: one try (their callers save again later); a lost connection is EventLogUnavailable."""
+        with self._lock, self._conn.connection() as conn, conn.transaction(), conn.cursor() as cur:
             yield cur
 
 
@@ -246,20 +341,39 @@ class _Written:
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
-    # autocommit: single reads need no transaction; writes open one with conn.transaction().
+    """One connection of its own (autocommit): the schema's set-up or check at start, `migrate`."""
     conn = psycopg.connect(dsn, autocommit=True)
     try:
-        # READ COMMITTED whatever the server's default: each statement of an append after the
-        # lock must see the appends committed before it (a snapshot from before the lock would not).
-        conn.isolation_level = IsolationLevel.READ_COMMITTED
-        conn.execute("SET TIME ZONE 'UTC'")  # recorded_at comes back as UTC
-        with conn.transaction():  # concurrent CREATE TABLE IF NOT EXISTS can race: serialise it
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
-            conn.execute(_SCHEMA.replace("{lock}", str(_APPEND_LOCK)))
+        configure(conn)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def migrate(dsn: str) -> int:
+    """Create or update the schema (`sluice migrate`; needs CREATE rights); returns SCHEMA_VERSION."""
+    with _connect(dsn) as conn:
+        _migrate(conn)
+    return SCHEMA_VERSION
+
+
+def _migrate(conn: psycopg.Connection[Any]) -> None:
+    with conn.transaction():  # concurrent CREATE TABLE IF NOT EXISTS can race: serialise it
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_APPEND_LOCK,))
+        conn.execute(_SCHEMA.replace("{lock}", str(_APPEND_LOCK)).replace("{version}", str(SCHEMA_VERSION)))
+
+
+def _check_schema(conn: psycopg.Connection[Any]) -> None:
+    """EventLogNotMigrated unless `migrate` wrote this code's SCHEMA_VERSION (reads only: no DDL rights needed)."""
+    row = conn.execute("SELECT to_regclass('sluice_schema') IS NOT NULL").fetchone()
+    version = conn.execute("SELECT MAX(version) FROM sluice_schema").fetchone()[0] if row and row[0] else None
+    if version is None or version < SCHEMA_VERSION:
+        found = "no Sluice schema" if version is None else f"schema version {version}, this Sluice needs {SCHEMA_VERSION}"
+        raise EventLogNotMigrated(f"the PostgreSQL event log is not migrated ({found}): run `sluice migrate`")
+    if version > SCHEMA_VERSION:
+        raise EventLogNotMigrated(f"the PostgreSQL event log has schema version {version}, newer than this "
+                                  f"Sluice's {SCHEMA_VERSION}: upgrade Sluice")
 
 
 _APPEND_CALL = ("SELECT actuals, last_position FROM sluice_append(%b::TEXT[], %b::BIGINT[], %b::INT[], %b::INT[],"

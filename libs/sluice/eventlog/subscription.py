@@ -11,18 +11,24 @@ memory, without a thread or a query, as long as the tail holds its next position
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import AsyncIterator, Callable, Iterable, Sequence
 
-from sluice.eventlog.port import RecordedEvent, in_streams, stream_prefixes
+from sluice.eventlog.port import EventLogUnavailable, RecordedEvent, in_streams, stream_prefixes
 from sluice.waiting import wait_set
+
+log = logging.getLogger(__name__)
 
 BATCH = 500
 TAIL_CAPACITY = 4096
 """Events of this process's last commits kept for its subscribers (held: up to a quarter more)."""
+REPORT_EVERY = 30.0
+"""Seconds between two warnings that the log is unavailable to subscribers (they retry every poll)."""
 
 ReadAll = Callable[[int, int, Sequence[str]], list[RecordedEvent]]
 ReadToHead = Callable[[int, int, Sequence[str]], tuple[list[RecordedEvent], int]]
@@ -114,6 +120,7 @@ class Subscribers:
         self._closed_error = closed_error
         self._waiters: set[_Waiter] = set()
         self._lock = threading.Lock()
+        self._reported_at = -REPORT_EVERY
         self.tail = Tail()
 
     def following(self) -> bool:
@@ -159,10 +166,20 @@ class Subscribers:
             return served
         try:
             return await asyncio.to_thread(self._read, after, prefixes)
+        except EventLogUnavailable as error:  # an outage: read again after a poll interval, from the same place
+            if not self._closed():
+                self._report_unavailable(error)
+            return [], after, True
         except self._closed_error:
             if self._closed():  # closed while reading: the subscription simply ends
                 return [], after, True
             raise
+
+    def _report_unavailable(self, error: EventLogUnavailable) -> None:
+        now = time.monotonic()
+        if now - self._reported_at >= REPORT_EVERY:
+            self._reported_at = now
+            log.warning("subscriptions wait for the event log: %s", error)
 
     def _read(self, after: int, prefixes: tuple[str, ...]) -> Read:
         """The next read from the log; a short read was caught up."""

@@ -62,8 +62,8 @@ class _InTransaction(PostgresEventLog):
     """Runs each append's statement in a transaction of its own, so `_write` can hold it open."""
 
     @contextmanager
-    def _append_cursor(self) -> Iterator[psycopg.Cursor[Any]]:
-        with self._conn.transaction(), self._conn.cursor() as cur:
+    def _append_cursor(self, conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
+        with conn.transaction(), conn.cursor() as cur:
             yield cur
 
 

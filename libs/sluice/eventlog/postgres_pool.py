@@ -1,0 +1,121 @@
+"""The PostgreSQL event log's connections: a psycopg_pool pool that replaces lost connections, and the
+rule telling a failure of the server or the connection (retry, on another connection, later) from a
+failure of the statement (raise)."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import psycopg
+from psycopg import IsolationLevel
+from psycopg_pool import ConnectionPool, PoolClosed
+
+from sluice.eventlog.port import EventLogUnavailable
+
+T = TypeVar("T")
+
+RETRY_FOR = 5.0
+"""Seconds a statement is retried on fresh connections before EventLogUnavailable."""
+POOL_SIZE = 4
+"""Connections at most per instance (reads run side by side; appends take one at a time)."""
+RECONNECT_TIMEOUT = 10.0
+"""psycopg_pool's reconnect attempt backs off exponentially (1, 2, 4... s) and gives up after this; the
+next request starts a fresh attempt. Short, so that the pool's delay after a long outage stays short."""
+
+
+class PooledConnection:
+    """The adapter's connections: a psycopg_pool pool, each statement on a connection it lends, retried
+    on another while the connection or the server fails (`run`). What the SQL base class and tests
+    call `_conn`: `execute` returns the rows already fetched, so the connection goes back at once."""
+
+    def __init__(self, dsn: str, size: int, retry_for: float) -> None:
+        self.retry_for = retry_for
+        self.pool = ConnectionPool(dsn, min_size=1, max_size=max(1, size), open=False, configure=configure,
+                                   kwargs={"autocommit": True}, timeout=RETRY_FOR,
+                                   reconnect_timeout=RECONNECT_TIMEOUT, name="sluice-eventlog")
+        self.pool.open(wait=False)
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> _Rows:
+        def statement(conn: psycopg.Connection[Any]) -> _Rows:
+            cur = conn.execute(sql, params)
+            return _Rows(cur.fetchall() if cur.description is not None else [], cur.rowcount)
+
+        return self.run(statement, sql.split(None, 1)[0] if sql.strip() else "statement")
+
+    def run(self, work: Callable[[psycopg.Connection[Any]], T], what: str, retry_for: float | None = None) -> T:
+        """`work` on a pooled connection; on a connection or server failure (see _unavailable) again on
+        another, backing off, until `retry_for` seconds (default: the pool's) have passed: then
+        EventLogUnavailable. `work` must be safe to run again (the append makes itself so)."""
+        deadline = time.monotonic() + (self.retry_for if retry_for is None else retry_for)
+        delay = 0.05
+        while True:
+            try:
+                with self.connection(max(0.1, deadline - time.monotonic())) as conn:
+                    return work(conn)
+            except EventLogUnavailable as error:
+                failure: BaseException = error.__cause__ or error
+            except psycopg.Error as error:
+                if not unavailable(error):
+                    raise
+                failure = error
+            if isinstance(failure, PoolClosed):
+                raise EventLogUnavailable(f"the event log is closed ({what})") from failure
+            if time.monotonic() + delay >= deadline:
+                raise EventLogUnavailable(f"PostgreSQL unavailable ({what}): {failure}") from failure
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; failing to get one (the server down, the pool closed) is EventLogUnavailable.
+        A connection that broke goes back to the pool, which drops it and connects anew."""
+        try:
+            conn = self.pool.getconn(timeout if timeout is not None else RETRY_FOR)
+        except psycopg.Error as error:
+            raise EventLogUnavailable(f"no connection to PostgreSQL: {error}") from error
+        try:
+            yield conn
+        finally:
+            self.pool.putconn(conn)
+
+    def close(self) -> None:
+        self.pool.close(timeout=5.0)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    rows: list[tuple[Any, ...]]
+    rowcount: int
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.rows)
+
+
+UNAVAILABLE_STATES = ("08", "53", "57P", "57014", "25006", "58")
+"""SQLSTATE prefixes of a failure of the server or the connection, not of the statement: connection
+exceptions, insufficient resources (disk full, too many connections), shutdown / cannot connect now,
+a cancelled statement (statement_timeout), a read-only transaction (a standby, a failover), system errors."""
+
+
+def unavailable(error: psycopg.Error) -> bool:
+    """Whether `error` is the server or the connection failing (retry elsewhere, later) rather than the statement."""
+    if error.sqlstate is None:  # raised by the client: the connection broke, timed out or was closed
+        return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError))
+    return error.sqlstate.startswith(UNAVAILABLE_STATES)
+
+
+def configure(conn: psycopg.Connection[Any]) -> None:
+    # READ COMMITTED whatever the server's default: each statement of an append after the
+    # lock must see the appends committed before it (a snapshot from before the lock would not).
+    conn.isolation_level = IsolationLevel.READ_COMMITTED
+    conn.execute("SET TIME ZONE 'UTC'")  # recorded_at comes back as UTC
+
+
