@@ -1,0 +1,25 @@
+"""`sluice serve web`'s own options; light (argparse only), so building the `sluice` parser loads no
+web server."""
+from __future__ import annotations
+
+import argparse
+
+APIS = ("registry", "checker", "launcher", "lineage")
+"""Where each API lives: registry (ScheduleRegistry, Access), checker (Jobs), launcher (Runs,
+Partitions), lineage (Lineage)."""
+WHAT = {"registry": "ScheduleRegistry and Access", "checker": "Jobs", "launcher": "Runs and Partitions",
+        "lineage": "Lineage"}
+
+
+def add_web_options(parser: argparse.ArgumentParser) -> None:
+    """The addresses of the services the console reads (default: the global --server)."""
+    group = parser.add_argument_group("serve web", "where the console finds each API (default: --server)")
+    for api in APIS:
+        group.add_argument(f"--{api}-server", metavar="HOST:PORT",
+                           help=f"the {api} service's gRPC address ({WHAT[api]})")
+
+
+def run_web(args: argparse.Namespace) -> int:
+    from sluice_services.web.server import run_web as run
+
+    return run(args)
