@@ -25,7 +25,9 @@ KURRENTDB_SCHEMES = ("kurrentdb", "kurrentdb+discover", "kdb", "kdb+discover", "
 """kurrentdbclient's URL schemes, named here so that choosing an adapter does not import grpc."""
 
 
-def open_event_log(url: str, data_dir: Path, clock: Clock) -> EventLog:
+def open_event_log(url: str, data_dir: Path, clock: Clock, *, migrate: bool = True) -> EventLog:
+    """`migrate`: create or update PostgreSQL's schema first (False: check it, EventLogNotMigrated; the
+    other stores set up their own)."""
     if not url or url.startswith("sqlite://"):
         from sluice.eventlog.sqlite import SqliteEventLog
 
@@ -33,7 +35,7 @@ def open_event_log(url: str, data_dir: Path, clock: Clock) -> EventLog:
     if url.startswith(("postgresql://", "postgres://")):
         from sluice.eventlog.postgres import PostgresEventLog
 
-        return PostgresEventLog(url, clock=clock)
+        return PostgresEventLog(url, clock=clock, migrate=migrate)
     if url.startswith(tuple(f"{scheme}://" for scheme in KURRENTDB_SCHEMES)):
         from sluice.eventlog.kurrentdb import KurrentEventLog
 

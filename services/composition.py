@@ -91,6 +91,9 @@ class Settings:
     program_env: tuple[str, ...] = ()
     """Environment variables programs get beyond the allowlist (sluice_services.launcher.program_env);
     a name ending in * allows a prefix."""
+    migrate: bool = True
+    """Create or update the event log's schema at start (PostgreSQL; `sluice migrate` does it alone). False:
+    a log that is not migrated stops the server (exit 2), and the server needs no DDL rights."""
     run_credential_secret: str = field(default="", repr=False)
     """The key run credentials are signed with; empty: data_dir's run-credentials.key (made once, 0600).
     Launchers that do not share a data dir must share this."""

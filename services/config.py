@@ -115,6 +115,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "insecure": (bool, False, _any),
     "program_env": (list, (), _env_names),
     "run_credential_secret": (str, "", _any),
+    "migrate": (bool, True, _any),
 }
 
 
@@ -234,6 +235,7 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"],
                     runs_history=values["runs_history"],
                     grpc_security=_grpc_security(values), program_env=tuple(values["program_env"]),
+                    migrate=bool(values["migrate"]),
                     run_credential_secret=values["run_credential_secret"])
 
 

@@ -27,7 +27,7 @@ async def run_embedded(
     clock = clock or SystemClock()
     metrics = metrics or Registry()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    log = open_event_log(settings.event_log, settings.data_dir, clock)
+    log = open_event_log(settings.event_log, settings.data_dir, clock, migrate=settings.migrate)
     bus = open_bus(settings.bus, settings.data_dir, clock)
     producer = bus.producer()
     try:

@@ -7,7 +7,7 @@ import sys
 
 from sluice.cli import main as client_cli
 from sluice_services.catalogue import NAMES
-from sluice_services.cli import rebuild, replay, sre
+from sluice_services.cli import migrate, rebuild, replay, sre
 from sluice_services.cli.serve import add_server_options, run_server
 
 
@@ -33,3 +33,4 @@ def _offline_commands(commands: argparse._SubParsersAction) -> None:
     sre.add_commands(commands)
     replay.add_command(commands)
     rebuild.add_command(commands)
+    migrate.add_command(commands)

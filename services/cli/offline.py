@@ -52,7 +52,8 @@ def open_log(settings):
     if not settings.event_log and not path.exists():
         raise OperatorError(f"no event log at {path} (give --event-log or --data-dir)")
     try:
-        return adapters.open_event_log(settings.event_log, settings.data_dir, SystemClock())
+        # never DDL: a reader's role needs only SELECT (an unmigrated log says to run `sluice migrate`)
+        return adapters.open_event_log(settings.event_log, settings.data_dir, SystemClock(), migrate=False)
     except InvalidArgument:
         raise
     except Exception as error:  # a driver's own error type: the URL is wrong or the server is down

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sluice.domain.errors import InvalidArgument
+from sluice.eventlog.port import EventLogNotMigrated
 
 if TYPE_CHECKING:
     from sluice_services.composition import Settings
@@ -55,6 +56,10 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
                 "default <data-dir>/events.db)")
     option("--bus", metavar="URL",
            help="inprocess:///path or kafka://host:port (env SLUICE_BUS; default <data-dir>/bus.db)")
+    option("--migrate", action=argparse.BooleanOptionalAction, default=None,
+           help="create or update the event log's schema at start (PostgreSQL), as `sluice migrate` does; "
+                "--no-migrate: the server needs no DDL rights and stops (exit 2) on a log not migrated "
+                "(env SLUICE_MIGRATE; default on)")
     option("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL (env SLUICE_LOG_LEVEL; default WARNING)")
     option("--load-limit", type=int, metavar="RUNS",
            help="checker: at this many runs going, normal-priority jobs wait (env SLUICE_LOAD_LIMIT; default none)")
@@ -104,6 +109,9 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(_serve(settings, names, label))
+    except EventLogNotMigrated as error:
+        print(f"sluice: error: {error}", file=sys.stderr)
+        return 2
     except InvalidArgument as error:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 2

@@ -95,6 +95,21 @@ class PostgresServer:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
 
+    def halt(self) -> None:
+        """Stop the server process (fast shutdown: connections are closed) and keep its data and port, for
+        `resume`: an outage of the database as clients see it."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(30.0)
+
+    def resume(self) -> None:
+        """Start the server `halt` stopped, on the same port with the same data."""
+        if self._process is not None:
+            return
+        if not self._launch(self.port):
+            raise RuntimeError(f"PostgreSQL did not start again on port {self.port}; its log:\n{self._log()}")
+
     def __enter__(self) -> PostgresServer:
         return self.start()
 
@@ -103,10 +118,10 @@ class PostgresServer:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _launch(self) -> bool:
-        """Start postgres on a free port; True once it accepts connections, False if it exited."""
+    def _launch(self, port: int | None = None) -> bool:
+        """Start postgres on `port` (default a free one); True once it accepts connections, False if it exited."""
         assert self.dir is not None
-        self.port = _free_port()
+        self.port = port or _free_port()
         log = open(self.dir / "postgres.log", "ab")
         with log:
             self._process = subprocess.Popen(
