@@ -14,8 +14,10 @@ from grpc_reflection.v1alpha import reflection
 from sluice.runtime import whoami
 from sluice.runtime.access import Authenticator
 from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from sluice.eventlog.port import EventLogUnavailable
 from sluice.runtime.grpc_decoding import RequestDecoding
 from sluice.runtime.grpc_security import GrpcSecurity
+from sluice.runtime.health import Health
 from sluice.runtime.permissions import Resolver
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ def grpc_errors(method: Callable) -> Callable:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
         except AlreadyExists as error:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, str(error))
+        except EventLogUnavailable as error:  # infrastructure, not the request: try again later
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
 
     return wrapper
 
@@ -53,11 +57,13 @@ async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", por
                        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
                        security: GrpcSecurity = GrpcSecurity(),
                        authenticators: Sequence[Authenticator] = (),
-                       resolvers: Mapping[str, Resolver] | None = None) -> tuple[grpc.aio.Server, int]:
+                       resolvers: Mapping[str, Resolver] | None = None,
+                       health: Health | None = None) -> tuple[grpc.aio.Server, int]:
     """`interceptors` see every call, refused ones too (the security's come after them). With
     authorization on, `authenticators` (the services' own, after the policy's and the token's) and
     `resolvers` (a request's namespace from an id) serve the authorization interceptor.
-    Every server answers Access.WhoAmI."""
+    Every server answers Access.WhoAmI. Health checks say SERVING from the start, or, with `health`,
+    SERVING while it is ready and NOT_SERVING otherwise (every service and the server, "")."""
     server = grpc.aio.server(interceptors=[*interceptors, RequestDecoding(),
                                           *security.interceptors(authenticators, resolvers)])
     for binding in bindings:
@@ -72,6 +78,13 @@ async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", por
     bound = server.add_insecure_port(address) if credentials is None else server.add_secure_port(address, credentials)
     security.warn_if_exposed(host)
     await server.start()
-    for name in ["", *names]:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def serving(ready: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ["", *names]:
+            await health_servicer.set(name, status)
+
+    await serving(health is None or health.ready())
+    if health is not None:
+        health.listen(serving)
     return server, bound

@@ -241,8 +241,8 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/lineage"): Rule("lineage.read", _query_node),
     ("GET", "/metrics"): Rule("metrics.read", _every),
 }
-OPEN_ROUTES = frozenset({("GET", "/healthz")})
-"""Answered to anyone: probes need no secret, and it says only "ok"."""
+OPEN_ROUTES = frozenset({("GET", "/healthz"), ("GET", "/readyz")})
+"""Answered to anyone: probes need no secret, and they say only "ok" or why not."""
 
 
 def permitted(role: Role, permission: str | None) -> bool:

@@ -17,6 +17,7 @@ from sluice.runtime.consumer import Subscription, consume
 from sluice.runtime.grpc_metrics import MetricsInterceptor
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.grpc_server import GrpcBinding, start_server
+from sluice.runtime.health import Health, event_log_check, watch_dependency
 from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen
 from sluice.runtime.map_snapshots import snapshots_written
 from sluice.runtime.metrics import Registry
@@ -65,6 +66,7 @@ async def run_services(
     on_metrics_ready: Callable[[int], None] = lambda port: None,
     refreeze_seconds: float = REFREEZE_SECONDS,
     security: GrpcSecurity = GrpcSecurity(),
+    health: Health | None = None,
 ) -> None:
     """Run `specs` until `stop` is set or a task fails. Consumers, outbox relays and the gRPC server
     report to `metrics` (a private registry when None); with a `metrics_port` (0: a free one) the
@@ -72,38 +74,45 @@ async def run_services(
     The heap recovered is frozen out of garbage collection, and again every `refreeze_seconds`,
     with what survived the young generations frozen every second in between (0: only after
     recovery); see sluice.runtime.heap. `security`: the API's token, policy and TLS, for gRPC and
-    the metrics endpoint alike; the specs' authenticators and resolvers serve its authorization."""
+    the metrics endpoint alike; the specs' authenticators and resolvers serve its authorization.
+    `health` (a new one when None): not ready until recovered and started, nor while the event log's
+    probe fails; gRPC health and /readyz say so, /healthz says whether the loop ticks."""
     registry = metrics or Registry()
-    await bus.create_topics(ALL_TOPICS)
-    for spec in specs:
-        if spec.recover:
-            spec.recover()
-    freeze_long_lived()
+    health = health or Health()
+    authenticators = [a for spec in specs for a in spec.authenticators]
     async with contextlib.AsyncExitStack() as stack:
+        if metrics_port is not None:  # first: /healthz and /readyz answer (503 "recovering") between recoveries
+            runner, metrics_bound = await start_metrics_server(registry, host, metrics_port,
+                                                               security.authorizer(authenticators),
+                                                               server_ssl_context(security), health)
+            stack.push_async_callback(runner.cleanup)
+            on_metrics_ready(metrics_bound)
+        await bus.create_topics(ALL_TOPICS)
+        for spec in specs:
+            if spec.recover:
+                spec.recover()
+                await asyncio.sleep(0)
+        freeze_long_lived()
         stack.push_async_callback(snapshots_written)
         producer = bus.producer()
         stack.push_async_callback(producer.close)
         bindings = [b for spec in specs for b in spec.grpc]
-        authenticators = [a for spec in specs for a in spec.authenticators]
         resolvers = {name: resolve for spec in specs for name, resolve in spec.resolvers.items()}
         server, bound = await start_server(bindings, host, port, [MetricsInterceptor(registry)], security,
-                                           authenticators, resolvers)
+                                           authenticators, resolvers, health)
         stack.push_async_callback(server.stop, 1.0)
         for spec in specs:
             if spec.on_listening:
                 spec.on_listening(bound)
-        if metrics_port is not None:
-            runner, metrics_bound = await start_metrics_server(registry, host, metrics_port,
-                                                               security.authorizer(authenticators),
-                                                               server_ssl_context(security))
-            stack.push_async_callback(runner.cleanup)
-            on_metrics_ready(metrics_bound)
         tasks = [asyncio.create_task(job) for job in _jobs(specs, bus, event_log, producer, registry)]
+        tasks += [asyncio.create_task(health.beat()),
+                  asyncio.create_task(watch_dependency(health, "event log", event_log_check(event_log)))]
         if refreeze_seconds > 0:
             tasks.append(asyncio.create_task(keep_frozen(refreeze_seconds)))
         for spec in specs:
             if spec.start:
                 spec.start()
+        await health.recovered()
         on_ready(bound)
         await _run_until_stopped(tasks, stop or asyncio.Event())
 
