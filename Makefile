@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast crash-test fuzz bench proto clean standalone postgres kafka-fetch kafka-up kafka-down compose-schema
+.PHONY: env demo test test-fast crash-test fuzz bench proto clean standalone postgres chromium kafka-fetch kafka-up kafka-down compose-schema
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -35,7 +35,11 @@ standalone: env
 postgres:
 	sh deploy/postgres/install.sh
 
-test: env postgres kafka-fetch compose-schema
+# Debian's chromium and chromedriver for the web console's browser tests (tests/integration/test_console_browser.py).
+chromium:
+	sh deploy/chromium/install.sh
+
+test: env postgres chromium kafka-fetch compose-schema
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The Compose file schema (from the docker-compose release on PyPI), to validate docker-compose.yml without Docker.

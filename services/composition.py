@@ -97,6 +97,8 @@ class Settings:
     run_credential_secret: str = field(default="", repr=False)
     """The key run credentials are signed with; empty: data_dir's run-credentials.key (made once, 0600).
     Launchers that do not share a data dir must share this."""
+    web_port: int | None = None
+    """HTTP port of the web console (sluice_services.web) on `host`; 0 picks a free one; None: no console."""
 
     @property
     def partitions_dir(self) -> Path:

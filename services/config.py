@@ -116,6 +116,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "program_env": (list, (), _env_names),
     "run_credential_secret": (str, "", _any),
     "migrate": (bool, True, _any),
+    "web_port": (int, None, _port),
 }
 
 
@@ -236,7 +237,7 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     runs_history=values["runs_history"],
                     grpc_security=_grpc_security(values), program_env=tuple(values["program_env"]),
                     migrate=bool(values["migrate"]),
-                    run_credential_secret=values["run_credential_secret"])
+                    run_credential_secret=values["run_credential_secret"], web_port=values["web_port"])
 
 
 def _grpc_security(values: Mapping[str, Any]) -> GrpcSecurity:

@@ -9,6 +9,8 @@ from sluice.cli import main as client_cli
 from sluice_services.catalogue import NAMES
 from sluice_services.cli import migrate, rebuild, replay, sre
 from sluice_services.cli.serve import add_server_options, run_server
+from sluice_services.web.entry import run_web
+from sluice_services.web.options import add_web_options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,9 +26,11 @@ def _server_commands(commands: argparse._SubParsersAction) -> None:
     add_server_options(standalone)
     standalone.set_defaults(handler=lambda a: run_server(a, NAMES), server_mode=True)
     serve = commands.add_parser("serve", help="run one service")
-    serve.add_argument("service", choices=NAMES)
+    serve.add_argument("service", choices=(*NAMES, "web"), help="a service, or web: the web console alone")
     add_server_options(serve)
-    serve.set_defaults(handler=lambda a: run_server(a, (a.service,)), server_mode=True)
+    add_web_options(serve)
+    serve.set_defaults(handler=lambda a: run_web(a) if a.service == "web" else run_server(a, (a.service,)),
+                       server_mode=True)
 
 
 def _offline_commands(commands: argparse._SubParsersAction) -> None:

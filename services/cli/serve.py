@@ -89,6 +89,9 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--jobs-history", type=int, metavar="JOBS",
            help="checker: finished jobs listed per schedule, the newest; the event log keeps every one "
                 "(env SLUICE_JOBS_HISTORY; default 1000)")
+    option("--web-port", type=int, metavar="PORT",
+           help="standalone and serve web: the web console (HTTP) on this port; 0 picks a free one "
+                "(env SLUICE_WEB_PORT; default: no console; serve web: 8080)")
     option("--runs-history", type=int, metavar="RUNS",
            help="launcher: ended runs kept in memory and listed per schedule, the newest; older ones are still "
                 "found by id (GetRun) in the event log (env SLUICE_RUNS_HISTORY; default 1000)")
@@ -133,11 +136,26 @@ async def _serve(settings: "Settings", names: tuple[str, ...], label: str) -> No
         print(f"sluice {label} ready on {settings.host}:{port}{''.join(metrics_at)} (data in {settings.data_dir})",
               flush=True)
 
+    console = None
+    if settings.web_port is not None and len(names) > 1:
+        from sluice_services.web.server import standalone_console
+
+        console, console_reads = await standalone_console(settings)
+        metrics_at.append(f" web on {settings.host}:{console.port}")
+        ready = _both(console_reads, ready)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await run_embedded(settings, names, on_ready=ready, stop=stop, on_metrics_ready=metrics_ready)
+    try:
+        await run_embedded(settings, names, on_ready=ready, stop=stop, on_metrics_ready=metrics_ready)
+    finally:
+        if console is not None:
+            await console.close()
+
+
+def _both(first, then):
+    return lambda port: (first(port), then(port))
 
 
 def serve_main(name: str) -> None:

@@ -18,8 +18,3 @@ def add_web_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument(f"--{api}-server", metavar="HOST:PORT",
                            help=f"the {api} service's gRPC address ({WHAT[api]})")
 
-
-def run_web(args: argparse.Namespace) -> int:
-    from sluice_services.web.server import run_web as run
-
-    return run(args)
