@@ -58,11 +58,11 @@ async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", por
                        security: GrpcSecurity = GrpcSecurity(),
                        authenticators: Sequence[Authenticator] = (),
                        resolvers: Mapping[str, Resolver] | None = None,
-                       health: Health | None = None) -> tuple[grpc.aio.Server, int]:
+                       readiness: Health | None = None) -> tuple[grpc.aio.Server, int]:
     """`interceptors` see every call, refused ones too (the security's come after them). With
     authorization on, `authenticators` (the services' own, after the policy's and the token's) and
     `resolvers` (a request's namespace from an id) serve the authorization interceptor.
-    Every server answers Access.WhoAmI. Health checks say SERVING from the start, or, with `health`,
+    Every server answers Access.WhoAmI. Health checks say SERVING from the start, or, with `readiness`,
     SERVING while it is ready and NOT_SERVING otherwise (every service and the server, "")."""
     server = grpc.aio.server(interceptors=[*interceptors, RequestDecoding(),
                                           *security.interceptors(authenticators, resolvers)])
@@ -84,7 +84,7 @@ async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", por
         for name in ["", *names]:
             await health_servicer.set(name, status)
 
-    await serving(health is None or health.ready())
-    if health is not None:
-        health.listen(serving)
+    await serving(readiness is None or readiness.ready())
+    if readiness is not None:
+        readiness.listen(serving)
     return server, bound

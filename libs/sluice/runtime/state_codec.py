@@ -46,9 +46,13 @@ class StateCodec:
     def __init__(self, hint: Any) -> None:
         self.hint = hint
         self.encode: Callable[[Any, Packing], Any] = encoder(hint, ())
-        self._decode: Callable[[Any, list], Any] = decoder(hint, ())
+        self._decode: Callable[[Any, list], Any] | None = None
+        """Compiled at the first decode: a process that only writes snapshots keeps no decoders (~90 KB
+        for the matcher's state)."""
 
     def decode(self, plain: Any, table: list | None = None) -> Any:
+        if self._decode is None:
+            self._decode = decoder(self.hint, ())
         try:
             return self._decode(plain, [] if table is None else table)
         except StateUnusable:
