@@ -3,6 +3,7 @@ rule telling a failure of the server or the connection (retry, on another connec
 failure of the statement (raise)."""
 from __future__ import annotations
 
+import asyncio
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ T = TypeVar("T")
 
 RETRY_FOR = 5.0
 """Seconds a statement is retried on fresh connections before EventLogUnavailable."""
+ON_LOOP_RETRY_FOR = 0.3
+"""The same on an event loop's thread (a relay saving its position): longer would stall every task."""
 POOL_SIZE = 4
 """Connections at most per instance (reads run side by side; appends take one at a time)."""
 RECONNECT_TIMEOUT = 10.0
@@ -46,9 +49,12 @@ class PooledConnection:
 
     def run(self, work: Callable[[psycopg.Connection[Any]], T], what: str, retry_for: float | None = None) -> T:
         """`work` on a pooled connection; on a connection or server failure (see _unavailable) again on
-        another, backing off, until `retry_for` seconds (default: the pool's) have passed: then
+        another, backing off, until `retry_for` seconds (default: the pool's, ON_LOOP_RETRY_FOR on an event
+        loop's thread) have passed: then
         EventLogUnavailable. `work` must be safe to run again (the append makes itself so)."""
-        deadline = time.monotonic() + (self.retry_for if retry_for is None else retry_for)
+        if retry_for is None:  # an event loop's thread must not wait long: its callers handle the error
+            retry_for = ON_LOOP_RETRY_FOR if asyncio._get_running_loop() is not None else self.retry_for
+        deadline = time.monotonic() + retry_for
         delay = 0.05
         while True:
             try:

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from sluice.bus.port import Message, Producer
 from sluice.bus.topics import DEAD_LETTER, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.domain.bounds import MAX_BUS_MESSAGE_BYTES
-from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
+from sluice.eventlog.port import Checkpoint, EventLog, EventLogUnavailable, RecordedEvent
 from sluice.runtime.metrics import Registry
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,11 @@ class OutboxRelay:
             self._save(position)
 
     def _save(self, position: int) -> None:
-        self._log.save_checkpoint(Checkpoint(self._checkpoint, position))
+        try:
+            self._log.save_checkpoint(Checkpoint(self._checkpoint, position))
+        except EventLogUnavailable as error:  # saved with a later read: a restart meanwhile republishes more
+            log.warning("outbox relay %s: position %s not saved yet: %s", self._name, position, error)
+            return
         self._saved, self._saved_at, self._unsaved = position, self._monotonic(), 0
 
     def _save_on_stop(self) -> None:
