@@ -95,11 +95,11 @@ async def _identity(request: web.Request) -> Identity:
         raise
 
 
-def _render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
+def _render(request: web.Request, template: str, http_status: int = 200, **context: Any) -> web.Response:
     page = request.app[TEMPLATES_KEY].get_template(template)
     context.setdefault("me", None)
-    html = page.render(csrf=_csrf(request), path=request.path, **context)
-    return web.Response(text=html, status=status, content_type="text/html")
+    html = page.render(csrf=_csrf(request), path=request.path, signed_in=bool(_token(request)), **context)
+    return web.Response(text=html, status=http_status, content_type="text/html")
 
 
 def _page(template: str, gather: Callable[..., dict[str, Any]]) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -148,7 +148,7 @@ async def _login(request: web.Request) -> web.Response:
     except grpc.RpcError as error:
         if error.code() != grpc.StatusCode.UNAUTHENTICATED:
             raise
-        return _render(request, "login.html", status=401, error="The servers do not know this token.")
+        return _render(request, "login.html", http_status=401, error="The servers do not know this token.")
     response = web.HTTPSeeOther("/schedules")
     if me.authorization and token:
         response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=request.app["secure_cookie"],
@@ -204,12 +204,12 @@ async def _errors(request: web.Request, handler: Callable) -> web.StreamResponse
     try:
         return await handler(request)
     except NotConnected:
-        return _render(request, "error.html", status=503, code="UNAVAILABLE", me=None,
+        return _render(request, "error.html", http_status=503, code="UNAVAILABLE", me=None,
                        details="the console is starting: the gRPC server is not serving yet")
     except grpc.RpcError as error:
         code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
         status = HTTP_STATUS.get(code, 502)
-        return _render(request, "error.html", status=status, code=code.name, details=error.details() or "",
+        return _render(request, "error.html", http_status=status, code=code.name, details=error.details() or "",
                        me=None)
 
 
