@@ -78,7 +78,9 @@ def trigger_words(trigger: schedules_pb2.Trigger) -> str:
         return (f"{_plural(max(t.count, 1), 'new partition')} of {t.namespace}.{t.dataset}"
                 f"{_filter_text(t.filter)}")
     if kind == "time":
-        return f"at cron {trigger.time.cron} ({trigger.time.zone or 'UTC'})"
+        zone = trigger.time.zone or "UTC"
+        words = cron_words(trigger.time.cron)
+        return f"{words} {zone} (cron {trigger.time.cron})" if words else f"at cron {trigger.time.cron} ({zone})"
     if kind == "data_size":
         t = trigger.data_size
         return f"{t.min_bytes:,} bytes of new data in {t.namespace}.{t.dataset}{_filter_text(t.filter)}"
@@ -95,6 +97,34 @@ def trigger_words(trigger: schedules_pb2.Trigger) -> str:
         parts = getattr(trigger, "and").all_of if kind == "and" else getattr(trigger, "or").any_of
         return f" {kind.upper()} ".join(f"({trigger_words(part)})" for part in parts)
     return "no trigger"
+
+
+WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def cron_words(expression: str) -> str:
+    """Common 5-field crons in words ("every day at 02:00"); empty for the others."""
+    fields = expression.split()
+    if len(fields) != 5 or not all(f.isdigit() or f == "*" or (f.startswith("*/") and f[2:].isdigit())
+                                   for f in fields):
+        return ""
+    minute, hour, day, month, weekday = fields
+    if minute.startswith("*/") and hour == day == month == weekday == "*":
+        return f"every {minute[2:]} minutes"
+    if not minute.isdigit() or month != "*":
+        return ""
+    if hour == "*" and day == weekday == "*":
+        return f"every hour at :{int(minute):02d}"
+    if not hour.isdigit():
+        return ""
+    at = f"at {int(hour):02d}:{int(minute):02d}"
+    if day == weekday == "*":
+        return f"every day {at}"
+    if day == "*" and weekday.isdigit() and int(weekday) < len(WEEKDAYS):
+        return f"every {WEEKDAYS[int(weekday)]} {at}"
+    if weekday == "*" and day.isdigit():
+        return f"on day {int(day)} of every month {at}"
+    return ""
 
 
 def time_leaves(trigger: schedules_pb2.Trigger) -> list[schedules_pb2.TimeTrigger]:
@@ -124,7 +154,7 @@ def next_fire_text(schedule: schedules_pb2.Schedule, now: datetime) -> str:
 
 # -- the lineage graph as inline SVG ------------------------------------------------------------
 
-NODE_WIDTH, NODE_HEIGHT, COLUMN_GAP, ROW_GAP, MARGIN = 210, 34, 70, 18, 12
+NODE_WIDTH, NODE_HEIGHT, COLUMN_GAP, ROW_GAP, MARGIN = 250, 34, 60, 18, 12
 
 
 @dataclass(frozen=True)

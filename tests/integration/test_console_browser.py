@@ -124,7 +124,7 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     # schedules: trigger in words, next fire, enabled, last runs (loaded by htmx)
     wait_for(lambda: "COMPLETED" in schedule_row(driver, ids["hourly_counts"]).text, 15, "last runs of hourly_counts")
     nightly = schedule_row(driver, ids["nightly_report"]).text
-    assert "at cron 0 2 * * * (Asia/Tokyo)" in nightly and "(when enabled)" in nightly and "disabled" in nightly
+    assert "every day at 02:00 Asia/Tokyo (cron 0 2 * * *)" in nightly and "(when enabled)" in nightly and "disabled" in nightly
     assert "1 new partition of web.clicks" in schedule_row(driver, ids["hourly_counts"]).text
     shot(driver, "schedules")
 
