@@ -223,15 +223,24 @@ def _compiled_dataclass_decoder(cls: type, args: tuple, env: Env) -> Callable[[A
     return namespace["decode"]
 
 
+_PLAIN = frozenset({str, int, float, bool, bytes, NoneType, datetime})
+
+
 def _decode_any(plain: Any, table: list = None) -> Any:
     cls = type(plain)
     if cls is not list:
-        if cls in (str, int, float, bool, bytes, NoneType, datetime):
+        if cls in _PLAIN:
             return plain
         raise StateUnusable(f"a {cls.__name__} where plain data is declared")
     if not plain:
         raise StateUnusable("an untagged list")
     tag = plain[0]
+    if type(tag) is int and 0 <= tag <= ANY_FROZENSET:  # a tuple, list or set: of scalars only, mostly
+        items = plain[1:]
+        for item in items:
+            if type(item) not in _PLAIN:
+                return _ANY_BUILDERS[tag]([_decode_any(v) for v in items])
+        return _ANY_BUILDERS[tag](items) if tag != ANY_LIST else items
     if tag == ANY_DICT and type(tag) is int:
         it = iter(plain)
         next(it)
