@@ -47,8 +47,7 @@ class StateCodec:
         self.hint = hint
         self.encode: Callable[[Any, Packing], Any] = encoder(hint, ())
         self._decode: Callable[[Any, list], Any] | None = None
-        """Compiled at the first decode: a process that only writes snapshots keeps no decoders (~90 KB
-        for the matcher's state)."""
+        """Compiled at the first decode: a process that only writes snapshots keeps no decoders."""
 
     def decode(self, plain: Any, table: list | None = None) -> Any:
         if self._decode is None:
