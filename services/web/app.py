@@ -180,7 +180,7 @@ async def _confirm(request: web.Request) -> web.Response:
     else:
         raise web.HTTPNotFound(text=f"404: no action {action!r} (its gRPC method does not exist)")
     return _render(request, "confirm.html", me=me, title=title, verb=verb, permission=permission, action=action,
-                   target=target, back=request.query.get("back", "/schedules"))
+                   target=target, back=_local(request.query.get("back", "")))
 
 
 async def _act(request: web.Request) -> web.Response:
@@ -195,8 +195,14 @@ async def _act(request: web.Request) -> web.Response:
         await asyncio.to_thread(api.call_optional, token, OPTIONAL[action], {"id": target})
     else:
         raise web.HTTPNotFound(text=f"404: no action {action!r}")
-    back = str(form.get("back", "/schedules"))
-    raise web.HTTPSeeOther(back if back.startswith("/") and not back.startswith("//") else "/schedules")
+    raise web.HTTPSeeOther(_local(str(form.get("back", ""))))
+
+
+def _local(path: str) -> str:
+    """`path` when it is a path of this console (no scheme, host or backslash), else /schedules."""
+    if path.startswith("/") and not path.startswith("//") and "\\" not in path and ":" not in path.split("?")[0]:
+        return path
+    return "/schedules"
 
 
 @web.middleware
