@@ -14,6 +14,9 @@ directory (`ca_file`), and `scram_users` (default: user "sluice" with a random p
 SCRAM-SHA-512 credentials when the storage is formatted. `sasl_ssl_url()` is the bus URL for it;
 the password goes in SLUICE_KAFKA_PASSWORD (`client_env()`), never in the URL.
 
+A cluster of three brokers for broker-fault tests: `tests.support.kafka_cluster.KafkaCluster`, on
+the same jars and template (`prepare_java`, `java_command` here).
+
 Needs Java 17; with Maven (`mvn`) on the PATH the jars are fetched on first use (`make kafka-fetch`).
 The repository is found from this file, or from $SLUICE_KAFKA_DIR (the folder holding fetch.sh).
 """
@@ -159,24 +162,10 @@ class KafkaBroker:
     # -- plumbing ----------------------------------------------------------------------------
 
     def _prepare(self) -> str:
-        """Java's path, once the jars are in place (fetched when Maven is here)."""
-        java = shutil.which("java")
-        if java is None:
-            raise KafkaNotInstalled("the Kafka broker needs Java 17+ (`java` is not on the PATH)")
-        fetch_sh = self.kafka_dir / "fetch.sh"
-        if self.fetch and shutil.which("mvn") and fetch_sh.exists():
-            result = subprocess.run(["bash", str(fetch_sh)], stdin=subprocess.DEVNULL, capture_output=True)
-            if result.returncode != 0:
-                output = (result.stdout + result.stderr).decode(errors="replace")
-                raise KafkaNotInstalled(f"{fetch_sh} failed ({result.returncode}):\n{output}")
-        if not list(self.libs.glob("kafka_2.13-*.jar")):
-            raise KafkaNotInstalled(f"no Kafka jars in {self.libs}; {FETCH_HINT}")
-        return java
+        return prepare_java(self.kafka_dir, self.fetch)
 
     def _java(self, java: str, *args: str) -> list[str]:
-        log4j = self.kafka_dir / "log4j2.properties"
-        return [java, *self.heap_opts.split(), "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile=file:{log4j}", "-cp", f"{self.libs}/*", *args]
+        return java_command(java, self.kafka_dir, self.heap_opts, *args)
 
     def _launch(self, java: str) -> bool:
         """Format fresh storage and start the broker on free ports; True once it serves, False if it exited."""
@@ -240,6 +229,28 @@ class KafkaBroker:
 
 
 _SCRAM_SAFE = frozenset(string.ascii_letters + string.digits + "-_.")
+
+
+def prepare_java(kafka_dir: Path, fetch: bool = True) -> str:
+    """Java's path, once the jars are in place (fetched when Maven is here)."""
+    java = shutil.which("java")
+    if java is None:
+        raise KafkaNotInstalled("the Kafka broker needs Java 17+ (`java` is not on the PATH)")
+    fetch_sh = kafka_dir / "fetch.sh"
+    if fetch and shutil.which("mvn") and fetch_sh.exists():
+        result = subprocess.run(["bash", str(fetch_sh)], stdin=subprocess.DEVNULL, capture_output=True)
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).decode(errors="replace")
+            raise KafkaNotInstalled(f"{fetch_sh} failed ({result.returncode}):\n{output}")
+    if not list((kafka_dir / ".cache" / "libs").glob("kafka_2.13-*.jar")):
+        raise KafkaNotInstalled(f"no Kafka jars in {kafka_dir / '.cache' / 'libs'}; {FETCH_HINT}")
+    return java
+
+
+def java_command(java: str, kafka_dir: Path, heap_opts: str, *args: str) -> list[str]:
+    log4j = kafka_dir / "log4j2.properties"
+    return [java, *heap_opts.split(), "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile=file:{log4j}", "-cp", f"{kafka_dir / '.cache' / 'libs'}/*", *args]
 
 
 def make_certificates(directory: Path, days: int = 2) -> Path:

@@ -16,7 +16,9 @@ Decisions:
 - Producers: acks=all with idempotence, so a send returns (partition, offset) once the record is
   on every in-sync replica and a retried batch is never written twice. With fewer in-sync replicas
   than min.insync.replicas the broker refuses the write (NotEnoughReplicas, retried by aiokafka): the
-  send fails or waits, it is never acknowledged by fewer replicas. aiokafka's default
+  send fails or waits, it is never acknowledged by fewer replicas. The idempotent producer retries
+  until the write is acknowledged (no batch expires); a send still waiting after
+  `unacknowledged_warning_after` seconds logs a warning saying so, and again each such period. aiokafka's default
   partitioner is Kafka's murmur2 (kafka_partition); keyless records go to a random partition.
   A topic the broker does not know raises UnknownTopic at once (one metadata request that does not
   auto-create) instead of aiokafka's wait of request_timeout_ms for it to appear.
@@ -47,6 +49,7 @@ from aiokafka.errors import (
     KafkaConnectionError,
     ConsumerStoppedError,
     IllegalStateError,
+    KafkaError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     for_code,
@@ -77,6 +80,7 @@ class KafkaBus:
         session_timeout_ms: int = 10_000,
         metadata_max_age_ms: int = 30_000,
         topic_ready_timeout: float = 30.0,
+        unacknowledged_warning_after: float = 10.0,
         security: KafkaSecurity | None = None,
     ) -> None:
         self.bootstrap = bootstrap
@@ -86,6 +90,7 @@ class KafkaBus:
         self.min_insync_replicas = min_insync_replicas
         self.dead_letter_retention_ms = dead_letter_retention_ms
         self.topic_ready_timeout = topic_ready_timeout
+        self.unacknowledged_warning_after = unacknowledged_warning_after
         self._consumer_options = dict(
             heartbeat_interval_ms=heartbeat_interval_ms,
             session_timeout_ms=session_timeout_ms,
@@ -180,16 +185,20 @@ class KafkaBus:
             raise await diagnose(self.bootstrap, self.security) from error
 
     async def _wait_visible(self, admin: AIOKafkaAdminClient, names: list[str], existing: set[str]) -> None:
-        """Until the broker's metadata has every topic with a leader for each partition; warns of an
-        existing topic whose replication factor is not the one asked for."""
+        """Until every broker's metadata has every topic with a leader for each partition (brokers learn
+        of a new topic one after the other, and a client may ask any of them); warns of an existing topic
+        whose replication factor is not the one asked for."""
         deadline = time.monotonic() + self.topic_ready_timeout
         while True:
-            described = await admin.describe_topics(names)
-            ready = {
-                t["topic"] for t in described
-                if t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
-            }
-            if ready >= set(names):
+            answers = await _metadata_of_every_broker(admin, names)
+            ready = set(names)
+            for described in answers:
+                ready &= {
+                    t["topic"] for t in described
+                    if t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
+                }
+            if answers and ready >= set(names):
+                described = answers[0]
                 for topic in described:
                     replicas = {len(p["replicas"]) for p in topic["partitions"]}
                     if topic["topic"] in existing and replicas != {self.replication_factor}:
@@ -200,6 +209,22 @@ class KafkaBus:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topics {sorted(set(names) - ready)} not ready after {self.topic_ready_timeout}s")
             await asyncio.sleep(0.05)
+
+
+async def _metadata_of_every_broker(admin: AIOKafkaAdminClient, names: list[str]) -> list[list[dict]]:
+    """The topics' metadata as each broker the cluster lists sees it; a broker that does not answer
+    (one just gone) is left out: it catches up with the controller when it is back."""
+    client = admin._client
+    await client.force_metadata_update()
+    request = MetadataRequest(names, allow_auto_topic_creation=False)
+    answers = []
+    for broker in sorted(client.cluster.brokers(), key=lambda b: b.nodeId):
+        try:
+            response = await client.send(broker.nodeId, request)
+        except KafkaError:
+            continue
+        answers.append(response.to_object()["topics"])
+    return answers
 
 
 class KafkaProducer:
@@ -224,7 +249,25 @@ class KafkaProducer:
                 await _require_topic(producer, topic)
         delivered = [await producer.send(m.topic, m.value, key=m.key, headers=[(n, bytes(v)) for n, v in m.headers])
                      for m in messages]
-        return [(metadata.partition, metadata.offset) for metadata in await asyncio.gather(*delivered)]
+        acknowledged = asyncio.gather(*delivered)
+        try:
+            await self._acknowledged(acknowledged, messages)
+        except asyncio.CancelledError:
+            acknowledged.cancel()
+            raise
+        return [(metadata.partition, metadata.offset) for metadata in acknowledged.result()]
+
+    async def _acknowledged(self, acknowledged: asyncio.Future[list], messages: Sequence[Message]) -> None:
+        """Until every record is acknowledged; a warning each `unacknowledged_warning_after` seconds it is not."""
+        started = time.monotonic()
+        while True:
+            await asyncio.wait([acknowledged], timeout=self._bus.unacknowledged_warning_after)
+            if acknowledged.done():
+                return
+            log.warning("%d record(s) to %s not acknowledged after %.0f s: acks=all waits for every in-sync replica "
+                        "and a broker refuses writes while fewer than min.insync.replicas are in sync (brokers "
+                        "down?); still retrying, nothing was acknowledged or dropped", len(messages),
+                        ", ".join(sorted({m.topic for m in messages})), time.monotonic() - started)
 
     async def close(self) -> None:
         if self._closed:

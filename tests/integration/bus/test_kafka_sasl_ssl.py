@@ -120,4 +120,5 @@ def test_a_server_with_a_wrong_password_or_option_exits_with_one_line(kafka_brok
     assert bad.stderr.splitlines() == [
         f"sluice: error: --bus: 'kafka://ops:***@{kafka_broker.sasl_ssl_bootstrap}"
         "?security_protocol=SASL_SSL&ssl_ca=x':"
-        " ssl_ca: unknown option (known: security_protocol, sasl_mechanism, ssl_cafile, ssl_certfile, ssl_keyfile)"]
+        " ssl_ca: unknown option (known: security_protocol, sasl_mechanism, ssl_cafile, ssl_certfile, ssl_keyfile,"
+        " replication_factor, min_insync_replicas, dead_letter_retention_ms)"]
