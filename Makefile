@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast crash-test fuzz bench proto clean standalone postgres chromium kafka-fetch kafka-up kafka-down compose-schema
+.PHONY: env demo test test-fast crash-test fuzz bench proto clean standalone postgres chromium kafka-fetch kafka-up kafka-down kafka-cluster-up kafka-cluster-down compose-schema
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -56,6 +56,14 @@ kafka-up: kafka-fetch
 
 kafka-down:
 	bash deploy/kafka/broker.sh down
+
+# A local 3-node KRaft cluster (broker-fault work); bootstrap list in deploy/kafka/.cache/cluster.address,
+# a bus URL with 3 replicas in .cache/cluster.url; `deploy/kafka/cluster.sh kill N|restart N|status`.
+kafka-cluster-up: kafka-fetch
+	bash deploy/kafka/cluster.sh up
+
+kafka-cluster-down:
+	bash deploy/kafka/cluster.sh down
 
 test-fast: env postgres compose-schema
 	$(PY) -m pytest -m "not slow and not bench" $(PYTEST_ARGS)

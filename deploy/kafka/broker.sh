@@ -17,13 +17,20 @@
 # $KAFKA_SASL_USER (default sluice) gets the password $KAFKA_SASL_PASSWORD (default: a random one,
 # kept in broker/sasl.password, mode 0600) when the storage is formatted. The bus URL goes to
 # deploy/kafka/.cache/broker.sasl_ssl_url; give Sluice the login in SLUICE_KAFKA_USERNAME/PASSWORD.
+#
+# For a node of a cluster (deploy/kafka/cluster.sh): KAFKA_INSTANCE names the node (default broker:
+# .cache/$KAFKA_INSTANCE/, .pid, .address), KAFKA_PROPERTIES_EXTRA is a file appended to its
+# server.properties (its node.id, the controller quorum...: the later value of a key wins),
+# KAFKA_CLUSTER_ID formats it into that cluster, and KAFKA_WAIT=0 returns once it is started, without
+# waiting for it to serve (a node of a static quorum waits for the others).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="$here/.cache"
-state="$cache/broker"
-pid_file="$cache/broker.pid"
-address_file="$cache/broker.address"
+instance="${KAFKA_INSTANCE:-broker}"
+state="$cache/$instance"
+pid_file="$cache/$instance.pid"
+address_file="$cache/$instance.address"
 log_file="$state/broker.log"
 
 running_pid() {  # the pid of our broker if it is alive (a recycled pid is not ours)
@@ -69,7 +76,10 @@ up() {
     mkdir -p "$state/data"
     sed -e "s|\${PORT}|$port|g" -e "s|\${CONTROLLER_PORT}|$controller_port|g" -e "s|\${LOG_DIRS}|$state/data|g" \
         "$here/server.properties.in" >"$state/server.properties"
-    rm -f "$cache/broker.sasl_ssl_url"
+    if [[ -n "${KAFKA_PROPERTIES_EXTRA:-}" ]]; then
+        { echo; echo "# $KAFKA_PROPERTIES_EXTRA"; cat "$KAFKA_PROPERTIES_EXTRA"; } >>"$state/server.properties"
+    fi
+    rm -f "$cache/$instance.sasl_ssl_url"
     if [[ "$sasl_ssl" == 1 ]]; then
         sasl_port="${KAFKA_SASL_SSL_PORT:-$(free_port)}"
         make_certificates "$state/tls"
@@ -85,7 +95,7 @@ up() {
     fi
     if [[ ! -f "$state/data/meta.properties" ]]; then
         local cluster_id
-        cluster_id="-"  # 16 random bytes, URL-safe base64 without padding, not starting with "-" (as Kafka's Uuid)
+        cluster_id="${KAFKA_CLUSTER_ID:--}"  # 16 random bytes, URL-safe base64 without padding, not starting with "-" (as Kafka's Uuid)
         while [[ "$cluster_id" == -* ]]; do
             cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
         done
@@ -100,6 +110,10 @@ up() {
     local pid=$!
     echo "$pid" >"$pid_file"
     echo "127.0.0.1:$port" >"$address_file"
+    if [[ "${KAFKA_WAIT:-1}" == 0 ]]; then
+        echo "kafka: $instance starting (pid $pid) at 127.0.0.1:$port; log: ${log_file#"$PWD/"}"
+        return 0
+    fi
     local deadline=$((SECONDS + ${KAFKA_START_TIMEOUT:-90}))
     until grep -q "Kafka Server started" "$log_file"; do
         if ! kill -0 "$pid" 2>/dev/null; then
@@ -119,8 +133,8 @@ up() {
     echo "kafka: running (pid $pid) at 127.0.0.1:$port; log: ${log_file#"$PWD/"}"
     if [[ "$sasl_ssl" == 1 ]]; then
         echo "kafka://127.0.0.1:$sasl_port?security_protocol=SASL_SSL&sasl_mechanism=SCRAM-SHA-512&ssl_cafile=$state/tls/ca.pem" \
-            >"$cache/broker.sasl_ssl_url"
-        echo "kafka: SASL_SSL at 127.0.0.1:$sasl_port (user ${KAFKA_SASL_USER:-sluice}; bus URL in $cache/broker.sasl_ssl_url)"
+            >"$cache/$instance.sasl_ssl_url"
+        echo "kafka: SASL_SSL at 127.0.0.1:$sasl_port (user ${KAFKA_SASL_USER:-sluice}; bus URL in $cache/$instance.sasl_ssl_url)"
     fi
 }
 
@@ -140,7 +154,7 @@ down() {
         fi
         sleep 0.2
     done
-    rm -f "$pid_file" "$address_file" "$cache/broker.sasl_ssl_url"
+    rm -f "$pid_file" "$address_file" "$cache/$instance.sasl_ssl_url"
     echo "kafka: stopped (pid $pid)"
 }
 
