@@ -9,7 +9,6 @@ from datetime import datetime
 
 from sluice.domain import matching
 from sluice.domain.matching import MatcherState
-from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import StreamAppend
 from sluice.runtime.aggregates import AggregateStore
 
@@ -20,8 +19,6 @@ class Decisions:
         self.now = now
         self._states: dict[str, MatcherState] = {}
         self._events: dict[str, list] = {}
-        self.changed_schedules: dict[str, tuple[Schedule | None, Schedule | None]] = {}
-        """schedule id -> (definition before the batch, definition now), for what the batch changed."""
 
     def state(self, schedule_id: str) -> MatcherState:
         state = self._states.get(schedule_id)
@@ -36,9 +33,6 @@ class Decisions:
             return
         self._states[schedule_id] = after
         self._events.setdefault(schedule_id, []).extend(events)
-        if after.schedule is not state.schedule:
-            before = self.changed_schedules.get(schedule_id, (state.schedule, None))[0]
-            self.changed_schedules[schedule_id] = (before, after.schedule)
 
     def __bool__(self) -> bool:
         return bool(self._events)

@@ -85,9 +85,6 @@ class ScheduleLookup:
     def parse(record: Record) -> Notification:
         return notification_from_bytes(record.value)
 
-    async def on_notification(self, record: Record) -> None:
-        await self.apply([(record, self.parse(record))])
-
     async def apply(self, items: list[tuple[Record, Notification]]) -> None:
         """One MatchRequested per notification and matches partition, for all that partition's
         interested schedules: the second stage records the notification's source position with it."""

@@ -2,15 +2,13 @@
 
 On the bus the first stage (`lookup.ScheduleLookup`) re-keys notifications by schedule id onto the
 matches topic, so the member of the consumer group that owns a schedule's partition is its single
-writer (`on_match_requested`). `match()` also looks schedules up itself, for callers without a
-bus (the simulated scheduler, benchmarks). Triggers that time can satisfy (cron, quiet period,
-elapsed) set one timer per schedule at the pending job's exact wake-up time; `fire_due()` runs
-what is due by the injected clock, for the schedules this member owns."""
+writer (the MATCHES batch handler). Triggers that time can satisfy (cron, quiet period, elapsed)
+set one timer per schedule at the pending job's exact wake-up time; `fire_due()` runs what is due
+by the injected clock, for the schedules this member owns."""
 from __future__ import annotations
 
 import asyncio
 import heapq
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping
 from datetime import datetime
@@ -21,7 +19,6 @@ from sluice.clock import Clock
 from sluice.domain import matching
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification
-from sluice.domain import triggers
 from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchNotification, ObserveSchedule
 from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
@@ -33,7 +30,7 @@ from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2
-from sluice.wire.common import notification_from_bytes, notification_from_proto, parse_bus_message
+from sluice.wire.common import notification_from_proto, parse_bus_message
 from sluice.wire.jobs import job_to_proto
 from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
 from sluice_services.matcher.decisions import Decisions
@@ -81,18 +78,11 @@ class MatchRequests:
 
 
 @dataclass(frozen=True)
-class LookUpAndMatch:
-    """A notification for every schedule of this matcher's own index (callers without the first stage)."""
-
-    notification: Notification
-
-
-@dataclass(frozen=True)
 class FireDue:
     schedule_id: str
 
 
-Command = ObserveSchedule | MatchRequests | MatchRequest | LookUpAndMatch | FireDue
+Command = ObserveSchedule | MatchRequests | FireDue
 """What this service decides on: its own commands, each turned into the aggregate's (`matching.MatcherCommand`)."""
 
 
@@ -103,7 +93,6 @@ class MatcherService:
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState(),
                                                                      snapshot=SNAPSHOTS[0],
                                                                      snapshot_version=SNAPSHOT_VERSION)
-        self._index: dict[str, set[str]] = defaultdict(set)
         self._offsets = ConsumedOffsets(log, "matcher")
         self._unit_of_work: ConsumingUnitOfWork[Command] = ConsumingUnitOfWork(
             self._offsets, self._run_once, self._reload, what="matcher", load=self._load_concerned, more=self._more)
@@ -117,12 +106,10 @@ class MatcherService:
     def recover(self) -> None:
         self._offsets.clear()
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
-        self._index.clear()
         self._wake_at.clear()
         self._timers.clear()
         for stream, state in self._store.states().items():
             if state.schedule is not None:
-                self._index_schedule(state.schedule)
                 self._set_timer(stream.removeprefix(STREAM_PREFIX), state)
 
     def states(self) -> dict[str, MatcherState]:
@@ -135,21 +122,7 @@ class MatcherService:
         return {SCHEDULES: BatchHandler(self.parse_schedule_change, self.apply),
                 MATCHES: BatchHandler(self.parse_match_requested, self.apply)}
 
-    async def on_schedule_changed(self, record: Record) -> None:
-        await self.apply([(record, self.parse_schedule_change(record))])
-
-    async def on_match_requested(self, record: Record) -> None:
-        """The first stage found that the notification concerns the schedule (keyed by its id)."""
-        await self.apply([(record, self.parse_match_requested(record))])
-
-    async def on_notification(self, record: Record) -> None:
-        """A notification straight from its topic, matched against this matcher's own index."""
-        await self.apply([(record, self.parse_notification(record))])
-
     parse_schedule_change = staticmethod(parse_schedule_change)
-
-    def parse_notification(self, record: Record) -> LookUpAndMatch:
-        return LookUpAndMatch(notification_from_bytes(record.value))
 
     def parse_match_requested(self, record: Record) -> MatchRequests:
         message = parse_bus_message(matching_pb2.MatchRequested, record.value)
@@ -222,32 +195,14 @@ class MatcherService:
             match command:
                 case MatchRequests(requests, _):
                     found.update(request.schedule_id for request in requests)
-                case MatchRequest(schedule_id, _, _) | ObserveSchedule(schedule_id, _):
+                case ObserveSchedule(schedule_id, _):
                     found.add(schedule_id)
-                case LookUpAndMatch(notification):
-                    found |= self._index.get(notification.event_key(), set())
         return found
 
-    # -- direct calls (the simulated scheduler, tests, benchmarks) ------------------------------------
-
-    def observe(self, schedule_id: str, schedule: Schedule | None) -> None:
-        self._run([ObserveSchedule(schedule_id, schedule)])
-
-    def match(self, notification: Notification, consumed: Checkpoint | None = None,
-              schedule_ids: list[str] | None = None) -> None:
-        """Every schedule the notification concerns (looked up, or `schedule_ids`) decides; all
-        their events are appended at once, with the consumed position."""
-        commands = ([LookUpAndMatch(notification)] if schedule_ids is None
-                    else [MatchRequest(schedule_id, notification) for schedule_id in schedule_ids])
-        self._run(commands, [consumed] if consumed else [])
-
-    def _run(self, commands: list[Command], checkpoints: list[Checkpoint] = ()) -> None:
-        """`_run_once`, retried on a concurrent writer (sluice.runtime.unit_of_work's policy)."""
-        def once() -> None:
-            if self._run_once(commands, checkpoints):
-                for checkpoint in checkpoints:
-                    self._offsets.recorded(checkpoint)
-        retry_on_conflict(once, self._reload, what="matcher")
+    def _run(self, commands: list[Command]) -> None:
+        """`_run_once` without consumed positions (the timers), retried on a concurrent writer
+        (sluice.runtime.unit_of_work's policy)."""
+        retry_on_conflict(lambda: self._run_once(commands, []), self._reload, what="matcher")
 
     def _reload(self, conflict: WrongExpectedVersion) -> None:
         self._store.forget(conflict.stream)
@@ -262,11 +217,6 @@ class MatcherService:
         if not decisions:
             return False
         versions = self._log.append_batch(decisions.appends(), checkpoints=checkpoints)
-        for schedule_id, (before, after) in decisions.changed_schedules.items():
-            if before is not None:
-                self._unindex_schedule(before)
-            if after is not None:
-                self._index_schedule(after)
         for schedule_id, state in decisions.commit(versions):
             self._set_timer(schedule_id, state)
         return True
@@ -275,16 +225,7 @@ class MatcherService:
         match command:
             case MatchRequests(requests, _):
                 for request in requests:
-                    self._decide(decisions, request)
-            case MatchRequest(schedule_id, notification, carried):
-                known = decisions.state(schedule_id).schedule
-                if carried is not None and (known is None or carried.generation > known.generation):
-                    decisions.decide(schedule_id, ObserveSchedule(schedule_id, carried))  # not on the schedules topic yet
-                decisions.decide(schedule_id, MatchNotification(notification))
-            case LookUpAndMatch(notification):
-                match = MatchNotification(notification)
-                for schedule_id in self._look_up(notification.event_key(), decisions):
-                    decisions.decide(schedule_id, match)
+                    self._decide_request(decisions, request)
             case FireDue(schedule_id):
                 decisions.decide(schedule_id, CheckTime())
             case ObserveSchedule(schedule_id, _):
@@ -292,15 +233,13 @@ class MatcherService:
             case _:
                 raise TypeError(f"unknown command {command!r}")
 
-    def _look_up(self, event_key: str, decisions: Decisions) -> list[str]:
-        """The schedules listening to the key, counting the changes this batch made so far."""
-        found = set(self._index.get(event_key, ()))
-        for schedule_id, (before, after) in decisions.changed_schedules.items():
-            if before is not None and event_key in triggers.event_keys(before.trigger):
-                found.discard(schedule_id)
-            if after is not None and event_key in triggers.event_keys(after.trigger):
-                found.add(schedule_id)
-        return sorted(found)
+    @staticmethod
+    def _decide_request(decisions: Decisions, request: MatchRequest) -> None:
+        schedule_id, carried = request.schedule_id, request.schedule
+        known = decisions.state(schedule_id).schedule
+        if carried is not None and (known is None or carried.generation > known.generation):
+            decisions.decide(schedule_id, ObserveSchedule(schedule_id, carried))  # not on the schedules topic yet
+        decisions.decide(schedule_id, MatchNotification(request.notification))
 
     def on_assignment(self, assigned: set[TopicPartition]) -> None:
         """The consumer group gave this member these partitions: it fires the timers of the
@@ -363,14 +302,6 @@ class MatcherService:
         event: JobTriggered = TYPES.decode(recorded)
         message = jobs_pb2.JobTriggered(job=job_to_proto(event.job))
         return [Outgoing(JOBS, event.job.schedule_id, message.SerializeToString())]
-
-    def _index_schedule(self, schedule: Schedule) -> None:
-        for key in triggers.event_keys(schedule.trigger):
-            self._index[key].add(schedule.id)
-
-    def _unindex_schedule(self, schedule: Schedule) -> None:
-        for key in triggers.event_keys(schedule.trigger):
-            self._index[key].discard(schedule.id)
 
 
 def _source_name(record: Record, source: SourcePosition) -> str:

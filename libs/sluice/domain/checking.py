@@ -199,14 +199,7 @@ class CheckerState:
 
 def decide(state: CheckerState, command: CheckerCommand, now: datetime, capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
     """The command's own events, then one admission pass over the queue they leave."""
-    return decide_many(state, [command], now, capacity)
-
-
-def decide_many(state: CheckerState, commands: list[CheckerCommand], now: datetime,
-                capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
-    """Several commands (a poll's worth of messages), then one admission pass over the whole queue:
-    one decision, one append."""
-    return decide_admitting(state, commands, now, capacity)[0]
+    return decide_admitting(state, [command], now, capacity)[0]
 
 
 @dataclass(frozen=True)
@@ -219,7 +212,8 @@ class Settled:
 
 def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: datetime, capacity: Capacity = UNLIMITED,
                      settled: Settled | None = None) -> tuple[list[CheckerEvent], Settled | None]:
-    """`decide_many`, and what its admission pass settled (None when nothing changed and no check
+    """Several commands (a poll's worth of messages), then one admission pass over the whole queue
+    (one decision, one append); and what that pass settled (None when nothing changed and no check
     was due): `until` is the checker's next timer.
 
     `settled` is what the passes since the last full one settled, when the caller knows nothing but
