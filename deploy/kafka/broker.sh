@@ -95,7 +95,8 @@ up() {
     fi
     if [[ ! -f "$state/data/meta.properties" ]]; then
         local cluster_id
-        cluster_id="${KAFKA_CLUSTER_ID:--}"  # 16 random bytes, URL-safe base64 without padding, not starting with "-" (as Kafka's Uuid)
+        # KAFKA_CLUSTER_ID, else 16 random bytes, URL-safe base64 without padding, not starting with "-" (Kafka's Uuid)
+        cluster_id="${KAFKA_CLUSTER_ID:--}"
         while [[ "$cluster_id" == -* ]]; do
             cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
         done
