@@ -1,4 +1,15 @@
-"""The consumer loop: one handler per topic; malformed messages go to the dead-letter topic."""
+"""The consumer loop: one handler per topic; errors in two kinds (issue 25).
+
+- Deterministic: MalformedMessage and the domain's refusals (InvalidArgument, NotFound,
+  FailedPrecondition, AlreadyExists): the record goes to the dead-letter topic with the reason, at once.
+- Infrastructure (`sluice.runtime.errors.is_infrastructure`: the event log or the bus unreachable, a
+  disk full or read-only, a database locked, a timeout): the loop pauses on that record and handles it
+  again after a capped exponential backoff (`Backoff`), for as long as it takes, with the service not
+  ready meanwhile (`Health`: gRPC NOT_SERVING, /readyz 503); its offset is not committed until it is
+  handled, so the loop resumes exactly where it was. Valid work is never parked.
+- Anything else is a bug in our code: retried MAX_ATTEMPTS times, then dead-lettered with reason
+  "handler failed: ...", so that one poison record does not stall its partition for ever.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -6,19 +17,25 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from sluice.bus.port import Bus, CommitFailed, Consumer, Producer, Record, TopicPartition
 from sluice.bus.topics import DEAD_LETTER
-from sluice.domain.errors import InvalidArgument
-from sluice.runtime.errors import MalformedMessage
+from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from sluice.runtime.errors import Backoff, MalformedMessage, is_infrastructure
+from sluice.runtime.health import Health
 from sluice.runtime.metrics import Registry
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Record], Awaitable[None]]
+T = TypeVar("T")
 
 MAX_ATTEMPTS = 5
+"""Tries of a record whose handler fails with a bug (neither deterministic nor infrastructure)."""
+DETERMINISTIC = (MalformedMessage, InvalidArgument, NotFound, FailedPrecondition, AlreadyExists)
+"""Errors that handling the record again would raise again: dead-lettered at once, with the reason."""
+BACKOFF = Backoff(first=0.1, cap=10.0)
 COMMIT_EVERY = 1.0
 """Seconds between a running service's offset commits (ConsumerLoop's `commit_every`)."""
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -44,7 +61,50 @@ class Subscription:
     """Called with the member's partitions whenever the group assigns it others (a rebalance)."""
 
 
-MALFORMED, HANDLER_FAILED = "malformed", "handler_failed"
+MALFORMED, REFUSED, HANDLER_FAILED = "malformed", "refused", "handler_failed"
+
+
+class Pauses:
+    """How a consumer waits out an infrastructure failure: the same call again after `backoff`'s delay,
+    for as long as it fails that way, with `health` told that `name` is down meanwhile (the service is
+    not ready) and up again once the call went through. `sleep` is injected so tests do not sleep."""
+
+    def __init__(self, name: str, health: Health | None = None, backoff: Backoff = BACKOFF,
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
+        self.name = name
+        self._health = health
+        self._backoff = backoff
+        self.sleep = sleep
+        self.waits = 0
+        """Backoff waits so far (tests, logs)."""
+
+    async def retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """`await call()`, again and again while it fails with an infrastructure error; other errors
+        are raised (the caller's to judge)."""
+        failures = 0
+        while True:
+            try:
+                result = await call()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                if not is_infrastructure(error):
+                    raise
+                failures += 1
+                delay = self._backoff.delay(failures)
+                if failures == 1 or delay >= self._backoff.cap and failures % 10 == 0:
+                    log.warning("%s: %s failed (%s failures so far), paused; again in %.1f s: %r", self.name, what,
+                                failures, delay, error)
+                if self._health is not None:
+                    await self._health.dependency(self.name, f"{type(error).__name__}: {error}"[:300])
+                self.waits += 1
+                await self.sleep(delay)
+                continue
+            if failures:
+                log.warning("%s: %s went through after %s failures; resumed", self.name, what, failures)
+                if self._health is not None:
+                    await self._health.dependency(self.name, None)
+            return result
 
 
 class ConsumerMetrics:
@@ -64,7 +124,7 @@ class ConsumerMetrics:
         for topic in subscription.handlers:
             self.handled.labels(topic, subscription.group)
             self.seconds.labels(topic, subscription.group)
-            for reason in (MALFORMED, HANDLER_FAILED):
+            for reason in (MALFORMED, REFUSED, HANDLER_FAILED):
                 self.dead_lettered.labels(topic, subscription.group, reason)
 
     def record(self, topic: str, group: str, seconds: float, dead_letter_reason: str | None) -> None:
@@ -75,12 +135,14 @@ class ConsumerMetrics:
 
 
 async def consume(bus: Bus, subscription: Subscription, dead_letter: Producer, poll_timeout: float = 0.2,
-                  metrics: Registry | None = None) -> None:
+                  metrics: Registry | None = None, health: Health | None = None) -> None:
+    """Step a member of `subscription.group` for ever; a poll or a commit that fails for the bus's sake
+    is tried again (`Pauses`), with `health` not ready meanwhile."""
     consumer = bus.consumer(subscription.group, list(subscription.handlers))
-    loop = ConsumerLoop(consumer, subscription, dead_letter, metrics, commit_every=COMMIT_EVERY)
+    loop = ConsumerLoop(consumer, subscription, dead_letter, metrics, commit_every=COMMIT_EVERY, health=health)
     try:
         while True:
-            await loop.step(poll_timeout)
+            await loop.pauses.retrying("polling", lambda: loop.step(poll_timeout))
     finally:
         try:
             await loop.settle()
@@ -102,8 +164,11 @@ class ConsumerLoop:
 
     def __init__(self, consumer: Consumer, subscription: Subscription, dead_letter: Producer,
                  metrics: Registry | None = None, *, commit_every: float | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, health: Health | None = None,
+                 backoff: Backoff = BACKOFF, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self.consumer = consumer
+        self.pauses = Pauses(f"{subscription.group}'s log or bus", health, backoff, sleep)
+        """Infrastructure failures are waited out here (see the module docstring)."""
         self._subscription = subscription
         self._dead_letter = dead_letter
         self._instruments = ConsumerMetrics(metrics or Registry())
@@ -126,11 +191,11 @@ class ConsumerLoop:
         for run in _runs_by_topic(records):
             handler = subscription.handlers[run[0].topic]
             if isinstance(handler, BatchHandler) and len(run) > 1:
-                await _handle_batch(run, handler, subscription, self._dead_letter, self._instruments)
+                await _handle_batch(run, handler, subscription, self._dead_letter, self._instruments, self.pauses)
                 continue
             for record in run:
                 started = time.perf_counter()
-                reason = await _handle(record, subscription, self._dead_letter)
+                reason = await _handle(record, subscription, self._dead_letter, self.pauses)
                 self._instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
         if self._commit_every is None:
             if records:
@@ -189,36 +254,38 @@ def _runs_by_topic(records: list[Record]) -> list[list[Record]]:
 
 
 async def _handle_batch(records: list[Record], handler: BatchHandler, subscription: Subscription,
-                        dead_letter: Producer, instruments: ConsumerMetrics) -> None:
-    """Parse each record (dead-lettering what is malformed), apply the rest at once; if that fails,
-    record by record, so one bad record cannot hold back the others."""
+                        dead_letter: Producer, instruments: ConsumerMetrics, pauses: Pauses) -> None:
+    """Parse each record (dead-lettering what is malformed), apply the rest at once; if that fails with
+    a bug or a refusal, record by record, so one bad record cannot hold back the others. An
+    infrastructure failure is waited out (`pauses`) and the same parse or apply tried again."""
     started = time.perf_counter()
     parsed = []
     for record in records:
         if len(record.value) > subscription.max_message_bytes:
-            instruments.record(record.topic, subscription.group, 0.0, await _handle(record, subscription, dead_letter))
+            instruments.record(record.topic, subscription.group, 0.0,
+                               await _handle(record, subscription, dead_letter, pauses))
             continue
         try:
-            parsed.append((record, handler.parse(record)))
+            parsed.append((record, await pauses.retrying("parsing", _awaitable(handler.parse, record))))
         except (MalformedMessage, InvalidArgument) as error:
-            await send_to_dead_letter(dead_letter, record, subscription.group, f"malformed: {error}")
+            await _dead_letter(pauses, dead_letter, record, subscription.group, f"malformed: {error}")
             instruments.record(record.topic, subscription.group, 0.0, MALFORMED)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # parsing reads only the record: its error is the record's, never retried
             log.exception("%s: parsing %s@%s/%s failed", subscription.group, record.topic, record.partition,
                           record.offset)
-            await send_to_dead_letter(dead_letter, record, subscription.group, f"malformed: unparsable: {error!r}")
+            await _dead_letter(pauses, dead_letter, record, subscription.group, f"malformed: unparsable: {error!r}")
             instruments.record(record.topic, subscription.group, 0.0, MALFORMED)
     try:
-        await handler.apply(parsed)
+        await pauses.retrying(f"handling {len(parsed)} records of {records[0].topic}", lambda: handler.apply(parsed))
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("%s: handling %d records of %s together failed; one by one now", subscription.group,
                       len(parsed), records[0].topic)
         for record, _ in parsed:
-            reason = await _handle(record, subscription, dead_letter)
+            reason = await _handle(record, subscription, dead_letter, pauses)
             instruments.record(record.topic, subscription.group, 0.0, reason)
         return
     seconds = (time.perf_counter() - started) / max(len(parsed), 1)
@@ -226,30 +293,46 @@ async def _handle_batch(records: list[Record], handler: BatchHandler, subscripti
         instruments.record(record.topic, subscription.group, seconds, None)
 
 
-async def _handle(record: Record, subscription: Subscription, dead_letter: Producer) -> str | None:
-    """Handle one record; the reason class when it went to the dead-letter topic, else None."""
+async def _handle(record: Record, subscription: Subscription, dead_letter: Producer, pauses: Pauses) -> str | None:
+    """Handle one record; the reason class when it went to the dead-letter topic, else None. An
+    infrastructure failure never ends here: `pauses` tries the record again until it is handled."""
     group, handler = subscription.group, _one_by_one(subscription.handlers[record.topic])
     if len(record.value) > subscription.max_message_bytes:
-        await send_to_dead_letter(dead_letter, record, group,
-                                  f"oversized: {len(record.value)} bytes > {subscription.max_message_bytes}")
+        await _dead_letter(pauses, dead_letter, record, group,
+                           f"oversized: {len(record.value)} bytes > {subscription.max_message_bytes}")
         return MALFORMED
+    where = f"handling {record.topic}@{record.partition}/{record.offset}"
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            await handler(record)
+            await pauses.retrying(where, lambda: handler(record))
             return None
         except (MalformedMessage, InvalidArgument) as error:
-            await send_to_dead_letter(dead_letter, record, group, f"malformed: {error}")
+            await _dead_letter(pauses, dead_letter, record, group, f"malformed: {error}")
             return MALFORMED
+        except DETERMINISTIC as error:  # a refusal: the same again would be refused again
+            await _dead_letter(pauses, dead_letter, record, group, f"refused: {type(error).__name__}: {error}")
+            return REFUSED
         except asyncio.CancelledError:
             raise
-        except Exception as error:  # a bug or an outage: retry, then park the message rather than crash-loop
-            log.exception("%s: handling %s@%s/%s failed (attempt %s)", group, record.topic, record.partition,
-                          record.offset, attempt)
+        except Exception as error:  # a bug in our code: a few tries, then parked rather than stalling the partition
+            log.exception("%s: %s failed (attempt %s)", group, where, attempt)
             if attempt == MAX_ATTEMPTS:
-                await send_to_dead_letter(dead_letter, record, group, f"handler failed: {error!r}")
+                await _dead_letter(pauses, dead_letter, record, group, f"handler failed: {error!r}")
                 return HANDLER_FAILED
-            await asyncio.sleep(0.05 * 2**attempt)
+            await pauses.sleep(0.05 * 2**attempt)
     return None
+
+
+def _awaitable(function: Callable[[Record], Any], record: Record) -> Callable[[], Awaitable[Any]]:
+    async def call() -> Any:
+        return function(record)
+    return call
+
+
+async def _dead_letter(pauses: Pauses, producer: Producer, record: Record, group: str, reason: str) -> None:
+    """`send_to_dead_letter`, waiting out a bus that is down."""
+    await pauses.retrying("sending to the dead-letter topic",
+                          lambda: send_to_dead_letter(producer, record, group, reason))
 
 
 def _one_by_one(handler: Handler | BatchHandler) -> Handler:
@@ -262,6 +345,8 @@ def _one_by_one(handler: Handler | BatchHandler) -> Handler:
         except (MalformedMessage, InvalidArgument, asyncio.CancelledError):
             raise
         except Exception as error:  # the record's own error: dead-lettered at once, not retried
+            if is_infrastructure(error):  # the log it read failed, not the record: waited out by the caller
+                raise
             raise MalformedMessage(f"unparsable: {error!r}") from error
         await handler.apply([(record, command)])
     return handle

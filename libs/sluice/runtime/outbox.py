@@ -1,29 +1,41 @@
 """The outbox relay: committed events of the log are published to the bus, never uncommitted ones.
 
 Publishing is at-least-once (a crash between send and checkpoint republishes); every message
-carries the event id in the `sluice-event-id` header, and consumers recognise what they had
-(a schedule generation, a job sequence, a run id, a lineage event). The messages of one read of the
-log go out in one send; the position is saved after it at most every CHECKPOINT_SECONDS, so a crash
-republishes up to that much. Notifications are the exception, saved after every send: the matcher
-recognises a resent notification only among a schedule's last 16. A read that publishes nothing
+carries the event id in the `sluice-event-id` header and the relay's name and the event's log
+position in `sluice-outbox` / `sluice-outbox-position` (a relay publishes in position order, so per
+relay and bus partition the positions increase), and consumers recognise what they had (a schedule
+generation, a job sequence, a run id, a lineage event; the matcher a notification by its relay and
+position, `sluice_services.matcher.resends`). The messages of one read of the log go out in one send;
+the position is saved after it at most every CHECKPOINT_SECONDS, so a crash republishes up to that
+much. Notifications are saved after every send, which keeps what a crash resends small. An
+infrastructure failure of the send (the bus down) is waited out and the same messages sent again
+(`Pauses`: capped backoff, the service not ready meanwhile); the relay does not crash. A read that publishes nothing
 (another service's events) saves the position only every CHECKPOINT_EVERY events: re-reading those
 after a restart publishes nothing. A stopping relay saves what it has not."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from sluice.bus.port import Message, Producer
 from sluice.bus.topics import DEAD_LETTER, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.domain.bounds import MAX_BUS_MESSAGE_BYTES
-from sluice.eventlog.port import Checkpoint, EventLog, EventLogUnavailable, RecordedEvent
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
+from sluice.runtime.consumer import BACKOFF, Pauses
+from sluice.runtime.errors import Backoff, is_infrastructure
+from sluice.runtime.health import Health
 from sluice.runtime.metrics import Registry
 
 log = logging.getLogger(__name__)
 
 EVENT_ID_HEADER = "sluice-event-id"
+RELAY_HEADER = "sluice-outbox"
+"""The relay's name (the outbox checkpoint's), on every message it publishes."""
+POSITION_HEADER = "sluice-outbox-position"
+"""The event's log position (decimal), on every message: increasing per relay and bus partition."""
 CHECKPOINT_EVERY = 256
 CHECKPOINT_SECONDS = 1.0
 SAVED_AT_ONCE = frozenset({PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS})
@@ -46,8 +58,10 @@ class OutboxRelay:
 
     def __init__(self, name: str, log: EventLog, producer: Producer, route: Route,
                  metrics: Registry | None = None, prefixes: Sequence[str] = (), *,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, health: Health | None = None,
+                 backoff: Backoff = BACKOFF, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self._name = name
+        self._pauses = Pauses(f"outbox relay {name}'s bus or log", health, backoff, sleep)
         self._prefixes = tuple(prefixes)
         self._checkpoint = f"outbox:{name}"
         self._log = log
@@ -90,11 +104,13 @@ class OutboxRelay:
 
     async def _relay(self, events: list[RecordedEvent]) -> None:
         """One read of the log: its messages in one send, then its position saved when due."""
+        relay = self._name.encode()
         messages = [_fitting(Message(outgoing.topic, outgoing.value, outgoing.key.encode(),
-                                     [(EVENT_ID_HEADER, event.id.encode())]), event)
+                                     [(EVENT_ID_HEADER, event.id.encode()), (RELAY_HEADER, relay),
+                                      (POSITION_HEADER, str(event.position).encode())]), event)
                     for event in events for outgoing in self._route(event)]
         if messages:
-            await self._producer.send_batch(messages)
+            await self._pauses.retrying("publishing", lambda: self._producer.send_batch(messages))
             for message in messages:
                 self._published.labels(self._name, message.topic).inc()
         position = events[-1].position
@@ -109,7 +125,10 @@ class OutboxRelay:
     def _save(self, position: int) -> None:
         try:
             self._log.save_checkpoint(Checkpoint(self._checkpoint, position))
-        except EventLogUnavailable as error:  # saved with a later read: a restart meanwhile republishes more
+        except Exception as error:
+            if not is_infrastructure(error):
+                raise
+            # saved with a later read: a restart meanwhile republishes more, which consumers recognise
             log.warning("outbox relay %s: position %s not saved yet: %s", self._name, position, error)
             return
         self._saved, self._saved_at, self._unsaved = position, self._monotonic(), 0

@@ -104,7 +104,7 @@ async def run_services(
         for spec in specs:
             if spec.on_listening:
                 spec.on_listening(bound)
-        tasks = [asyncio.create_task(job) for job in _jobs(specs, bus, event_log, producer, registry)]
+        tasks = [asyncio.create_task(job) for job in _jobs(specs, bus, event_log, producer, registry, health)]
         tasks += [asyncio.create_task(health.beat()),
                   asyncio.create_task(watch_dependency(health, "event log", event_log_check(event_log)))]
         if refreeze_seconds > 0:
@@ -118,13 +118,15 @@ async def run_services(
 
 
 def _jobs(specs: list[ServiceSpec], bus: Bus, event_log: EventLog, producer: Producer,
-          registry: Registry) -> list[Awaitable[None]]:
+          registry: Registry, health: Health) -> list[Awaitable[None]]:
+    """Consumers and outbox relays wait out infrastructure failures with `health` not ready meanwhile."""
     jobs: list[Awaitable[None]] = []
     for spec in specs:
-        jobs += [consume(bus, subscription, producer, metrics=registry) for subscription in spec.subscriptions]
+        jobs += [consume(bus, subscription, producer, metrics=registry, health=health)
+                 for subscription in spec.subscriptions]
         if spec.route:
             jobs.append(OutboxRelay(spec.name, event_log, producer, spec.route, metrics=registry,
-                                    prefixes=spec.route_prefixes).run())
+                                    prefixes=spec.route_prefixes, health=health).run())
         jobs += [start() for start in spec.background]
     return jobs
 
