@@ -13,9 +13,13 @@ handled is always found (the schedules topic alone would race with the notificat
 usually finds nothing left to read. Only the registry's streams are read, filtered by the log.
 
 Delivery is at least once: a crash between publishing and committing the notification's offset
-publishes it again, and the second stage ignores a notification the schedule already counted."""
+publishes it again, and the second stage ignores a notification the schedule already counted. Each
+MatchRequested carries the notification's source position and, for one an outbox relay published,
+the relay's name and the event's log position, by which the second stage recognises a relay's
+resends exactly (`NotificationSource`)."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from sluice.bus.port import Message, Producer, Record, kafka_partition
@@ -26,6 +30,7 @@ from sluice.domain.common import Notification
 from sluice.domain.schedules import ScheduleState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime.consumer import BatchHandler
+from sluice.runtime.outbox import POSITION_HEADER, RELAY_HEADER
 from sluice.v1 import matching_pb2
 from sluice.wire.common import notification_from_bytes
 from sluice.wire.schedules import schedule_to_proto
@@ -91,8 +96,10 @@ class ScheduleLookup:
         self.sync()
         messages = []
         for record, notification in items:
+            relay, relay_position = outbox_position(record)
             source = matching_pb2.MatchRequested(source=matching_pb2.NotificationSource(
-                topic=record.topic, partition=record.partition, offset=record.offset)).SerializeToString()
+                topic=record.topic, partition=record.partition, offset=record.offset, relay=relay,
+                relay_position=relay_position)).SerializeToString()
             encoded = source + _NOTIFICATION_TAG + _varint(len(record.value)) + record.value  # as it came, valid
             by_partition: dict[int, list[str]] = {}
             for schedule_id in sorted(self._index.get(notification.event_key(), ())):
@@ -123,6 +130,20 @@ class ScheduleLookup:
         if after.schedule is not None and after.schedule.enabled:
             for key in triggers.event_keys(after.schedule.trigger):
                 self._index[key].add(schedule_id)
+
+
+def outbox_position(record: Record) -> tuple[str, int]:
+    """The relay that published the record and its event's log position (`sluice.runtime.outbox`'s
+    headers), or ("", 0): a producer's own notification, or headers that do not parse."""
+    headers = dict(record.headers)
+    relay, position = headers.get(RELAY_HEADER), headers.get(POSITION_HEADER)
+    if not relay or not position or not position.isdigit() or len(position) > 18 or not _RELAY.fullmatch(relay):
+        return "", 0
+    return relay.decode(), int(position)
+
+
+_RELAY = re.compile(rb"[A-Za-z0-9_.-]{1,64}")
+"""A relay's name (a service's): it becomes part of a checkpoint's name, so nothing else is taken."""
 
 
 _NOTIFICATION_TAG = bytes([matching_pb2.MatchRequested.NOTIFICATION_FIELD_NUMBER << 3 | 2])

@@ -67,6 +67,10 @@ class SourcePosition:
     topic: str
     partition: int
     offset: int
+    relay: str = ""
+    """The outbox relay that published the notification ("": a producer's own)."""
+    relay_position: int = 0
+    """Its event's log position: increasing per relay and source partition."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,8 @@ class MatcherService:
         if not message.HasField("source"):
             return MatchRequests(requests)
         source = message.source
-        return MatchRequests(requests, SourcePosition(source.topic, source.partition, source.offset))
+        return MatchRequests(requests, SourcePosition(source.topic, source.partition, source.offset, source.relay,
+                                                      source.relay_position))
 
     def _match_request(self, target: matching_pb2.MatchTarget, notification: Notification, path: str) -> MatchRequest:
         if not target.schedule_id:
@@ -172,22 +177,34 @@ class MatcherService:
             self._store.load(matching.stream_name(schedule_id))
 
     def _more(self, record: Record, command: Command, batch: Mapping[str, Checkpoint]) -> tuple[Checkpoint, ...] | None:
-        """The source position to record with a MatchRequests record (None: skip its command)."""
+        """The source positions to record with a MatchRequests record (None: skip its command).
+
+        - The source offset: a publisher sends each source partition's notifications in order, and the
+          first stage starts again where it had committed, after it had published everything before; an
+          offset this partition has passed is the first stage's resend.
+        - The outbox relay's log position, for a notification a relay published: a relay publishes in
+          position order, so one at or below the highest recorded for (relay, source partition) is the
+          relay's resend after a crash between its send and its save (under a new source offset),
+          however many it resent. A producer's own notification has none: a resend of it is recognised
+          by its id among the schedule's last RECENT_PER_SCHEDULE (sluice.domain.matching)."""
         if not isinstance(command, MatchRequests) or command.source is None:
             return ()
-        source = self._source_checkpoint(record, command.source, batch)
-        return None if source is None else (source,)
+        source = command.source
+        offset = self._passed(_source_name(record, source), source.offset, batch)
+        if offset is None:
+            return None
+        if not source.relay or source.relay_position <= 0:
+            return (offset,)
+        relayed = self._passed(_relay_name(record, source), source.relay_position, batch)
+        return None if relayed is None else (offset, relayed)
 
-    def _source_checkpoint(self, record: Record, source: SourcePosition,
-                           batch: Mapping[str, Checkpoint]) -> Checkpoint | None:
-        """The source position to record with the record's events, or None when this partition has
-        passed it: a publisher sends each source partition's notifications in order, and the first
-        stage starts again where it had committed, after it had published everything before."""
-        name = _source_name(record, source)
+    def _passed(self, name: str, value: int, batch: Mapping[str, Checkpoint]) -> Checkpoint | None:
+        """The checkpoint `name` moved past `value`, or None when it is there already (recorded, or
+        earlier in this batch): what comes before it was handled."""
         recorded = self._offsets.next(name)
         seen = batch.get(name)
-        next_offset = seen.value if seen is not None else recorded
-        return Checkpoint(name, source.offset + 1, expected=recorded) if source.offset >= next_offset else None
+        next_value = seen.value if seen is not None else recorded
+        return Checkpoint(name, value + 1, expected=recorded) if value >= next_value else None
 
     def _concerned(self, commands) -> set[str]:
         found: set[str] = set()
@@ -306,3 +323,7 @@ class MatcherService:
 
 def _source_name(record: Record, source: SourcePosition) -> str:
     return f"matcher:{record.topic}:{record.partition}:from:{source.topic}:{source.partition}"
+
+
+def _relay_name(record: Record, source: SourcePosition) -> str:
+    return f"matcher:{record.topic}:{record.partition}:relay:{source.relay}:{source.topic}:{source.partition}"
