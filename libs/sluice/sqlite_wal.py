@@ -1,31 +1,62 @@
-"""SQLite WAL checkpoints in a background thread, for the event log's and the bus's files.
+"""SQLite WAL mode, durability and checkpoints in a background thread, for the event log's and the bus's files.
 
-In WAL mode with synchronous=NORMAL a commit does not fsync; the checkpoint that copies the WAL
-back into the database file does, and by default SQLite runs it inside whichever commit takes the
-WAL past 1,000 pages. Embedded, that made one commit in every few dozen notifications much
+Both files are opened by `open_wal` with synchronous=FULL (issue 25): every commit fsyncs the WAL
+before it returns, so a commit that returned survives a power loss. With NORMAL, a bus offset
+committed after its handler's events (or a relay's saved position after its send) could survive
+while the other file lost what came first: the two files are two databases, so only each commit
+being durable on its own keeps their order. The cost is in docs/decisions.md.
+
+Checkpoints copy the WAL back into the database file; by default SQLite runs one inside whichever
+commit takes the WAL past 1,000 pages. Embedded, that made one commit in every few dozen notifications much
 longer: the bulk of embedded mode's tail latency (docs/decisions.md). Here the writer's connection turns automatic
 checkpoints off and a thread, on a connection of its own, runs a PASSIVE checkpoint (it waits for
 no writer and no reader) after commits, at most one every CHECKPOINT_INTERVAL seconds (one every
 few dozen commits cost more CPU than the stalls it saved).
-sqlite3 releases the GIL while SQLite works, so the fsync no longer holds the event loop."""
+sqlite3 releases the GIL while SQLite works, so the fsync no longer holds the event loop.
+A PASSIVE checkpoint never shrinks the WAL file: once it is larger than `truncate_above` bytes, or
+every TRUNCATE_SECONDS, the thread runs a TRUNCATE checkpoint (it waits at most TRUNCATE_WAIT_MS
+for readers and writers; one that cannot finish is tried again after the next commit)."""
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
+import time
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL = 0.1
+SYNCHRONOUS = "FULL"
+"""The event log's and the bus's synchronous mode (see the module docstring)."""
+TRUNCATE_ABOVE = 16 * 1024 * 1024
+"""A WAL file larger than this (bytes) is truncated by the next checkpoint."""
+TRUNCATE_SECONDS = 60.0
+"""At least this often a checkpoint truncates a WAL that is not empty."""
+TRUNCATE_WAIT_MS = 200
+"""How long a TRUNCATE checkpoint waits for readers and writers before it gives up for the round."""
+
+
+def open_wal(conn: sqlite3.Connection) -> None:
+    """WAL mode with every commit durable when it returns (synchronous=FULL)."""
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
 
 
 class WalCheckpointer:
     """Checkpoints `path`'s WAL for `writer`, whose commits the caller reports with `committed()`."""
 
-    def __init__(self, path: str, writer: sqlite3.Connection, *, interval: float = CHECKPOINT_INTERVAL) -> None:
+    def __init__(self, path: str, writer: sqlite3.Connection, *, interval: float = CHECKPOINT_INTERVAL,
+                 truncate_above: int = TRUNCATE_ABOVE, truncate_every: float = TRUNCATE_SECONDS) -> None:
         writer.execute("PRAGMA wal_autocheckpoint=0")
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._wal = f"{path}-wal"
         self._interval = interval
+        self._truncate_above = truncate_above
+        self._truncate_every = truncate_every
+        self._truncated_at = time.monotonic()
+        self.truncations = 0
+        """TRUNCATE checkpoints that emptied the WAL file (tests)."""
         self._committed = threading.Event()
         self._stopping = threading.Event()
         self.checkpoints = 0
@@ -53,7 +84,27 @@ class WalCheckpointer:
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 self.checkpoints += 1
+                if self._truncate_due():
+                    self._truncate()
             except sqlite3.Error as error:  # the next round tries again; the WAL only grows meanwhile
                 log.warning("WAL checkpoint failed: %s", error)
             if self._stopping.wait(self._interval):
                 return
+
+    def _truncate_due(self) -> bool:
+        try:
+            size = os.path.getsize(self._wal)
+        except OSError:
+            return False
+        return size > self._truncate_above or (size > 0 and time.monotonic() - self._truncated_at >= self._truncate_every)
+
+    def _truncate(self) -> None:
+        """A TRUNCATE checkpoint, waiting at most TRUNCATE_WAIT_MS for others (it holds writers back while it waits)."""
+        self._conn.execute(f"PRAGMA busy_timeout={TRUNCATE_WAIT_MS}")
+        try:
+            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            self._conn.execute("PRAGMA busy_timeout=30000")
+        if not busy:
+            self._truncated_at = time.monotonic()
+            self.truncations += 1

@@ -102,3 +102,55 @@ def test_memory_logs_and_buses_have_no_checkpointer() -> None:
     finally:
         log.close()
         store.close()
+
+
+def test_both_files_are_durable_at_each_commit(tmp_path: Path) -> None:
+    """synchronous=FULL (2) on the event log's and the bus's files: a commit that returned survives a power loss."""
+    log, store = SqliteEventLog(tmp_path / "events.db"), BusStore(tmp_path / "bus.db")
+    try:
+        assert log._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2
+    finally:
+        log.close()
+        store.close()
+
+
+def test_a_wal_grown_past_its_limit_is_truncated(tmp_path: Path) -> None:
+    """PASSIVE checkpoints leave the WAL file as large as it grew; past `truncate_above` a TRUNCATE one empties it."""
+    path = str(tmp_path / "big.db")
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=WAL")
+    checkpointer = WalCheckpointer(path, writer, interval=0.01, truncate_above=256 * 1024, truncate_every=3600)
+    wal = Path(path + "-wal")
+    try:
+        writer.execute("CREATE TABLE t (x BLOB)")
+        writer.execute("BEGIN")
+        for _ in range(400):
+            writer.execute("INSERT INTO t VALUES (randomblob(4096))")
+        writer.execute("COMMIT")
+        grown = wal.stat().st_size
+        assert grown > 1024 * 1024
+        checkpointer.committed()
+        wait_until(lambda: checkpointer.truncations >= 1, "a TRUNCATE checkpoint")
+        assert wal.stat().st_size == 0 < grown
+        assert writer.execute("SELECT count(*) FROM t").fetchone()[0] == 400
+    finally:
+        checkpointer.close()
+        writer.close()
+
+
+def test_a_wal_is_truncated_periodically_even_when_small(tmp_path: Path) -> None:
+    path = str(tmp_path / "small.db")
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=WAL")
+    checkpointer = WalCheckpointer(path, writer, interval=0.01, truncate_every=0.2)
+    try:
+        writer.execute("CREATE TABLE t (x)")
+        writer.execute("INSERT INTO t VALUES (1)")
+        time.sleep(0.3)
+        checkpointer.committed()
+        wait_until(lambda: checkpointer.truncations >= 1, "a periodic TRUNCATE checkpoint")
+        assert Path(path + "-wal").stat().st_size == 0
+    finally:
+        checkpointer.close()
+        writer.close()

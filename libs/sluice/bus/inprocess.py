@@ -15,8 +15,9 @@ Decisions:
 - After a rebalance a retained partition keeps its position; a newly assigned one starts at the
   group's committed offset (0 when none), so records the previous owner polled but did not
   commit are delivered again (at-least-once).
-- The file uses synchronous=NORMAL: a send is durable once committed to the WAL (it survives a
-  crash of the process, like a Kafka ack, which does not fsync either).
+- The file uses synchronous=FULL (sluice.sqlite_wal): a send or an offset commit is on disk when it
+  returns, so it survives a power loss as the event log's commits do, and neither file can keep
+  a later write of the pair (an offset, a relay's saved position) while losing the earlier one.
 - Wake-ups use asyncio.Event: one bus serves one event loop. SQLite access holds a lock.
 - A poll reads only the partitions whose end, as this bus knows it (`EndOffsets`), is beyond
   the position: this bus's sends raise the ends at once; other processes' appends are seen when

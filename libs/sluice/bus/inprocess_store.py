@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from sluice.bus.port import Record, TopicPartition, TopicSpec
-from sluice.sqlite_wal import WalCheckpointer
+from sluice.sqlite_wal import WalCheckpointer, open_wal
 
 __all__ = ["BusStore", "EndOffsets", "dump_headers"]
 
@@ -41,8 +41,7 @@ class BusStore:
         self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._checkpointer: WalCheckpointer | None = None
         if path is not None:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            open_wal(self._db)  # synchronous=FULL: see sluice.sqlite_wal
             self._checkpointer = WalCheckpointer(target, self._db)
         self._db.executescript(_SCHEMA)
 

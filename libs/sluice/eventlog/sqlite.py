@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 
 from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
-from sluice.sqlite_wal import WalCheckpointer
+from sluice.sqlite_wal import WalCheckpointer, open_wal
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
     NO_STREAM,
@@ -147,8 +147,7 @@ def _connect(path: str) -> sqlite3.Connection:
     # isolation_level=None: no implicit transactions, we issue BEGIN IMMEDIATE ourselves.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
     if not in_memory:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        open_wal(conn)  # synchronous=FULL: see sluice.sqlite_wal
     conn.execute("PRAGMA cache_size=-65536")
     conn.executescript(_SCHEMA)
     return conn
