@@ -329,8 +329,13 @@ class PostgresEventLog(SqlEventLogBase):
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Cursor[Any]]:
         """Snapshots' writes: one try (their callers save again later); a lost connection is EventLogUnavailable."""
-        with self._lock, self._conn.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            yield cur
+        try:
+            with self._lock, self._conn.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                yield cur
+        except psycopg.Error as error:
+            if unavailable(error):
+                raise EventLogUnavailable(f"PostgreSQL unavailable (snapshot): {error}") from error
+            raise
 
 
 @dataclass(frozen=True)

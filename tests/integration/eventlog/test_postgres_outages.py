@@ -14,6 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from sluice.eventlog import (ANY_VERSION, NO_STREAM, Checkpoint, DuplicateEventId, EventLogNotMigrated,
                              EventLogUnavailable, StreamAppend, WrongExpectedVersion)
+from sluice.eventlog.snapshots import Snapshot
 from sluice.eventlog.postgres import SCHEMA_VERSION, PostgresEventLog, _Written, migrate
 from sluice.eventlog import NewEvent
 from tests.integration.eventlog.contract import everything
@@ -143,6 +144,8 @@ def test_the_server_down_is_event_log_unavailable_and_the_log_works_again_after_
                 log.read_all()
             with pytest.raises(EventLogUnavailable):
                 log.ping(0.5)
+            with pytest.raises(EventLogUnavailable):
+                log.save_snapshot(Snapshot("s", 1, "v1", b"state"))
             assert time.monotonic() - started < 10
             postgres.resume()
             deadline = time.monotonic() + 30
