@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import psycopg
 from psycopg import IsolationLevel
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed
 
 from sluice.eventlog.port import EventLogUnavailable
@@ -37,7 +38,7 @@ class PooledConnection:
     def __init__(self, dsn: str, size: int, retry_for: float) -> None:
         self.retry_for = retry_for
         self.pool = ConnectionPool(dsn, min_size=1, max_size=max(1, size), open=False, configure=configure,
-                                   kwargs={"autocommit": True}, timeout=RETRY_FOR,
+                                   kwargs={"autocommit": True, **network_timeouts(dsn)}, timeout=RETRY_FOR,
                                    reconnect_timeout=RECONNECT_TIMEOUT, name="sluice-eventlog", num_workers=1)
         self.pool.open(wait=False)
         self._hot: psycopg.Connection[Any] | None = None
@@ -156,6 +157,19 @@ def unavailable(error: psycopg.Error) -> bool:
     if error.sqlstate is None:  # raised by the client: the connection broke, timed out or was closed
         return isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError))
     return error.sqlstate.startswith(UNAVAILABLE_STATES)
+
+
+NETWORK_TIMEOUTS = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5", "keepalives_count": "3",
+                    "tcp_user_timeout": "15000"}
+"""libpq options that make a silently cut network fail a connection in seconds rather than the kernel's
+minutes: TCP keepalives on idle connections, and 15 s for data sent but not acknowledged (a statement
+in flight); a long query the server is still computing sends nothing, so it is not cut."""
+
+
+def network_timeouts(dsn: str) -> dict[str, str]:
+    """NETWORK_TIMEOUTS that `dsn` does not set itself (its own values win)."""
+    given = conninfo_to_dict(dsn)
+    return {name: value for name, value in NETWORK_TIMEOUTS.items() if name not in given}
 
 
 def _verb(what: str) -> str:

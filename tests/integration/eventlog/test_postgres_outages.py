@@ -162,6 +162,16 @@ def test_the_server_down_is_event_log_unavailable_and_the_log_works_again_after_
             log.close()
 
 
+def test_pooled_connections_fail_fast_on_a_silently_cut_network_unless_the_dsn_says_otherwise(dsn: str) -> None:
+    log = PostgresEventLog(f"{dsn} tcp_user_timeout=7000")
+    try:
+        with log._conn.connection() as conn:
+            used = conninfo_to_dict(conn.info.dsn)
+        assert used["tcp_user_timeout"] == "7000" and used["keepalives_idle"] == "10"
+    finally:
+        log.close()
+
+
 # -- the schema ---------------------------------------------------------------------------------
 
 
