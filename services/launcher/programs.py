@@ -27,6 +27,10 @@ class DirectoryCatalog:
     def __init__(self, apps_dir: Path) -> None:
         self._apps_dir = apps_dir
 
+    def expected(self, program: ProgramRef) -> Path:
+        """Where the program's entry point must be: <apps_dir>/<app>/<program>.py."""
+        return self._apps_dir / program.app / f"{program.program}.py"
+
     def entry_point(self, program: ProgramRef) -> Path | None:
         """InvalidArgument if the names break the identifier rule or the file (symlinks followed) lies
         outside the apps dir: no name reaches a `.py` elsewhere on the host."""

@@ -178,7 +178,7 @@ class LauncherService:
             self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
                        else f"its process {found.pid} ended without an exit status")
         elif exit_code != 0:
-            self._failed(run.id, attempt_dir, f"exit code {exit_code}: {_tail(attempt_dir / 'driver.log')}")
+            self._failed(run.id, attempt_dir, f"exit code {exit_code}: {_lead_then_tail(attempt_dir / 'driver.log')}")
         else:
             self._publish(run, attempt_dir)
 
@@ -192,7 +192,7 @@ class LauncherService:
         return found
 
     async def _start(self, run: Run, attempt_dir: Path) -> ProgramProcess | None:
-        """Start the attempt; None if its program is not deployed."""
+        """Start the attempt; None if its program's entry point is missing (the run FAILED naming it)."""
         try:
             entry_point = self._catalog.entry_point(run.job.program)
         except InvalidArgument as refused:  # a name outside the identifier rule, a file outside the apps dir
@@ -200,7 +200,10 @@ class LauncherService:
                                             retryable=False))
             return None
         if entry_point is None:
-            self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} is not deployed", retryable=False))
+            expected = getattr(self._catalog, "expected", None)
+            where = f": no file {expected(run.job.program)}" if expected else ""
+            self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} has no entry point{where}",
+                                            retryable=False))
             return None
         private_dir(self._data_dir.parent / "runs" / run.id)
         private_dir(attempt_dir)
@@ -297,6 +300,23 @@ def listing_key(run: Run) -> ListingKey:
 
 def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:
     return [Outgoing(LINEAGE, run.id, event) for event in events]
+
+
+def _lead_then_tail(path: Path) -> str:
+    """The log's last lines, the one saying what went wrong first: a Python traceback ends with the
+    exception (`ValueError: bad input`), which would otherwise come last and be cut off in tables."""
+    tail = _tail(path)
+    lines = tail.split(" | ")
+    lead = next((line for line in reversed(lines) if _is_exception_line(line)), "")
+    return f"{lead} | {tail}" if lead and lines[0] != lead else tail
+
+
+def _is_exception_line(line: str) -> bool:
+    """`ValueError: bad input`, `pyspark.errors.exceptions.AnalysisException: ...`, `SystemExit: 3`."""
+    name, colon, _ = line.strip().partition(":")
+    last = name.rpartition(".")[2]
+    return bool(colon) and bool(name) and " " not in name and last[:1].isupper() and last.isidentifier() \
+        and last.endswith(("Error", "Exception", "Exit", "Interrupt", "Warning"))
 
 
 def _tail(path: Path) -> str:

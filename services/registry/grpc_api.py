@@ -27,7 +27,8 @@ class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
         deployed = [schedule_from_proto(s, schedule_id_for(program_from_proto(s.program), s.name), f"app.schedules[{i}]")
                     for i, s in enumerate(request.schedules)]
         update = request.update_schedules if request.HasField("update_schedules") else True
-        plan = self._registry.deploy(DeployApp(request.namespace, request.app, programs, tuple(deployed), update))
+        plan = self._registry.deploy(DeployApp(request.namespace, request.app, programs, tuple(deployed), update,
+                                                   prune=request.prune))
         response = schedules_pb2.DeployAppResponse()
         for events in plan.values():
             for event in events:

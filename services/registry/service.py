@@ -6,7 +6,6 @@ from sluice.clock import Clock
 from sluice.domain import apps, schedules
 from sluice.domain.apps import AppState, DeployApp
 from sluice.eventlog.codec import EventTypes
-from sluice.domain.common import ProgramRef
 from sluice.domain.triggers import validate_trigger
 from sluice.domain.schedules import (
     CreateSchedule,
@@ -82,13 +81,9 @@ class RegistryService:
 
     def _check_upstream_programs(self, schedule: Schedule, deploying: set[tuple[str, str, str]] = frozenset(),
                                  path: str = "schedule.trigger") -> None:
-        """A program-status trigger must name a deployed program (or one deployed with it)."""
-        def known(program: ProgramRef) -> bool:
-            key = (program.namespace, program.app, program.program)
-            app = self._apps.load(apps.stream_name(program.namespace, program.app)).state
-            return key in deploying or app.has_program(program.program)
-
-        validate_trigger(schedule.trigger, path, known_program=known)
+        """The trigger's own rules. A program-status trigger may name any program, deployed or not yet:
+        programs are not registered anywhere (README, "Programs"); one never run never fires it."""
+        validate_trigger(schedule.trigger, path)
 
     def update(self, schedule: Schedule) -> Schedule:
         self._check_upstream_programs(schedule)

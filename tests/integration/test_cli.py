@@ -141,7 +141,10 @@ def test_apps_deploy_with_and_without_update_schedules(server, tmp_path):
     assert first.stdout.strip() == "deployed shop.orders: created 2, updated 0, deleted 0 schedule(s)", first.stderr
     frozen = sluice(server, "--json", "apps", "deploy", "--no-update-schedules", app_file([("a", 3)]))
     assert json.loads(frozen.stdout) == {}
-    changed = sluice(server, "--json", "apps", "deploy", app_file([("a", 3), ("c", 1)]))
+    refused = sluice(server, "apps", "deploy", app_file([("a", 3), ("c", 1)]))
+    assert_one_line_error(refused, 1, "FAILED_PRECONDITION: deploying shop.orders would delete 1 schedule(s) it "
+                                      "does not name: b (prune to delete them)")
+    changed = sluice(server, "--json", "apps", "deploy", "--prune", app_file([("a", 3), ("c", 1)]))
     assert json.loads(changed.stdout) == {"created": ["c"], "updated": ["a"], "deleted": ["b"]}
 
 
@@ -151,8 +154,8 @@ def test_apps_deploy_with_and_without_update_schedules(server, tmp_path):
      "INVALID_ARGUMENT: app.schedules[0].program.program: 'missing' is not a program of the app"),
     ({"name": "x", "program": {"namespace": "shop", "app": "orders", "program": "report"},
       "trigger": {"programStatus": {"namespace": "shop", "app": "billing", "program": "invoice",
-                                    "statuses": ["COMPLETED"], "count": 1}}},
-     "INVALID_ARGUMENT: app.schedules[0].trigger.program_status.program: unknown program shop.billing.invoice"),
+                                    "statuses": ["COMPLETED"], "count": 0}}},
+     "INVALID_ARGUMENT: app.schedules[0].trigger.program_status.count: must be at least 1"),
 ])
 def test_apps_deploy_bad_input_names_the_field(server, tmp_path, schedule, text):
     path = tmp_path / "bad.json"

@@ -118,7 +118,7 @@ async def test_creating_the_same_name_twice_is_already_exists(server):
     (with_trigger(time=spb.TimeTrigger(cron="0 2 * * *", zone="Europe/Atlantis")), "schedule.trigger.time.zone"),
     (with_trigger(**{"and": spb.AndTrigger()}), "schedule.trigger.and.all_of"),
     (with_trigger(program_status=spb.ProgramStatusTrigger(namespace="experiments", app="clickstream",
-                                                          program="never_deployed", count=1,
+                                                          program="../x", count=1,
                                                           statuses=[npb.RunStatus.COMPLETED])),
      "schedule.trigger.program_status.program"),
     (with_constraints(spb.Constraint(time_window=spb.TimeWindowConstraint(start="02:00", end="02:00"))),

@@ -6,6 +6,9 @@
     sluice datasets add experiments.clickstream --key marketplace=US --key date=2026-11-22 --key hour=9 \\
         --location /data/.../hour=9 --size-bytes 1024 --record-count 10
     sluice datasets partitions experiments.clickstream --where marketplace=US --range hour=8..12 --since 2026-11-22T00:00Z
+    tx=$(sluice datasets begin experiments.clickstream)     # a transaction over several commands:
+    sluice datasets add --transaction "$tx" --key ... --location ...     # (repeat)
+    sluice datasets commit "$tx"                            # or: sluice datasets abort "$tx"
     sluice datasets commits --unfinished            # commit sequences; quarantined ones with their error
     sluice consumer show experiments.clickstream hourly      # the consumer's state as JSON
     sluice consumer show --state-file state.bin              # a state kept by a worker, offline
@@ -18,7 +21,7 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
-from sluice.cli import render
+from sluice.cli import render, transactions
 from sluice.cli.output import UsageError, pairs, print_many, print_message
 from sluice.client import SluiceClient
 from sluice.domain.consumer.serialization import ConsumerStateError, state_from_bytes, state_to_json
@@ -45,8 +48,11 @@ def register(commands) -> None:
     listing = datasets.add_parser("list", help="datasets")
     listing.add_argument("--namespace", default="")
     listing.set_defaults(handler=_list)
-    add = datasets.add_parser("add", help="add one partition in its own transaction (announced at once)")
-    add.add_argument("dataset", metavar="NAMESPACE.NAME")
+    add = datasets.add_parser("add", help="add one partition in its own transaction (announced at once), or to an "
+                                          "open one (--transaction: announced at its commit)")
+    add.add_argument("dataset", metavar="NAMESPACE.NAME", nargs="?", help="(optional with --transaction)")
+    add.add_argument("--transaction", metavar="ID", help="a transaction `datasets begin` opened")
+    transactions.directory_option(add)
     add.add_argument("--key", action="append", default=[], metavar="K=V", help="partition key value (repeat)")
     add.add_argument("--location", required=True)
     add.add_argument("--size-bytes", type=int, default=0)
@@ -71,6 +77,7 @@ def register(commands) -> None:
     release.add_argument("id")
     release.set_defaults(handler=lambda c, a: print_message(a, _stub(c).ReleaseCommitSequence(
         pb.ReleaseCommitSequenceRequest(id=a.id))))
+    transactions.register(datasets)
 
     consumer = commands.add_parser("consumer", help="partition consumers").add_subparsers(metavar="ACTION")
     show = consumer.add_parser("show", help="a consumer's state as JSON (high-water mark, in flight, working set)")
@@ -114,10 +121,14 @@ def _list(client: SluiceClient, args) -> int:
 
 
 def _add(client: SluiceClient, args) -> int:
-    name = _name(args)
     partition = npb.PartitionRef(key=[npb.KeyValue(name=k, value=v) for k, v in pairs(args.key, "--key").items()],
                                  location=args.location, size_bytes=args.size_bytes, record_count=args.record_count,
                                  metadata=pairs(args.metadata, "--metadata"))
+    if args.transaction:
+        return transactions.add(args, partition)
+    if not args.dataset:
+        raise UsageError("datasets add: give NAMESPACE.NAME, or --transaction ID")
+    name = _name(args)
     response = _stub(client).AddPartitions(pb.AddPartitionsRequest(
         namespace=name["namespace"], dataset=name["name"], partitions=[partition], owner="cli"), timeout=10)
     print(json.dumps({"position": response.position}) if args.json else

@@ -9,7 +9,7 @@ from typing import Mapping
 from sluice.domain import schedules
 from sluice.domain.names import validate_name
 from sluice.domain.schedules import Schedule, ScheduleState
-from sluice.domain.errors import InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument
 
 
 def stream_name(namespace: str, app: str) -> str:
@@ -31,8 +31,13 @@ class DeployApp:
     schedules: tuple[Schedule, ...]
     update_schedules: bool = True
     """True (the default, for development): the app's schedules become exactly the given ones.
-    False (production, schedules managed by operators): schedules are left alone, except those of
-    removed programs, which are deleted. An app's first deployment always creates its schedules."""
+    False (production, schedules managed by operators): existing schedules are left alone -- the
+    app's and those made apart from it (CLI, API) -- except those of programs the previous deployment
+    had and this one removes, which are deleted. The app's first deployment creates the given
+    schedules that do not exist yet."""
+    prune: bool = True
+    """False: a deployment that would delete schedules is refused (FailedPrecondition naming them).
+    The gRPC API's DeployAppRequest.prune defaults to false: deleting needs the caller's consent."""
 
 
 @dataclass(frozen=True)
@@ -68,16 +73,25 @@ def plan_deployment(app: AppState, existing: Mapping[str, ScheduleState], comman
     plan: dict[str, list] = {stream_name(command.namespace, command.app): [AppDeployed(
         command.namespace, command.app, command.programs, tuple(s.name for s in command.schedules), now)]}
     given = {s.id: s for s in command.schedules}
-    if command.update_schedules or not app.deployed:
+    if command.update_schedules:
         for schedule_id, schedule in given.items():
             state = existing.get(schedule_id, ScheduleState())
             command_for = schedules.UpdateSchedule(schedule) if state.exists else schedules.CreateSchedule(schedule)
             _add(plan, schedule_id, schedules.decide(state, command_for, now))
         doomed = [schedule_id for schedule_id in existing if schedule_id not in given]
     else:
-        kept = {p.name for p in command.programs}
+        if not app.deployed:
+            for schedule_id, schedule in given.items():
+                state = existing.get(schedule_id, ScheduleState())
+                if not state.exists:
+                    _add(plan, schedule_id, schedules.decide(state, schedules.CreateSchedule(schedule), now))
+        removed = {p.name for p in app.programs} - {p.name for p in command.programs}
         doomed = [schedule_id for schedule_id, state in existing.items()
-                  if state.schedule is not None and state.schedule.program.program not in kept]
+                  if state.schedule is not None and state.schedule.program.program in removed]
+    if doomed and not command.prune:
+        names = sorted(existing[i].schedule.name for i in doomed if existing[i].schedule is not None)
+        raise FailedPrecondition(f"deploying {command.namespace}.{command.app} would delete {len(doomed)} "
+                                 f"schedule(s) it does not name: {', '.join(names)} (prune to delete them)")
     for schedule_id in doomed:
         _add(plan, schedule_id, schedules.decide(existing[schedule_id], schedules.DeleteSchedule(schedule_id), now))
     return plan
