@@ -31,6 +31,7 @@ from sluice_services.launcher import datasets_grpc
 from sluice_services.launcher import grpc_api as launcher_grpc
 from sluice_services.launcher import service as launcher_service
 from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.launcher.lease import DEFAULT_LEASE_SECONDS, LeaseKeeper, LeaseTerms, launcher_home
 from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.run_credentials import RunCredentials, load_secret
 from sluice_services.launcher.run_outputs import RunPublisher
@@ -99,6 +100,9 @@ class Settings:
     Launchers that do not share a data dir must share this."""
     web_port: int | None = None
     """HTTP port of the web console (sluice_services.web) on `host`; 0 picks a free one; None: no console."""
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    """How long the launcher lease lasts unless renewed (every third of it); another launcher on the same
+    log takes the runs over only after it expired (sluice_services.launcher.lease)."""
 
     @property
     def partitions_dir(self) -> Path:
@@ -160,7 +164,8 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: P
     launcher = LauncherService(log, clock, catalog or DirectoryCatalog(settings.apps_dir),
                                submitter or SparkSubmitter(settings.spark, program_env=settings.program_env),
                                settings.partitions_dir, settings.max_parallel_runs, publisher, settings.runs_history,
-                               program_api)
+                               program_api, LeaseKeeper(log, clock, launcher_home(settings.data_dir),
+                                                        LeaseTerms(settings.lease_seconds)))
 
     def recover() -> None:
         data_plane.recover()  # unfinished commit sequences are redone before any new work
@@ -171,7 +176,7 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: P
                        route_prefixes=catalogue.LAUNCHER.stream_prefixes,
                        grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
                        resolvers=launcher_resolvers(launcher, data_plane),
-                       start=launcher.resume, background=[launcher.run_timers],
+                       start=launcher.resume, background=[launcher.run_timers, launcher.keep_lease],
                        on_listening=program_api.listening, authenticators=[credentials])
 
 

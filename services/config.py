@@ -103,6 +103,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "high_priority": (int, 1, _any),
     "jobs_history": (int, DEFAULT_FINISHED_PER_SCHEDULE, _at_least_one),
     "runs_history": (int, DEFAULT_FINISHED_RUNS_PER_SCHEDULE, _at_least_one),
+    "lease_seconds": (int, 30, _at_least_one),
     "grpc_token": (str, "", _any),
     "tls_cert": (Path, None, _readable_file),
     "tls_key": (Path, None, _readable_file),
@@ -234,7 +235,7 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     capacity=_capacity(values), lineage_port=values["lineage_port"],
                     lineage_token=values["lineage_token"], openlineage_url=values["openlineage_url"],
                     openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"],
-                    runs_history=values["runs_history"],
+                    runs_history=values["runs_history"], lease_seconds=values["lease_seconds"],
                     grpc_security=_grpc_security(values), program_env=tuple(values["program_env"]),
                     migrate=bool(values["migrate"]),
                     run_credential_secret=values["run_credential_secret"], web_port=values["web_port"])

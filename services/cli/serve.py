@@ -92,6 +92,10 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--web-port", type=int, metavar="PORT",
            help="standalone and serve web: the web console (HTTP) on this port; 0 picks a free one "
                 "(env SLUICE_WEB_PORT; default: no console; serve web: 8080)")
+    option("--lease-seconds", type=int, metavar="SECONDS",
+           help="launcher: how long its lease on the runs lasts unless renewed (every third of it); another "
+                "launcher on the same event log takes them over only after it expired (env SLUICE_LEASE_SECONDS; "
+                "default 30)")
     option("--runs-history", type=int, metavar="RUNS",
            help="launcher: ended runs kept in memory and listed per schedule, the newest; older ones are still "
                 "found by id (GetRun) in the event log (env SLUICE_RUNS_HISTORY; default 1000)")
@@ -109,6 +113,16 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
     if (exposed := exposure_error(settings)) is not None:
         print(f"sluice: error: {exposed}", file=sys.stderr)
         return 2
+    from sluice_services.dir_lock import DataDirLocked, lock_services
+
+    try:  # held until the process ends: a second one of these services on this data dir refuses to start
+        locks = lock_services(settings.data_dir, names)
+    except DataDirLocked as locked:
+        print(f"sluice: error: {locked}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"sluice: error: {error}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(_serve(settings, names, label))
@@ -121,6 +135,9 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
     except OSError as error:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 1
+    finally:
+        for lock in locks:
+            lock.release()
     return 0
 
 

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Iterator
@@ -13,6 +16,7 @@ from sluice.bus.port import Record
 from sluice.bus.topics import LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.clock import Clock, epoch_micros
 from sluice.domain import runs
+from sluice.domain.lease import LEASE_STREAM, LeaseLost
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification, PartitionCommitted, ProgramStatusChanged, RunStatus
 from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkStarted, RequestRun, Run
@@ -20,10 +24,12 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
+from sluice.runtime.unit_of_work import retry_on_conflict
+from sluice.eventlog.port import WrongExpectedVersion
 from sluice.domain.errors import InvalidArgument
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
-from sluice.runtime.timers import run_timer_loop
+from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto, parse_bus_message
 from sluice.wire.jobs import job_from_proto
@@ -33,6 +39,7 @@ from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
 from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
 from sluice_services.launcher.run_outputs import RunPublisher
+from sluice_services.launcher.lease import LeaseChange, LeaseKeeper
 from sluice_services.launcher.tracking import ProcessIdentity
 from sluice_services.catalogue import LAUNCHER
 
@@ -41,7 +48,7 @@ log = logging.getLogger(__name__)
 STREAM_PREFIX = LAUNCHER.stream_prefixes[0]
 TYPES = EventTypes(runs.EVENTS)
 SNAPSHOTS = LAUNCHER.snapshots
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 """The schema version of this service's snapshots (Loaded[Run | None] per run stream): bump it when
 Run (or anything it holds) changes shape; a snapshot of another version is ignored and the
 log folded instead."""
@@ -51,12 +58,27 @@ DEFAULT_FINISHED_RUNS_PER_SCHEDULE = 1_000
 """Ended runs the launcher keeps in memory per schedule, the newest by request time; the log keeps them all."""
 
 
+EPOCH_METADATA = "lease_epoch"
+"""Every run event a launcher with a lease appends carries its epoch in the event's metadata."""
+
+
+class NotLeaseHolder(OSError):
+    """This launcher does not hold the launcher lease (another live launcher does): it launches nothing.
+    An OSError, so that the consumer treats it as infrastructure: the launch request is not consumed,
+    it waits (the service not ready) and is handled once this launcher holds the lease."""
+
+
 class LauncherService:
     def __init__(self, log: EventLog, clock: Clock, catalog: ProgramCatalog, submitter: ProgramSubmitter,
                  data_dir: Path, max_parallel: int = 2, publisher: RunPublisher | None = None,
-                 runs_history: int | None = DEFAULT_FINISHED_RUNS_PER_SCHEDULE, program_api: ProgramApi | None = None) -> None:
+                 runs_history: int | None = DEFAULT_FINISHED_RUNS_PER_SCHEDULE, program_api: ProgramApi | None = None,
+                 lease: LeaseKeeper | None = None) -> None:
         """`runs_history`: ended runs kept per schedule (None: all); older ones are read from the log when asked for.
-        `program_api`: what programs are told to reach the Partitions API with (None: nothing)."""
+        `program_api`: what programs are told to reach the Partitions API with (None: nothing).
+        `lease`: the launcher lease this launcher owns runs through (None: it owns every run, unfenced,
+        as a launcher alone on its log; tests and offline tools)."""
+        self._lease = lease
+        self._stepping_down: asyncio.Task | None = None
         self._publisher = publisher  # commit sequences and partition consumers (datasets); None: files only
         self._program_api = program_api
         self._log = log
@@ -87,11 +109,85 @@ class LauncherService:
         """Carry on with every run that has not ended: an attempt due now is started, unless the
         supervise wrapper's files show it started before the restart; then it is re-attached to
         (a live process is waited for, an ended one's exit code taken), or LOST if it vanished
-        without one. Retries not due yet wait for `fire_due`."""
+        without one. Retries not due yet wait for `fire_due`. With a lease, only once this launcher
+        holds it (`keep_lease` goes on trying); attempts of another home's epoch are LOST first."""
+        if self._lease is None:
+            self.fire_due()
+            return
+        try:
+            acquired = self._lease.tick() is LeaseChange.ACQUIRED
+        except Exception as error:  # the log unreachable: keep_lease tries again
+            log.warning("launcher lease: %r; trying again", error)
+            return
+        if acquired:
+            self._take_over(read_again=False)  # recovered just now, after the data dir's previous launcher ended
+
+    # -- the lease ---------------------------------------------------------------------------------
+
+    @property
+    def holds_lease(self) -> bool:
+        return self._lease is None or self._lease.holding
+
+    async def keep_lease(self) -> None:
+        """Renew the lease while holding it; stand by and take it over once it expired; step down when
+        another launcher took it. Runs as long as the service does."""
+        if self._lease is None:
+            return
+        while True:
+            await self.lease_tick()
+            delay = (self._lease.next_at() - self._clock.now()).total_seconds()
+            await asyncio.sleep(max(0.0, min(delay, MAX_TIMER_SLEEP)))
+
+    async def lease_tick(self) -> LeaseChange | None:
+        """One step of `keep_lease`: renew when due, take over an expired lease, step down from a lost one."""
+        try:
+            change = self._lease.tick()
+        except LeaseLost:
+            change = LeaseChange.LOST
+        except Exception as error:  # the log unreachable: tried again; the lease's expiry decides
+            log.warning("launcher lease: %r; trying again", error)
+            return None
+        if change is LeaseChange.ACQUIRED:
+            self._take_over(read_again=True)
+        elif change is LeaseChange.LOST:
+            await self.step_down()
+        return change
+
+    def _take_over(self, read_again: bool) -> None:
+        """This launcher now owns the runs: read what the previous holder appended (`read_again`), then
+        mark LOST every unfinished attempt owned by an epoch of another home (its processes cannot be
+        seen from here; the retry policy decides what follows), and start or re-attach to the rest."""
+        if read_again:
+            self.recover()
+        for run in self._waiting():
+            epoch = run.attempt.epoch
+            if not epoch or self._lease.mine(epoch):
+                continue  # this data dir's: its wrapper's files say what became of it
+            home = self._lease.lease.home_of(epoch)
+            try:
+                self._decide(run.id, MarkLost(f"its launcher (lease epoch {epoch}, {home or 'unknown home'}) "
+                                              f"lost the lease; its process cannot be seen from here"))
+            except LeaseLost:
+                return
         self.fire_due()
+
+    async def step_down(self) -> None:
+        """Another launcher holds the lease: stop following runs (their transitions are its to record now,
+        and it marks them LOST), and kill the programs this launcher started, so that a retry never
+        runs beside them."""
+        following, tasks = set(self._following), list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for run_id in following:
+            run = self.get(run_id)
+            if run is not None and run.attempt.pid:
+                _kill_group(ProcessIdentity(run.attempt.pid, run.attempt.process_start))
 
     def fire_due(self) -> None:
         """Start (or re-attach to) every current attempt that is due and not followed yet."""
+        if self._lease is not None and not self._lease.valid(self._clock.now()):
+            return
         now = self._clock.now()
         for run in self._waiting():
             if run.due_at <= now:
@@ -131,7 +227,14 @@ class LauncherService:
             raise MalformedMessage("job.id: must not be empty")
         job = job_from_proto(message.job)
         run_id = runs.run_id_for(job.id)
-        if self._decide(run_id, RequestRun(job)):
+        if self._lease is not None and not self._lease.valid(self._clock.now()):
+            raise NotLeaseHolder(f"launcher {self._lease.owner} does not hold the launcher lease")
+        try:
+            requested = self._decide(run_id, RequestRun(job))
+        except LeaseLost as lost:
+            await self.step_down()
+            raise NotLeaseHolder(str(lost)) from lost
+        if requested:
             self._spawn(self.get(run_id))
 
     async def drain(self) -> None:
@@ -156,6 +259,9 @@ class LauncherService:
                 await self._execute(run)
             except asyncio.CancelledError:
                 raise
+            except LeaseLost:
+                log.warning("run %s: this launcher lost the lease; it records nothing more", run.id)
+                self._stepping_down = asyncio.get_running_loop().create_task(self.step_down())
             except Exception as error:  # whatever went wrong, the attempt ends FAILED with the reason
                 log.exception("run %s failed to launch", run.id)
                 self._decide(run.id, MarkFailed(f"launcher error: {error!r}"))
@@ -211,8 +317,14 @@ class LauncherService:
         context = build_context(run.id, run.job, self._data_dir, attempt_dir, run.attempt.number)
         context["system"].update(self._program_api.context_for(run.id) if self._program_api else {})
         write_context(context_path, context)
+        if self._lease is not None and not self._lease.valid(self._clock.now()):
+            raise LeaseLost(f"the lease of {self._lease.owner} expired before run {run.id} could start")
         process = await self._submitter.submit(entry_point, context_path, attempt_dir / "driver.log")
-        self._decide(run.id, MarkStarted(process.pid, process.process_start))
+        try:
+            self._decide(run.id, MarkStarted(process.pid, process.process_start))
+        except LeaseLost:  # the new owner takes the attempt for LOST and retries it: this copy must not run
+            _kill_group(ProcessIdentity(process.pid, process.process_start))
+            raise
         return process
 
     def _publish(self, run: Run, attempt_dir: Path) -> None:
@@ -238,11 +350,40 @@ class LauncherService:
 
     def _decide(self, run_id: str, command: runs.RunCommand) -> list:
         now = self._clock.now()
-        run, events = execute(self._store, self._log, runs.stream_name(run_id),
-                              lambda r: runs.decide(r, command, now))
+        if self._lease is None:
+            run, events = execute(self._store, self._log, runs.stream_name(run_id),
+                                  lambda r: runs.decide(r, command, now))
+        else:
+            run, events = self._fenced(runs.stream_name(run_id), command, now)
         if run is not None:
             self._keep(run)
         return events
+
+    def _fenced(self, stream: str, command: runs.RunCommand, now: datetime) -> tuple[Run | None, list]:
+        """Decide with this launcher's epoch and append together with the lease's fence: LeaseLost, having
+        appended nothing, once another launcher took the lease over."""
+        lease = self._lease
+
+        def attempt() -> tuple[Run | None, list]:
+            loaded = self._store.load(stream)
+            events = runs.decide(loaded.state, command, now, lease.epoch)
+            if not events:
+                return loaded.state, []
+            prepared = self._store.prepare(stream, events)
+            tagged = [replace(event, metadata={**event.metadata, EPOCH_METADATA: str(lease.epoch)})
+                      for event in prepared.events]
+            versions = self._log.append_batch([replace(prepared, events=tagged), lease.fence()])
+            state = self._store.commit(stream, events, versions[0])
+            self._store.snapshot_if_due()
+            return state, events
+
+        def reload(conflict: WrongExpectedVersion) -> None:
+            if conflict.stream == LEASE_STREAM:
+                lease.conflicted(conflict)
+                raise LeaseLost(f"launcher {lease.owner}: the lease was taken over") from conflict
+            self._store.forget(conflict.stream)
+
+        return retry_on_conflict(attempt, reload, what=f"stream {stream}")
 
     def _keep(self, run: Run) -> None:
         """Into the listing: a new run, one another launcher wrote, or an old one read back from the log
@@ -296,6 +437,15 @@ class LauncherService:
 def listing_key(run: Run) -> ListingKey:
     """Runs are listed by request time, then id."""
     return epoch_micros(run.requested_at), run.id
+
+
+def _kill_group(process: ProcessIdentity) -> None:
+    """The program's wrapper leads a session of its own: kill it and what it started, if it is still that process."""
+    if process.pid and (not process.process_start or process.alive()):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:

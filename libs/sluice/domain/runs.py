@@ -73,6 +73,8 @@ class RunRequested:
     run_id: str
     job: Job
     at: datetime
+    epoch: int = 0
+    """The launcher lease's epoch of the launcher that recorded it (sluice.domain.lease; 0: none)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class RunStarted:
     at: datetime
     attempt: int = 1
     process_start: int = 0
+    epoch: int = 0
+    """The lease epoch of the launcher that started it: the attempt's owner."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,8 @@ class RunRetryScheduled:
     error: str
     due_at: datetime
     at: datetime
+    epoch: int = 0
+    """The lease epoch of the launcher that decided the retry: the next attempt's owner until one starts it."""
 
 
 EVENTS = (RunRequested, RunStarted, RunCompleted, RunFailed, RunLost, RunRetryScheduled)
@@ -134,6 +140,9 @@ class Attempt:
     pid: int | None = None
     process_start: int = 0
     error: str = ""
+    epoch: int = 0
+    """The lease epoch of the launcher that owns the attempt: the one that recorded its intent, then the
+    one that started it. A launcher of another home cannot find its process (0: recorded without a lease)."""
 
 
 @dataclass(frozen=True)
@@ -170,27 +179,28 @@ class Run:
         return self.attempt.due_at
 
 
-def decide(run: Run | None, command: RunCommand, now: datetime) -> list[RunEvent]:
+def decide(run: Run | None, command: RunCommand, now: datetime, epoch: int = 0) -> list[RunEvent]:
+    """`epoch`: the deciding launcher's lease epoch, recorded as the owner of the attempt it requests or starts."""
     match command:
         case RequestRun(job):
-            return [] if run is not None else [RunRequested(run_id_for(job.id), job, now)]
+            return [] if run is not None else [RunRequested(run_id_for(job.id), job, now, epoch)]
     if run is None:
         raise ValueError(f"no run for command {command!r}")
     if run.status.terminal:
         return []
     match command:
         case MarkStarted(pid, process_start):
-            return [RunStarted(run.id, pid, now, run.attempt.number, process_start)] \
+            return [RunStarted(run.id, pid, now, run.attempt.number, process_start, epoch)] \
                 if run.status is RunStatus.STARTING else []
         case MarkCompleted(outputs, inputs):
             return [RunCompleted(run.id, outputs, inputs, now)]
         case MarkFailed(error, retryable):
             policy = run.job.retry_policy
             if retryable and policy.retry_failed and _retries_left(run):
-                return [_retry(run, RunStatus.FAILED, error, now)]
+                return [_retry(run, RunStatus.FAILED, error, now, epoch)]
             return [RunFailed(run.id, error, now)]
         case MarkLost(reason):
-            return [_retry(run, RunStatus.LOST, reason, now)] if _retries_left(run) else [RunLost(run.id, reason, now)]
+            return [_retry(run, RunStatus.LOST, reason, now, epoch)] if _retries_left(run) else [RunLost(run.id, reason, now)]
     raise TypeError(f"unknown command {command!r}")
 
 
@@ -198,17 +208,18 @@ def _retries_left(run: Run) -> bool:
     return run.attempt.number <= run.job.retry_policy.max_retries
 
 
-def _retry(run: Run, status: RunStatus, error: str, now: datetime) -> RunRetryScheduled:
+def _retry(run: Run, status: RunStatus, error: str, now: datetime, epoch: int) -> RunRetryScheduled:
     delay = run.job.retry_policy.delay_before(run.attempt.number)
-    return RunRetryScheduled(run.id, run.attempt.number, status, error, now + timedelta(seconds=delay), now)
+    return RunRetryScheduled(run.id, run.attempt.number, status, error, now + timedelta(seconds=delay), now, epoch)
 
 
 def evolve(run: Run | None, event: RunEvent) -> Run:
     match event:
-        case RunRequested(run_id, job, at):
-            return Run(run_id, job, RunStatus.STARTING, at, attempts=(Attempt(1, at),))
-        case RunStarted(_, pid, at, _, process_start):
-            attempt = replace(run.attempt, status=RunStatus.RUNNING, started_at=at, pid=pid, process_start=process_start)
+        case RunRequested(run_id, job, at, epoch):
+            return Run(run_id, job, RunStatus.STARTING, at, attempts=(Attempt(1, at, epoch=epoch),))
+        case RunStarted(_, pid, at, _, process_start, epoch):
+            attempt = replace(run.attempt, status=RunStatus.RUNNING, started_at=at, pid=pid, process_start=process_start,
+                              epoch=epoch)
             return replace(run, status=RunStatus.RUNNING, pid=pid, started_at=run.started_at or at,
                            attempts=_with_current(run, attempt))
         case RunCompleted(_, outputs, inputs, at):
@@ -217,10 +228,10 @@ def evolve(run: Run | None, event: RunEvent) -> Run:
             return _ended(run, RunStatus.FAILED, error, at)
         case RunLost(_, reason, at):
             return _ended(run, RunStatus.LOST, reason, at)
-        case RunRetryScheduled(_, attempt, status, error, due_at, at):
+        case RunRetryScheduled(_, attempt, status, error, due_at, at, epoch):
             ended = replace(run.attempt, status=status, error=error, ended_at=at)
             return replace(run, status=RunStatus.STARTING, pid=None, error=error,
-                           attempts=(*_with_current(run, ended), Attempt(attempt + 1, due_at)))
+                           attempts=(*_with_current(run, ended), Attempt(attempt + 1, due_at, epoch=epoch)))
     raise TypeError(f"unknown event {event!r}")
 
 
