@@ -222,6 +222,21 @@ def test_recovery_from_a_snapshot_folds_only_the_log_after_it(log, service):
     assert log.read_snapshot("lineage").position == log.head_position()
 
 
+def test_a_snapshot_whose_columns_disagree_is_ignored_and_the_log_folded(log, service):
+    import dataclasses
+
+    from sluice.runtime.snapshots import Schema, Snapshots
+    from sluice_services.lineage.service import SNAPSHOT_VERSION
+    from sluice_services.lineage.snapshot import LineageColumns, columns
+
+    saved = columns(service.state.facts)
+    damaged = dataclasses.replace(saved, counts=saved.counts[:-1])
+    assert Snapshots(log, "lineage", Schema(LineageColumns, SNAPSHOT_VERSION)).save(log.head_position(), damaged)
+    recovered = LineageService(log, SimulatedClock(T0))
+    recovered.recover()
+    assert recovered.state == service.state
+
+
 def test_a_snapshot_is_written_every_snapshot_every_events(log, monkeypatch):
     from sluice_services.lineage import service as lineage_service
 

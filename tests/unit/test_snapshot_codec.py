@@ -142,6 +142,32 @@ def test_the_lineage_facts_round_trip(state):
 
 
 @EXAMPLES
+@given(st.lists(run_facts, max_size=5))
+def test_the_lineage_snapshot_columns_round_trip(facts):
+    from sluice_services.lineage.service import SNAPSHOT_VERSION
+    from sluice_services.lineage.snapshot import LineageColumns, columns, run_facts as facts_of
+
+    state = {f.run_id: f for f in facts}
+    restored = facts_of(round_trip(columns(state), Schema(LineageColumns, SNAPSHOT_VERSION)))
+    same(list(state.values()), restored)
+
+
+def test_lineage_columns_that_disagree_are_unusable():
+    from sluice_services.lineage.snapshot import ColumnsUnusable, columns, run_facts as facts_of
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    good = columns({"r": RunFacts("r", job=(t0, 1, "ns", "job"), inputs=("a", "b"), seen=(("START", t0),))})
+    assert facts_of(good)[0].inputs == ("a", "b")
+    for damaged in (dataclasses.replace(good, inputs=good.inputs[:1]),           # fewer than its count
+                    dataclasses.replace(good, counts=[0, 3, 0, 0, 1]),           # more than the column
+                    dataclasses.replace(good, run_ids=["r", "s"]),               # columns of other lengths
+                    dataclasses.replace(good, job=[0, 1, 0, 99]),                # a string that is not there
+                    dataclasses.replace(good, seen=[0, 7])):                     # a time that is not there
+        with pytest.raises(ColumnsUnusable):
+            facts_of(damaged)
+
+
+@EXAMPLES
 @given(st.lists(st.from_type(DatasetCreated), max_size=3).map(tuple), st.lists(texts, max_size=3).map(tuple))
 def test_the_launchers_datasets_round_trip(created, unfinished):
     round_trip((created, unfinished), Schema(tuple[tuple[DatasetCreated, ...], tuple[str, ...]], 1))

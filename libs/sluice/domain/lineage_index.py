@@ -58,14 +58,76 @@ class LineageIndex:
 
     @classmethod
     def from_facts(cls, facts: Iterable[RunFacts]) -> LineageIndex:
+        """Every index computed in bulk (a restart from a snapshot), equal to what `apply` maintains:
+        jobs derived once per distinct (parent job, naming), the datasets counted per job."""
         index = cls()
-        index.facts = {f.run_id: f for f in facts}
-        for f in index.facts.values():
+        index.facts = facts = {f.run_id: f for f in facts}
+        for f in facts.values():
             if f.parent:
                 index.children.setdefault(f.parent[2], set()).add(f.run_id)
-        for run_id in index.facts:
-            index._move(run_id, None, index.derive_job(run_id))
+        index.job_of_run = job_of_run = index._derive_all()
+        by_job: dict[int, list[str]] = {}                   # id(shared Job) -> the runs that derive it
+        for run_id, job in job_of_run.items():
+            runs = by_job.get(id(job))
+            if runs is None:
+                by_job[id(job)] = [run_id]
+            else:
+                runs.append(run_id)
+        runs_of_job: dict[JobKey, list[str]] = {}
+        for job in index._shared:
+            runs = by_job[id(job)]
+            index._namings.setdefault(job.key, {})[job] = len(runs)
+            runs_of_job.setdefault(job.key, []).extend(runs)
+        index.jobs = {key: min(by_job, key=_preference) for key, by_job in index._namings.items()}
+        for key, run_ids in runs_of_job.items():
+            index.runs_of_job[key] = set(run_ids)
+            index.latest[key] = max([((f := facts[r]).first_start or f.first_seen or _EPOCH, r) for r in run_ids])
+            for datasets, by_job, by_dataset in (([facts[r].inputs for r in run_ids], index.inputs_of_job, index.readers),
+                                                 ([facts[r].outputs for r in run_ids], index.outputs_of_job, index.writers)):
+                counts: dict[DatasetKey, int] = {}
+                for of_run in datasets:
+                    for dataset in of_run:
+                        counts[dataset] = counts.get(dataset, 0) + 1
+                if counts:
+                    by_job[key] = counts
+                    for dataset, count in counts.items():
+                        by_dataset.setdefault(dataset, {})[key] = count
         return index
+
+    def _derive_all(self) -> dict[str, Job]:
+        """`derive_job` of every run, as the shared Job (`_shared` filled): each chain is walked
+        once, a run below one derived without a cycle takes its parent's job (one Job made per
+        distinct parent job and naming), and a chain that meets a cycle is derived run by run."""
+        facts, shared, acyclic, cyclic = self.facts, self._shared, {}, {}
+        made: dict[tuple, Job] = {}
+        for run_id in facts:
+            if run_id in acyclic or run_id in cyclic:
+                continue
+            chain, on_chain, current, parent_job, cycle = [run_id], {run_id}, run_id, None, False
+            while (parent := facts[current].parent) and (up := parent[2]) in facts:
+                if up in acyclic:
+                    parent_job = acyclic[up]
+                    break
+                if up in cyclic or up in on_chain:
+                    cycle = True
+                    break
+                chain.append(up)
+                on_chain.add(up)
+                current = up
+            if cycle:
+                for rid in chain:
+                    job = self.derive_job(rid)
+                    cyclic[rid] = shared.setdefault(job, job)
+                continue
+            for rid in reversed(chain):
+                f = facts[rid]
+                naming = (id(parent_job), f.job[2:] if f.job else min(f.claims), f.parent[4] if parent_job else None)
+                job = made.get(naming)
+                if job is None:
+                    job = _job_of(f, parent_job)
+                    job = made[naming] = shared.setdefault(job, job)
+                parent_job = acyclic[rid] = job
+        return {run_id: acyclic[run_id] if run_id in acyclic else cyclic[run_id] for run_id in facts}
 
     def sorted_job_keys(self) -> list[JobKey]:
         if self._sorted_jobs is None:
