@@ -199,6 +199,11 @@ _KINDS = {"partition": "partition", "time": "time", "data_size": "data-size", "q
           "elapsed": "elapsed", "program_status": "program-status"}
 
 
+_USES = {"partition": ("dataset", "count", "filter"), "time": ("cron", "zone"),
+         "data-size": ("dataset", "min_bytes", "filter"), "quiet-period": ("dataset", "quiet_seconds", "filter"),
+         "elapsed": ("seconds",), "program-status": ("upstream", "count", "status")}
+
+
 def _with_current_trigger(args, current: schedules_pb2.Trigger) -> argparse.Namespace:
     """update's trigger options completed from the current trigger (when --trigger keeps its kind) or
     from create's defaults."""
@@ -219,6 +224,12 @@ def _with_current_trigger(args, current: schedules_pb2.Trigger) -> argparse.Name
         if kind == "program_status":
             known["upstream"] = f"{value.namespace}.{value.app}.{value.program}"
             known["status"] = [notifications_pb2.RunStatus.Name(s) for s in value.statuses]
+    chosen = args.trigger or _KINDS.get(kind)
+    stray = [option for option in TRIGGER_OPTIONS[1:]
+             if getattr(args, option) is not None and option not in _USES.get(chosen, ())]
+    if stray:
+        raise UsageError(f"--{stray[0].replace('_', '-')}: not an option of the {chosen} trigger "
+                         f"(the schedule's trigger is {describe.trigger_text(current)}; give --trigger to change it)")
     merged = argparse.Namespace(**vars(args))
     for option in TRIGGER_OPTIONS:
         if getattr(args, option) is None:
