@@ -94,6 +94,8 @@ class LeaseKeeper:
         self._version = NO_STREAM
         self._epoch = 0
         self.holding = False
+        self._lost_unreported = False
+        """A fenced append found the lease taken over: the next `tick` reports LOST (the launcher steps down)."""
         self._renewed_at: datetime | None = None
 
     # -- what the launcher asks --------------------------------------------------------------------
@@ -127,12 +129,15 @@ class LeaseKeeper:
         if self.holding:
             log.warning("launcher %s (epoch %s): the lease was taken over (%s); stepping down", self.owner,
                         self.epoch, conflict)
+            self._lost_unreported = True
         self.holding = False
         self._read()
 
     def next_at(self) -> datetime:
         """When `tick` has something to do: the next renewal, or (standing by) the lease's expiry."""
         now = self._clock.now()
+        if self._lost_unreported:
+            return now
         if self.holding and self._renewed_at is not None:
             return self._renewed_at + timedelta(seconds=self.terms.renew_seconds)
         if self._lease is not None and self._lease.home != self.home:
@@ -145,6 +150,9 @@ class LeaseKeeper:
         """Renew when due while holding; standing by, acquire once the lease expired (or it was this
         home's). Infrastructure errors of the log are raised (the caller retries later)."""
         now = self._clock.now()
+        if self._lost_unreported:
+            self._lost_unreported = False
+            return LeaseChange.LOST
         if self.holding:
             if self._renewed_at is not None and now < self._renewed_at + timedelta(seconds=self.terms.renew_seconds):
                 return None
@@ -157,6 +165,7 @@ class LeaseKeeper:
         except (WrongExpectedVersion, LeaseLost) as lost:
             self.conflicted(lost if isinstance(lost, WrongExpectedVersion) else WrongExpectedVersion(
                 LEASE_STREAM, self._version, -1))
+            self._lost_unreported = False
             return LeaseChange.LOST
         self._renewed_at = now
         return None

@@ -93,6 +93,8 @@ class LauncherService:
             state_type=Run | None)
         self._tasks: set[asyncio.Task] = set()
         self._following: set[str] = set()
+        self._processes: dict[str, ProcessIdentity] = {}
+        """The program process of each run a task of this launcher started or re-attached to."""
         """Runs whose current attempt a task of this launcher starts or waits for."""
         self._kept = RetainedListing(runs_history)
         """The listing order of the runs kept in memory: every run not ended (what fire_due looks at,
@@ -175,14 +177,12 @@ class LauncherService:
         """Another launcher holds the lease: stop following runs (their transitions are its to record now,
         and it marks them LOST), and kill the programs this launcher started, so that a retry never
         runs beside them."""
-        following, tasks = set(self._following), list(self._tasks)
+        processes, tasks = list(self._processes.values()), list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for run_id in following:
-            run = self.get(run_id)
-            if run is not None and run.attempt.pid:
-                _kill_group(ProcessIdentity(run.attempt.pid, run.attempt.process_start))
+        for process in processes:
+            _kill_group(process)
 
     def fire_due(self) -> None:
         """Start (or re-attach to) every current attempt that is due and not followed yet."""
@@ -250,6 +250,7 @@ class LauncherService:
         def done(finished: asyncio.Task) -> None:
             self._tasks.discard(finished)
             self._following.discard(run.id)
+            self._processes.pop(run.id, None)
             self._timers_changed.set()  # a retry may be due later
         task.add_done_callback(done)
 
@@ -270,6 +271,7 @@ class LauncherService:
         attempt_dir = self.attempt_dir(run)
         found = await self._find(run, attempt_dir)
         if found is not None:  # started before the launcher restarted
+            self._processes[run.id] = ProcessIdentity(found.pid, found.process_start)
             if run.status is RunStatus.STARTING:  # ... and it stopped before recording that
                 self._decide(run.id, MarkStarted(found.pid, found.process_start))
             exit_code = await found.wait()
@@ -279,6 +281,7 @@ class LauncherService:
             process = await self._start(run, attempt_dir)
             if process is None:
                 return
+            self._processes[run.id] = ProcessIdentity(process.pid, process.process_start)
             exit_code = await process.wait()
         if exit_code is None:
             self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
@@ -372,8 +375,9 @@ class LauncherService:
             prepared = self._store.prepare(stream, events)
             tagged = [replace(event, metadata={**event.metadata, EPOCH_METADATA: str(lease.epoch)})
                       for event in prepared.events]
-            versions = self._log.append_batch([replace(prepared, events=tagged), lease.fence()])
-            state = self._store.commit(stream, events, versions[0])
+            # the fence first: a lease taken over is the conflict reported, not the run's own stream
+            versions = self._log.append_batch([lease.fence(), replace(prepared, events=tagged)])
+            state = self._store.commit(stream, events, versions[1])
             self._store.snapshot_if_due()
             return state, events
 

@@ -1,0 +1,167 @@
+"""The launcher lease on a real SQLite log with real program processes (the stand-in through the supervise
+wrapper): a live owner's runs are never taken, a launcher that lost the lease appends nothing, a launcher
+restarted on the same data dir takes over at once and re-attaches; and one process per service per data
+dir, shown with two real `sluice` processes."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from sluice.bus.port import Record
+from sluice.bus.topics import LAUNCH_REQUESTS
+from sluice.clock import SimulatedClock
+from sluice.domain.common import ProgramRef, RunStatus
+from sluice.domain.jobs import Job, TriggerContext
+from sluice.domain.lease import LeaseLost
+from sluice.domain.runs import MarkLost
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.ids import derived_id, run_id_for
+from sluice.v1 import jobs_pb2
+from sluice.wire.jobs import job_to_proto
+from sluice_services.launcher import supervise
+from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, LeaseTerms
+from sluice_services.launcher.programs import SparkConfig, SparkSubmitter
+from sluice_services.launcher.service import LauncherService, NotLeaseHolder
+from sluice_services.localserver import LocalServer
+
+pytestmark = pytest.mark.integration
+
+STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_program.py"
+TERMS = LeaseTerms(seconds=30, renew_every=10)
+
+
+class Catalog:
+    def entry_point(self, program: ProgramRef) -> Path:
+        return STAND_IN
+
+
+class Hosts:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.clock = SimulatedClock(datetime(2026, 11, 23, 10, tzinfo=timezone.utc))
+        spark_submit = root / "spark-submit"
+        spark_submit.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STAND_IN}" "$@"\n')
+        spark_submit.chmod(0o755)
+        self.config = SparkConfig(spark_submit=str(spark_submit))
+        self.logs: list[SqliteEventLog] = []
+        self.gate = root / "gate"
+        self.starts = root / "starts.log"
+
+    def launcher(self, host: str) -> LauncherService:
+        log = SqliteEventLog(self.root / "events.db", clock=self.clock)
+        self.logs.append(log)
+        launcher = LauncherService(log, self.clock, Catalog(), SparkSubmitter(self.config, 0.05),
+                                   self.root / host / "data", lease=LeaseKeeper(log, self.clock, host, TERMS))
+        launcher.recover()
+        launcher.resume()
+        return launcher
+
+    def request(self, n: int) -> Record:
+        job = Job(derived_id("job", str(n)), "schedule-1", n, ProgramRef("web", "analytics", "hourly_counts"),
+                  TriggerContext("schedule-1", "hourly", {"starts_log": str(self.starts), "gate": str(self.gate)}),
+                  self.clock.now())
+        return Record(LAUNCH_REQUESTS, 0, n, b"k", jobs_pb2.LaunchRequested(job=job_to_proto(job)).SerializeToString(),
+                      (), 0)
+
+    def events(self) -> int:
+        return len(self.logs[0].read_all(0, 100_000))
+
+
+@pytest.fixture
+def hosts(tmp_path: Path):
+    h = Hosts(tmp_path)
+    yield h
+    h.gate.touch()
+    for spawned in tmp_path.rglob(supervise.SPAWNED):
+        try:
+            os.killpg(int(spawned.read_text().split()[0]), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, ValueError):
+            pass
+    for log in h.logs:
+        log.close()
+
+
+async def until(condition, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_standby_never_takes_the_runs_of_a_live_launcher(hosts: Hosts):
+    a, b = hosts.launcher("host-a"), hosts.launcher("host-b")
+    assert a.holds_lease and not b.holds_lease
+    await a.on_launch_requested(hosts.request(1))
+    run_id = run_id_for(derived_id("job", "1"))
+    await until(lambda: a.get(run_id).status is RunStatus.RUNNING)
+    with pytest.raises(NotLeaseHolder):
+        await b.on_launch_requested(hosts.request(2))
+    for _ in range(12):  # two minutes: four lease durations, the owner renewing all along
+        hosts.clock.advance(timedelta(seconds=10))
+        assert await a.lease_tick() is None
+        assert await b.lease_tick() is None
+        b.fire_due()
+    b.recover()
+    assert b.get(run_id).status is RunStatus.RUNNING and run_id_for(derived_id("job", "2")) not in {
+        r.id for r in b.runs()}, "the standby recorded nothing, started nothing"
+    assert not b._tasks
+    hosts.gate.touch()
+    await a.drain()
+    assert a.get(run_id).status is RunStatus.COMPLETED
+    assert len(hosts.starts.read_text().splitlines()) == 1
+
+
+async def test_a_launcher_whose_lease_was_taken_over_appends_nothing_and_kills_its_program(hosts: Hosts):
+    a, b = hosts.launcher("host-a"), hosts.launcher("host-b")
+    await a.on_launch_requested(hosts.request(1))
+    run_id = run_id_for(derived_id("job", "1"))
+    await until(lambda: a.get(run_id).status is RunStatus.RUNNING and hosts.starts.exists())
+    wrapper = a.get(run_id).attempt.pid
+    hosts.clock.advance(timedelta(seconds=31))  # a is paused past its lease
+    assert await b.lease_tick() is LeaseChange.ACQUIRED
+    assert b.get(run_id).attempts[0].status is RunStatus.LOST, "another home's attempt: LOST, retried by policy"
+    assert "lost the lease" in b.get(run_id).attempts[0].error
+    before = hosts.events()
+    with pytest.raises(LeaseLost):
+        a._decide(run_id, MarkLost("a's own judgment, too late"))
+    assert hosts.events() == before, "fenced: nothing appended"
+    assert await a.lease_tick() is LeaseChange.LOST
+    await until(lambda: not Path(f"/proc/{wrapper}").exists() or
+                Path(f"/proc/{wrapper}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")
+    with pytest.raises(NotLeaseHolder):
+        await a.on_launch_requested(hosts.request(2))
+
+
+async def test_a_launcher_restarted_on_the_same_data_dir_takes_over_at_once_and_re_attaches(hosts: Hosts):
+    first = hosts.launcher("host-a")
+    await first.on_launch_requested(hosts.request(1))
+    run_id = run_id_for(derived_id("job", "1"))
+    await until(lambda: first.get(run_id).status is RunStatus.RUNNING and hosts.starts.exists())
+    for task in list(first._tasks):  # kill -9 of the launcher alone: its program goes on
+        task.cancel()
+    second = hosts.launcher("host-a")  # same home: its data dir's lock says the first one ended
+    assert second.holds_lease and second._lease.epoch == 2
+    hosts.gate.touch()
+    await until(lambda: second.get(run_id).status.terminal)
+    assert second.get(run_id).status is RunStatus.COMPLETED and len(second.get(run_id).attempts) == 1
+    assert len(hosts.starts.read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", [("serve", "launcher"), ("standalone",)])
+def test_a_second_process_of_a_service_on_one_data_dir_refuses_to_start(tmp_path: Path, command: tuple[str, ...]):
+    with LocalServer(tmp_path / "data", command=command) as first:
+        second = subprocess.run([sys.executable, "-m", "sluice_services.cli", *command, "--data-dir",
+                                 str(tmp_path / "data"), "--port", "0"], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2, second
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and "already runs on data dir" in lines[0] and str(first.pid) in lines[0], lines
+        assert first.process.poll() is None, "the first one serves on"
+    with LocalServer(tmp_path / "data", command=command):  # the lock went with the process
+        pass
