@@ -12,10 +12,11 @@ import os
 import secrets
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
 
 from sluice.clock import Clock
 from sluice.domain import lease
@@ -23,10 +24,15 @@ from sluice.domain.lease import LEASE_STREAM, Acquire, Lease, LeaseHeld, LeaseLo
 from sluice.eventlog.codec import EventTypes, encode
 from sluice.eventlog.port import NO_STREAM, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.ids import derived_id
+from sluice.runtime.aggregates import AggregateStore
+from sluice.runtime.unit_of_work import retry_on_conflict
 
 log = logging.getLogger(__name__)
 
 TYPES = EventTypes(lease.EVENTS)
+EPOCH_METADATA = "lease_epoch"
+"""Every run event a launcher with a lease appends carries its epoch in the event's metadata."""
+S = TypeVar("S")
 DEFAULT_LEASE_SECONDS = 30.0
 HOME_FILE = "launcher-home"
 
@@ -199,3 +205,32 @@ class LeaseKeeper:
         for recorded in self._log.read_stream(LEASE_STREAM, self._version + 1):
             self._lease = lease.evolve(self._lease, TYPES.decode(recorded))
             self._version = recorded.version
+
+
+def fenced_execute(store: AggregateStore[S], event_log: EventLog, keeper: LeaseKeeper, stream: str,
+                   decide: Callable[[S], Sequence[Any]]) -> tuple[S, list]:
+    """`aggregates.execute` fenced by the lease: the events (tagged with the keeper's epoch) are appended
+    in one batch with `keeper.fence()`; LeaseLost, having appended nothing, once another launcher took
+    the lease over (or when the keeper holds none)."""
+
+    def attempt() -> tuple[S, list]:
+        loaded = store.load(stream)
+        events = list(decide(loaded.state))
+        if not events:
+            return loaded.state, []
+        prepared = store.prepare(stream, events)
+        tagged = [replace(event, metadata={**event.metadata, EPOCH_METADATA: str(keeper.epoch)})
+                  for event in prepared.events]
+        # the fence first: a lease taken over is the conflict reported, not the run's own stream
+        versions = event_log.append_batch([keeper.fence(), replace(prepared, events=tagged)])
+        state = store.commit(stream, events, versions[1])
+        store.snapshot_if_due()
+        return state, events
+
+    def reload(conflict: WrongExpectedVersion) -> None:
+        if conflict.stream == LEASE_STREAM:
+            keeper.conflicted(conflict)
+            raise LeaseLost(f"launcher {keeper.owner}: the lease was taken over") from conflict
+        store.forget(conflict.stream)
+
+    return retry_on_conflict(attempt, reload, what=f"stream {stream}")

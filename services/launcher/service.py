@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Iterator
@@ -16,7 +13,7 @@ from sluice.bus.port import Record
 from sluice.bus.topics import LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.clock import Clock, epoch_micros
 from sluice.domain import runs
-from sluice.domain.lease import LEASE_STREAM, LeaseLost
+from sluice.domain.lease import LeaseLost
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification, PartitionCommitted, ProgramStatusChanged, RunStatus
 from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkStarted, RequestRun, Run
@@ -24,8 +21,6 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
-from sluice.runtime.unit_of_work import retry_on_conflict
-from sluice.eventlog.port import WrongExpectedVersion
 from sluice.domain.errors import InvalidArgument
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
@@ -39,8 +34,8 @@ from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
 from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
 from sluice_services.launcher.run_outputs import RunPublisher
-from sluice_services.launcher.lease import LeaseChange, LeaseKeeper
-from sluice_services.launcher.tracking import ProcessIdentity
+from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, fenced_execute
+from sluice_services.launcher.tracking import ProcessIdentity, kill_group
 from sluice_services.catalogue import LAUNCHER
 
 log = logging.getLogger(__name__)
@@ -56,10 +51,6 @@ LOG_TAIL_BYTES = 2000
 WRAPPER_STARTING_POLL = 0.02
 DEFAULT_FINISHED_RUNS_PER_SCHEDULE = 1_000
 """Ended runs the launcher keeps in memory per schedule, the newest by request time; the log keeps them all."""
-
-
-EPOCH_METADATA = "lease_epoch"
-"""Every run event a launcher with a lease appends carries its epoch in the event's metadata."""
 
 
 class NotLeaseHolder(OSError):
@@ -182,7 +173,7 @@ class LauncherService:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for process in processes:
-            _kill_group(process)
+            kill_group(process)
 
     def fire_due(self) -> None:
         """Start (or re-attach to) every current attempt that is due and not followed yet."""
@@ -326,7 +317,7 @@ class LauncherService:
         try:
             self._decide(run.id, MarkStarted(process.pid, process.process_start))
         except LeaseLost:  # the new owner takes the attempt for LOST and retries it: this copy must not run
-            _kill_group(ProcessIdentity(process.pid, process.process_start))
+            kill_group(ProcessIdentity(process.pid, process.process_start))
             raise
         return process
 
@@ -357,37 +348,11 @@ class LauncherService:
             run, events = execute(self._store, self._log, runs.stream_name(run_id),
                                   lambda r: runs.decide(r, command, now))
         else:
-            run, events = self._fenced(runs.stream_name(run_id), command, now)
+            run, events = fenced_execute(self._store, self._log, self._lease, runs.stream_name(run_id),
+                                         lambda r: runs.decide(r, command, now, self._lease.epoch))
         if run is not None:
             self._keep(run)
         return events
-
-    def _fenced(self, stream: str, command: runs.RunCommand, now: datetime) -> tuple[Run | None, list]:
-        """Decide with this launcher's epoch and append together with the lease's fence: LeaseLost, having
-        appended nothing, once another launcher took the lease over."""
-        lease = self._lease
-
-        def attempt() -> tuple[Run | None, list]:
-            loaded = self._store.load(stream)
-            events = runs.decide(loaded.state, command, now, lease.epoch)
-            if not events:
-                return loaded.state, []
-            prepared = self._store.prepare(stream, events)
-            tagged = [replace(event, metadata={**event.metadata, EPOCH_METADATA: str(lease.epoch)})
-                      for event in prepared.events]
-            # the fence first: a lease taken over is the conflict reported, not the run's own stream
-            versions = self._log.append_batch([lease.fence(), replace(prepared, events=tagged)])
-            state = self._store.commit(stream, events, versions[1])
-            self._store.snapshot_if_due()
-            return state, events
-
-        def reload(conflict: WrongExpectedVersion) -> None:
-            if conflict.stream == LEASE_STREAM:
-                lease.conflicted(conflict)
-                raise LeaseLost(f"launcher {lease.owner}: the lease was taken over") from conflict
-            self._store.forget(conflict.stream)
-
-        return retry_on_conflict(attempt, reload, what=f"stream {stream}")
 
     def _keep(self, run: Run) -> None:
         """Into the listing: a new run, one another launcher wrote, or an old one read back from the log
@@ -441,15 +406,6 @@ class LauncherService:
 def listing_key(run: Run) -> ListingKey:
     """Runs are listed by request time, then id."""
     return epoch_micros(run.requested_at), run.id
-
-
-def _kill_group(process: ProcessIdentity) -> None:
-    """The program's wrapper leads a session of its own: kill it and what it started, if it is still that process."""
-    if process.pid and (not process.process_start or process.alive()):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:

@@ -93,6 +93,16 @@ def kill_leftovers(process: ProcessIdentity) -> bool:
     return True
 
 
+def kill_group(process: ProcessIdentity) -> None:
+    """A program's wrapper leads a session of its own: kill it and what it started, if it is still that
+    process (a start time of 0, unknown, trusts the pid)."""
+    if process.pid and (not process.process_start or process.alive()):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 class SupervisedProgram:
     """A program started through the wrapper, found again by a launcher that did not start it."""
 

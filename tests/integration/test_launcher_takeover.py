@@ -38,9 +38,9 @@ from sluice.ids import derived_id, run_id_for
 from sluice.v1 import jobs_pb2
 from sluice.wire.jobs import job_to_proto
 from sluice_services.launcher import supervise
-from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, LeaseTerms
+from sluice_services.launcher.lease import EPOCH_METADATA, LeaseChange, LeaseKeeper, LeaseTerms
 from sluice_services.launcher.programs import SparkConfig, SparkSubmitter
-from sluice_services.launcher.service import EPOCH_METADATA, LauncherService, NotLeaseHolder
+from sluice_services.launcher.service import LauncherService, NotLeaseHolder
 from sluice_services.launcher.tracking import spawned
 
 pytestmark = pytest.mark.integration
