@@ -100,8 +100,21 @@ class LineageIndex:
         distinct parent job and naming), and a chain that meets a cycle is derived run by run."""
         facts, shared, acyclic, cyclic = self.facts, self._shared, {}, {}
         made: dict[tuple, Job] = {}
-        for run_id in facts:
+
+        def job_of(f: RunFacts, parent_job: Job | None) -> Job:
+            naming = (id(parent_job), f.job[2:] if f.job else min(f.claims), f.parent[4] if parent_job else None)
+            job = made.get(naming)
+            if job is None:
+                job = _job_of(f, parent_job)
+                job = made[naming] = shared.setdefault(job, job)
+            return job
+
+        for run_id, f in facts.items():
             if run_id in acyclic or run_id in cyclic:
+                continue
+            parent = f.parent
+            if parent is None or parent[2] not in facts or parent[2] in acyclic:  # mostly: a parent comes first
+                acyclic[run_id] = job_of(f, acyclic[parent[2]] if parent and parent[2] in facts else None)
                 continue
             chain, on_chain, current, parent_job, cycle = [run_id], {run_id}, run_id, None, False
             while (parent := facts[current].parent) and (up := parent[2]) in facts:
@@ -120,14 +133,8 @@ class LineageIndex:
                     cyclic[rid] = shared.setdefault(job, job)
                 continue
             for rid in reversed(chain):
-                f = facts[rid]
-                naming = (id(parent_job), f.job[2:] if f.job else min(f.claims), f.parent[4] if parent_job else None)
-                job = made.get(naming)
-                if job is None:
-                    job = _job_of(f, parent_job)
-                    job = made[naming] = shared.setdefault(job, job)
-                parent_job = acyclic[rid] = job
-        return {run_id: acyclic[run_id] if run_id in acyclic else cyclic[run_id] for run_id in facts}
+                parent_job = acyclic[rid] = job_of(facts[rid], parent_job)
+        return {**acyclic, **cyclic} if cyclic else acyclic
 
     def sorted_job_keys(self) -> list[JobKey]:
         if self._sorted_jobs is None:
