@@ -66,7 +66,7 @@ class BusPump:
 
     def _join(self, subscription: Subscription, producer) -> None:
         consumer = self.bus.consumer(subscription.group, list(subscription.handlers))
-        self._loops.append(ConsumerLoop(consumer, subscription, producer))
+        self._loops.append(ConsumerLoop(consumer, subscription, producer, sleep=_Waits(subscription.group)))
 
     def _seconds(self) -> float:
         return self.clock.now().timestamp()
@@ -105,3 +105,27 @@ class BusPump:
             raise RuntimeError(f"timers keep falling due at {self.clock.now()}")
         self.clock.set(max(target, self.clock.now()))
         await self.fire_due()
+
+
+class PumpStalled(BaseException):
+    """A consumer kept pausing on an infrastructure error (sluice.runtime.consumer.Pauses): in real time it
+    would wait for ever here, since nothing moves the simulated clock while it waits. A BaseException, so
+    the test fails at once, naming it, instead of hanging."""
+
+
+class _Waits:
+    """A pumped consumer's backoff: its first MAX_WAITS waits return at once (a transient failure is
+    tried again), the next raises PumpStalled."""
+
+    MAX_WAITS = 20
+
+    def __init__(self, group: str) -> None:
+        self._group = group
+        self._waits = 0
+
+    async def __call__(self, delay: float) -> None:
+        self._waits += 1
+        if self._waits > self.MAX_WAITS:
+            raise PumpStalled(f"consumer group {self._group} paused {self.MAX_WAITS} times on an infrastructure "
+                              "error (see the warnings logged): it would wait for ever on the simulated clock")
+        await asyncio.sleep(0)
