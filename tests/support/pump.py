@@ -36,8 +36,11 @@ class BusPump:
         self.specs = specs
         self._observers = list(observers)
         self._loops: list[ConsumerLoop] = []
+        self._waits: list[_Waits] = []
         self._relays: list[OutboxRelay] = []
         self._timers: list[Any] = []
+        self._leases: list[Any] = []
+        """Owners of a `keep_lease` task (the launcher): their lease is renewed on the simulated clock as it moves."""
 
     async def start(self) -> None:
         await self.bus.create_topics(ALL_TOPICS)
@@ -54,6 +57,9 @@ class BusPump:
             self._timers += [owner for task in spec.background
                              if getattr(task, "__name__", "") == "run_timers"
                              and (owner := getattr(task, "__self__", None)) is not None]
+            self._leases += [owner for task in spec.background
+                             if getattr(task, "__name__", "") == "keep_lease"
+                             and (owner := getattr(task, "__self__", None)) is not None]
         for subscription in self._observers:
             self._join(subscription, producer)
         for spec in self.specs:
@@ -66,7 +72,9 @@ class BusPump:
 
     def _join(self, subscription: Subscription, producer) -> None:
         consumer = self.bus.consumer(subscription.group, list(subscription.handlers))
-        self._loops.append(ConsumerLoop(consumer, subscription, producer, sleep=_Waits(subscription.group)))
+        waits = _Waits(subscription.group)
+        self._waits.append(waits)
+        self._loops.append(ConsumerLoop(consumer, subscription, producer, sleep=waits))
 
     def _seconds(self) -> float:
         return self.clock.now().timestamp()
@@ -79,6 +87,8 @@ class BusPump:
             progress = 0
             for relay in self._relays:
                 progress += await relay.publish_pending()
+            for waits in self._waits:
+                waits.count = 0
             for loop in self._loops:
                 progress += await loop.step(0)
             if not progress:
@@ -89,7 +99,9 @@ class BusPump:
         return min((t for owner in self._timers if (t := owner.next_wake_at()) is not None), default=None)
 
     async def fire_due(self) -> None:
-        """Each service's timers that are due, each followed by what they cause."""
+        """Each service's timers that are due, each followed by what they cause; leases renewed first."""
+        for owner in self._leases:
+            await owner.lease_tick()
         for owner in self._timers:
             owner.fire_due()
             await self.settle()
@@ -114,18 +126,18 @@ class PumpStalled(BaseException):
 
 
 class _Waits:
-    """A pumped consumer's backoff: its first MAX_WAITS waits return at once (a transient failure is
-    tried again), the next raises PumpStalled."""
+    """A pumped consumer's backoff: its first MAX_WAITS waits in a round return at once (a transient
+    failure, or a bug's few tries, is tried again), the next raises PumpStalled."""
 
-    MAX_WAITS = 20
+    MAX_WAITS = 200
 
     def __init__(self, group: str) -> None:
         self._group = group
-        self._waits = 0
+        self.count = 0
 
     async def __call__(self, delay: float) -> None:
-        self._waits += 1
-        if self._waits > self.MAX_WAITS:
-            raise PumpStalled(f"consumer group {self._group} paused {self.MAX_WAITS} times on an infrastructure "
+        self.count += 1
+        if self.count > self.MAX_WAITS:
+            raise PumpStalled(f"consumer group {self._group} paused {self.MAX_WAITS} times in one round on an infrastructure "
                               "error (see the warnings logged): it would wait for ever on the simulated clock")
         await asyncio.sleep(0)
