@@ -53,14 +53,13 @@ class RegistryService:
         catch_up(self._log, self._apps, APP_PREFIX, APP_TYPES)
 
     def create(self, schedule: Schedule) -> Schedule:
-        self._check_upstream_programs(schedule)
+        self._check_trigger(schedule)
         return self._execute(schedule.id, CreateSchedule(schedule))
 
     def deploy(self, command: DeployApp) -> dict[str, list]:
         """Deploy an app with its programs and schedules; every stream it touches in one append."""
-        deploying = {(command.namespace, command.app, p.name) for p in command.programs}
         for index, schedule in enumerate(command.schedules):
-            self._check_upstream_programs(schedule, deploying, f"app.schedules[{index}].trigger")
+            self._check_trigger(schedule, f"app.schedules[{index}].trigger")
         now = self._clock.now()
         app_stream = apps.stream_name(command.namespace, command.app)
         stores: dict[str, AggregateStore] = {}
@@ -79,14 +78,13 @@ class RegistryService:
         return retry_on_conflict(attempt, lambda conflict: stores[conflict.stream].forget(conflict.stream),
                                  what=f"deploying {app_stream}")
 
-    def _check_upstream_programs(self, schedule: Schedule, deploying: set[tuple[str, str, str]] = frozenset(),
-                                 path: str = "schedule.trigger") -> None:
+    def _check_trigger(self, schedule: Schedule, path: str = "schedule.trigger") -> None:
         """The trigger's own rules. A program-status trigger may name any program, deployed or not yet:
         programs are not registered anywhere (README, "Programs"); one never run never fires it."""
         validate_trigger(schedule.trigger, path)
 
     def update(self, schedule: Schedule) -> Schedule:
-        self._check_upstream_programs(schedule)
+        self._check_trigger(schedule)
         return self._execute(schedule.id, UpdateSchedule(schedule))
 
     def delete(self, schedule_id: str) -> None:

@@ -19,10 +19,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from google.protobuf import json_format
-
 from sluice.cli import render, transactions
-from sluice.cli.output import UsageError, pairs, print_many, print_message
+from sluice.cli.output import UsageError, jsonable, pairs, print_json, print_many, print_message
 from sluice.client import SluiceClient
 from sluice.domain.consumer.serialization import ConsumerStateError, state_from_bytes, state_to_json
 from sluice.v1 import datasets_pb2 as pb
@@ -152,7 +150,7 @@ def _partitions(client: SluiceClient, args) -> int:
                                        committed_before=_time(args.until, "--until"))
     response = _stub(client).ListPartitions(request, timeout=30)
     if args.json:
-        print(json.dumps(json_format.MessageToDict(response), indent=2))
+        print_json(jsonable(response))
         return 0
     rows = [(p.id, render.key_text(p.partition.key), p.partition.record_count, p.partition.size_bytes,
              render.when(p.committed_at), p.partition.location) for p in response.partitions]
