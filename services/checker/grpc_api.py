@@ -38,6 +38,7 @@ def _to_proto(view: JobView, waiting: Waiting | None) -> jobs_pb2.Job:
                                reason=view.reason, created_at=timestamp_to_proto(view.created_at))
     message.updated_at.CopyFrom(timestamp_to_proto(view.updated_at))
     message.run_id = view.run_id
+    message.notifications_matched = view.notifications
     if waiting is not None and view.state is JobState.PENDING_CONSTRAINT:
         message.waiting_on.extend(waiting.reasons)
         message.reason = "; ".join(waiting.reasons)

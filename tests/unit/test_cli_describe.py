@@ -30,6 +30,7 @@ def test_waiting_for_describes_the_trigger():
     daily = spb.Trigger(time=spb.TimeTrigger(cron="0 2 * * *", zone="Asia/Tokyo"))
     either = spb.Trigger(**{"or": spb.OrTrigger(any_of=[partition, daily])})
     assert describe.waiting_for(partition, at, at) == "2 partitions of ns.ds"
+    assert describe.waiting_for(partition, at, at, 1) == "2 partitions of ns.ds; 1 notification so far"
     assert describe.waiting_for(either, at, at) == "(2 partitions of ns.ds) or (cron at 02:00 Asia/Tokyo)"
     quiet = spb.Trigger(quiet_period=spb.QuietPeriodTrigger(namespace="ns", dataset="ds", quiet_seconds=60))
     assert describe.waiting_for(quiet, at, at).startswith("quiet until 2027-01-15 08:01:00 (60s without data")

@@ -32,11 +32,18 @@ def trigger_text(trigger: schedules_pb2.Trigger) -> str:
 
 
 def waiting_for(trigger: schedules_pb2.Trigger, created_at: timestamp_pb2.Timestamp,
-                last_match: timestamp_pb2.Timestamp) -> str:
+                last_match: timestamp_pb2.Timestamp, matched: int = 0) -> str:
     """What a PENDING_TRIGGER job waits for, from its schedule's trigger: `2 partitions of
     experiments.clickstream`, `cron at 02:00 Asia/Tokyo`, `quiet until 10:42:05 (...)`. `last_match`:
-    when a notification last joined the job (its last update). The matcher's progress (how many of the
-    partitions came) is not in the Jobs API: the trigger is described, not its state."""
+    when a notification last joined the job (its last update); `matched`: how many notifications it
+    matched so far (Job.notifications_matched), appended as `; 1 notification so far`. The matcher's own
+    progress (how many of the partitions count) is not in the Jobs API: the trigger is described."""
+    text = _waiting_for(trigger, created_at, last_match)
+    return f"{text}; {matched} notification{'s' if matched != 1 else ''} so far" if matched else text
+
+
+def _waiting_for(trigger: schedules_pb2.Trigger, created_at: timestamp_pb2.Timestamp,
+                 last_match: timestamp_pb2.Timestamp) -> str:
     kind = trigger.WhichOneof("kind")
     value = getattr(trigger, kind) if kind else None
     match kind:
@@ -57,7 +64,7 @@ def waiting_for(trigger: schedules_pb2.Trigger, created_at: timestamp_pb2.Timest
                    f"{value.namespace}.{value.app}.{value.program}"
         case "and" | "or":
             children = value.all_of if kind == "and" else value.any_of
-            return f" {kind} ".join(f"({waiting_for(t, created_at, last_match)})" for t in children)
+            return f" {kind} ".join(f"({_waiting_for(t, created_at, last_match)})" for t in children)
     return "?"
 
 

@@ -82,7 +82,7 @@ def _waiting(job: jobs_pb2.Job, triggers: dict) -> str:
         trigger = triggers.get(job.schedule_id)
         if trigger is None:
             return "trigger (schedule deleted)"
-        return "trigger: " + describe.waiting_for(trigger, job.created_at, job.updated_at)
+        return "trigger: " + describe.waiting_for(trigger, job.created_at, job.updated_at, job.notifications_matched)
     return job.reason or "-"
 
 
