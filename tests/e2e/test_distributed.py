@@ -21,7 +21,7 @@ from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 from sluice_services.composition import SERVICES
 from tests.e2e.conftest import eventually
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 NAMESPACE = "experiments"
 FINISHED = (npb.COMPLETED, npb.FAILED, npb.LOST)

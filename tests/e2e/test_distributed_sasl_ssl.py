@@ -24,7 +24,7 @@ from sluice_services.composition import SERVICES
 from tests.e2e.conftest import eventually
 from tests.e2e.test_distributed import FINISHED, NAMESPACE, postgres_url, schedule, wait_until_matcher_observed
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 def test_clickstream_over_sasl_ssl_kafka(tmp_path):
