@@ -34,10 +34,11 @@ log = logging.getLogger(__name__)
 
 EVENT_TYPE = "LineageEventRecorded"
 SNAPSHOT, = LINEAGE.snapshots
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 """The schema version of the lineage snapshot (every run's RunFacts as columns, snapshot.LineageColumns;
 the index is derived from them when loaded): bump it when the columns or RunFacts change shape.
-1: a dict of RunFacts by run id (decoding it took twice as long as deriving the index)."""
+1: a dict of RunFacts by run id (decoding it took twice as long as deriving the index); 2: the integer
+columns as lists (the codec checked each integer)."""
 _READ_BATCH = 10_000
 
 

@@ -1,8 +1,9 @@
 """The lineage snapshot's shape: every run's RunFacts as columns of integers, not a record per run.
 
 Decoded by the codec, a record per run (a dataclass, its optional tuples, its sets of pairs) cost
-~11 us a run in Python calls; a column of integers is checked in one loop (state_decoding), and
-`run_facts` rebuilds the RunFacts from the columns with comprehensions, zips and slices.
+~11 us a run in Python calls. Here each column of integers is one `bytes` (little-endian 32-bit
+integers: the codec checks one value, not each integer, and `array` reads them), and `run_facts`
+rebuilds the RunFacts from the columns with comprehensions, zips and slices.
 Strings other than run ids (namespaces, job names, dataset keys, event types, dimensions) and
 datetimes are written once, in `strings` and `times`, and everywhere else referred to by index:
 they come back shared, as the events' interned strings were.
@@ -16,12 +17,15 @@ type and time, a partition its dataset and its count of dimensions in `dimension
 """
 from __future__ import annotations
 
+import sys
+from array import array
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 from itertools import accumulate, repeat
 from sys import intern
+from types import SimpleNamespace
 
 from sluice.domain.lineage import RunFacts
 
@@ -32,18 +36,42 @@ class LineageColumns:
     times: list[datetime]
     run_ids: list[str]
     parent_runs: list[str]
-    job: list[int]
-    parent: list[int]
-    terminal: list[int]
-    progress: list[int]
-    moments: list[int]
-    counts: list[int]
-    claims: list[int]
-    inputs: list[int]
-    outputs: list[int]
-    partitions: list[int]
-    dimensions: list[int]
-    seen: list[int]
+    job: bytes
+    parent: bytes
+    terminal: bytes
+    progress: bytes
+    moments: bytes
+    counts: bytes
+    claims: bytes
+    inputs: bytes
+    outputs: bytes
+    partitions: bytes
+    dimensions: bytes
+    seen: bytes
+
+
+INT_COLUMNS = ("job", "parent", "terminal", "progress", "moments", "counts", "claims", "inputs", "outputs",
+               "partitions", "dimensions", "seen")
+_INT32 = "i"
+assert array(_INT32).itemsize == 4
+
+
+def pack_ints(values: list[int]) -> bytes:
+    """Little-endian 32-bit integers (OverflowError beyond: the snapshot is not saved, see Snapshots.save)."""
+    packed = array(_INT32, values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_ints(data: bytes) -> list[int]:
+    if len(data) % 4:
+        raise ColumnsUnusable("a column of integers cut inside one")
+    unpacked = array(_INT32)
+    unpacked.frombytes(data)
+    if sys.byteorder == "big":
+        unpacked.byteswap()
+    return unpacked.tolist()
 
 
 class ColumnsUnusable(ValueError):
@@ -71,7 +99,7 @@ def columns(facts: Mapping[str, RunFacts]) -> LineageColumns:
             time_list.append(when)
         return found
 
-    c = LineageColumns([], time_list, [f.run_id for f in facts.values()], [], *([] for _ in range(12)))
+    c = SimpleNamespace(parent_runs=[], **{name: [] for name in INT_COLUMNS})
     for f in facts.values():
         for column, chosen, width in ((c.job, f.job, 4), (c.parent, f.parent, 4), (c.terminal, f.terminal, 3),
                                       (c.progress, f.progress, 3)):
@@ -92,8 +120,8 @@ def columns(facts: Mapping[str, RunFacts]) -> LineageColumns:
                 c.dimensions.extend([s(key), s(value)])
         for event_type, when in f.seen:
             c.seen.extend([s(event_type), t(when)])
-    c.strings.extend(strings)
-    return c
+    return LineageColumns(list(strings), time_list, [f.run_id for f in facts.values()], c.parent_runs,
+                          **{name: pack_ints(getattr(c, name)) for name in INT_COLUMNS})
 
 
 def run_facts(c: LineageColumns) -> list[RunFacts]:
@@ -107,7 +135,10 @@ def run_facts(c: LineageColumns) -> list[RunFacts]:
         raise ColumnsUnusable(f"an index out of range: {error}") from error
 
 
-def _run_facts(c: LineageColumns) -> list[RunFacts]:
+def _run_facts(columns: LineageColumns) -> list[RunFacts]:
+    c = SimpleNamespace(strings=columns.strings, times=columns.times, run_ids=columns.run_ids,
+                        parent_runs=columns.parent_runs,
+                        **{name: unpack_ints(getattr(columns, name)) for name in INT_COLUMNS})
     runs = len(c.run_ids)
     _check(len(c.parent_runs) == runs and len(c.counts) == 5 * runs and len(c.job) == len(c.parent) == 4 * runs
            and len(c.terminal) == len(c.progress) == len(c.moments) == 3 * runs, "columns of different lengths")

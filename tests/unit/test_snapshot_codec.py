@@ -153,16 +153,17 @@ def test_the_lineage_snapshot_columns_round_trip(facts):
 
 
 def test_lineage_columns_that_disagree_are_unusable():
-    from sluice_services.lineage.snapshot import ColumnsUnusable, columns, run_facts as facts_of
+    from sluice_services.lineage.snapshot import ColumnsUnusable, columns, pack_ints, run_facts as facts_of
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     good = columns({"r": RunFacts("r", job=(t0, 1, "ns", "job"), inputs=("a", "b"), seen=(("START", t0),))})
     assert facts_of(good)[0].inputs == ("a", "b")
-    for damaged in (dataclasses.replace(good, inputs=good.inputs[:1]),           # fewer than its count
-                    dataclasses.replace(good, counts=[0, 3, 0, 0, 1]),           # more than the column
+    for damaged in (dataclasses.replace(good, inputs=good.inputs[:4]),           # fewer than its count
+                    dataclasses.replace(good, inputs=good.inputs[:6]),           # cut inside an integer
+                    dataclasses.replace(good, counts=pack_ints([0, 3, 0, 0, 1])),  # more than the column
                     dataclasses.replace(good, run_ids=["r", "s"]),               # columns of other lengths
-                    dataclasses.replace(good, job=[0, 1, 0, 99]),                # a string that is not there
-                    dataclasses.replace(good, seen=[0, 7])):                     # a time that is not there
+                    dataclasses.replace(good, job=pack_ints([0, 1, 0, 99])),     # a string that is not there
+                    dataclasses.replace(good, seen=pack_ints([0, 7]))):          # a time that is not there
         with pytest.raises(ColumnsUnusable):
             facts_of(damaged)
 
