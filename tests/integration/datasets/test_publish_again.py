@@ -7,19 +7,15 @@ import pytest
 from sluice.datasets import PartitionQuery
 from sluice.domain.common import RunStatus
 from sluice_services.launcher.publish import read_result
-from tests.integration.datasets.test_launcher_runs import Harness, counting_program
+from tests.integration.datasets.test_launcher_runs import Harness, counting_program, harness  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
 
 
-async def test_publishing_a_published_result_again_returns_the_same_outputs(tmp_path):
-    harness = Harness(tmp_path)
-    try:
-        harness.add_clicks(3)
-        _, run = await harness.run(counting_program())
-        assert run.status is RunStatus.COMPLETED, run.error
-        result = read_result(tmp_path / "runs" / run.id / "result.json")
-        assert harness.publisher.publish(run.id, result) == run.outputs
-        assert len(harness.plane.datasets.query("web", "click_counts", PartitionQuery())) == 1
-    finally:
-        harness.log.close()
+async def test_publishing_a_published_result_again_returns_the_same_outputs(harness: Harness, tmp_path):
+    harness.add_clicks(3)
+    _, run = await harness.run(counting_program())
+    assert run.status is RunStatus.COMPLETED, run.error
+    result = read_result(tmp_path / "runs" / run.id / "result.json")
+    assert harness.publisher.publish(run.id, result) == run.outputs
+    assert len(harness.plane.datasets.query("web", "click_counts", PartitionQuery())) == 1
