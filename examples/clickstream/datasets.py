@@ -34,7 +34,7 @@ _DAILY_KEYS = (("marketplace", dpb.KEY_TYPE_STRING), ("date", dpb.KEY_TYPE_DATE)
 def datasets_requests(data_dir: Path) -> list[dpb.CreateDatasetRequest]:
     def dataset(name: str, keys, description: str) -> dpb.CreateDatasetRequest:
         return dpb.CreateDatasetRequest(dataset=dpb.Dataset(
-            namespace=app.NAMESPACE, name=name, base_location=str(Path(data_dir) / app.NAMESPACE / name),
+            namespace=app.NAMESPACE, name=name, base_location=str(Path(data_dir).resolve() / app.NAMESPACE / name),
             partition_keys=[dpb.PartitionKey(name=k, type=t) for k, t in keys], description=description))
 
     return [dataset(app.INPUT_DATASET, _HOURLY_KEYS, "raw clickstream events, one partition per local hour"),

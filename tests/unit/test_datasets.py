@@ -85,6 +85,7 @@ def test_other_partition_fields(changes, field):
     (replace(SPEC, partition_keys=(KeySpec("a"), KeySpec("a"))), "dataset.partition_keys[1].name"),
     (replace(SPEC, partition_keys=(KeySpec("a b"),)), "dataset.partition_keys[0].name"),
     (replace(SPEC, base_location=" "), "dataset.base_location"),
+    (replace(SPEC, base_location="data/clickstream"), "dataset.base_location"),  # relative to which process?
 ])
 def test_bad_dataset_definitions_name_the_field(spec, field):
     with pytest.raises(InvalidArgument) as error:

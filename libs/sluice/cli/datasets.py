@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -106,7 +107,9 @@ def _create(client: SluiceClient, args) -> int:
         if kind not in KEY_TYPES:
             raise UsageError(f"--key {text}: type must be one of {', '.join(KEY_TYPES)}")
         keys.append(pb.PartitionKey(name=name, type=KEY_TYPES[kind]))
-    dataset = pb.Dataset(**_name(args), partition_keys=keys, base_location=args.base_location,
+    base = args.base_location  # a path is the caller's: relative to where they stand, not the server
+    dataset = pb.Dataset(**_name(args), partition_keys=keys,
+                         base_location=base if "://" in base else os.path.abspath(base),
                          description=args.description)
     return print_message(args, _stub(client).CreateDataset(pb.CreateDatasetRequest(dataset=dataset), timeout=10))
 

@@ -124,6 +124,8 @@ def validate_dataset(spec: DatasetSpec, path: str = "dataset") -> DatasetSpec:
         seen.add(key.name)
     if not isinstance(spec.base_location, str) or not spec.base_location.strip():
         raise InvalidArgument(f"{path}.base_location", "must not be empty")
+    if "://" not in spec.base_location and not spec.base_location.startswith("/"):
+        raise InvalidArgument(f"{path}.base_location", f"must be an absolute path or a URL, got {spec.base_location!r}")
     return spec
 
 
