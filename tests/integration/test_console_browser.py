@@ -12,6 +12,8 @@ from typing import Iterator
 
 import grpc
 import pytest
+from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.ui import WebDriverWait
 
 from sluice.v1 import datasets_pb2, datasets_pb2_grpc, runs_pb2, runs_pb2_grpc, schedules_pb2, schedules_pb2_grpc
 from tests.support.console import (
@@ -71,16 +73,24 @@ def shot(driver, name: str) -> None:
     driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
 
 
+def navigate(driver, element) -> None:
+    """Click a link or a submit button and wait for the next page: an element found right after a
+    bare click may still be the old page's, gone stale by the time it is read."""
+    old = driver.find_element("tag name", "html")
+    element.click()
+    WebDriverWait(driver, 30).until(staleness_of(old))
+
+
 def sign_in(driver, web: str, token: str) -> None:
     driver.get(f"{web}/schedules")
     assert driver.current_url.startswith(f"{web}/login")
     driver.find_element("id", "token").send_keys(token)
-    driver.find_element("css selector", "#login button[type=submit]").click()
+    navigate(driver, driver.find_element("css selector", "#login button[type=submit]"))
     wait_for(lambda: driver.current_url.startswith(f"{web}/schedules"), 15, "the schedules page after signing in")
 
 
 def sign_out(driver) -> None:
-    driver.find_element("css selector", "form[action='/logout'] button").click()
+    navigate(driver, driver.find_element("css selector", "form[action='/logout'] button"))
 
 
 def schedule_row(driver, schedule_id: str):
@@ -89,10 +99,10 @@ def schedule_row(driver, schedule_id: str):
 
 def confirm(driver, action_link) -> None:
     """Follow an action's link to its confirm page and confirm."""
-    action_link.click()
+    navigate(driver, action_link)
     wait_for(lambda: driver.find_elements("id", "confirm"), 15, "the confirm page")
     shot(driver, f"confirm-{action_link_name(driver)}")
-    driver.find_element("id", "confirm").click()
+    navigate(driver, driver.find_element("id", "confirm"))
 
 
 def action_link_name(driver) -> str:
@@ -138,8 +148,8 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     assert not get_schedule(world, "hourly_counts").enabled
 
     # cancelling a confirm step does nothing
-    schedule_row(driver, ids["nightly_report"]).find_element("css selector", "a[data-action=disable]").click()
-    driver.find_element("id", "cancel").click()
+    navigate(driver, schedule_row(driver, ids["nightly_report"]).find_element("css selector", "a[data-action=disable]"))
+    navigate(driver, driver.find_element("id", "cancel"))
     assert get_schedule(world, "nightly_report").enabled
 
     # searchable (htmx as you type) and paged
@@ -150,7 +160,7 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     assert driver.find_elements("css selector", f"tr[data-schedule-id='{ids['nightly_report']}']")
     driver.get(f"{web}/schedules?page_size=3")
     first = {e.get_attribute("data-schedule-id") for e in driver.find_elements("css selector", "tr[data-schedule-id]")}
-    driver.find_element("css selector", "nav.pager a.next").click()
+    navigate(driver, driver.find_element("css selector", "nav.pager a.next"))
     second = {e.get_attribute("data-schedule-id") for e in driver.find_elements("css selector", "tr[data-schedule-id]")}
     assert len(first) == 3 and len(second) == 1 and first | second == set(ids.values())
 
@@ -167,7 +177,7 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     assert "COMPLETED" in table and "FAILED" in table
     shot(driver, "runs")
     completed = [row for row in driver.find_elements("css selector", "#runs tbody tr") if "COMPLETED" in row.text]
-    completed[0].find_element("css selector", "td.id a").click()
+    navigate(driver, completed[0].find_element("css selector", "td.id a"))
     assert driver.find_element("id", "run-status").text == "COMPLETED"
     assert "hour=" in driver.find_element("id", "inputs").text and "web.counts" in driver.find_element("id", "outputs").text
     shot(driver, "run")
@@ -177,7 +187,7 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     assert {"web.clicks", "web.counts", "web.blocked"} <= {
         e.get_attribute("data-dataset") for e in driver.find_elements("css selector", "tr[data-dataset]")}
     shot(driver, "datasets")
-    driver.find_element("link text", "web.clicks").click()
+    navigate(driver, driver.find_element("link text", "web.clicks"))
     assert "hour=1" in driver.find_element("id", "partitions").text and "hour=2" in driver.find_element("id", "partitions").text
     assert "web:analytics.hourly_counts.count" in driver.find_element("id", "consumers").text
     shot(driver, "dataset")
@@ -191,7 +201,7 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
 
     # the lineage graph, drawn
     driver.get(f"{web}/lineage")
-    driver.find_element("link text", "web:analytics.hourly_counts.count").click()
+    navigate(driver, driver.find_element("link text", "web:analytics.hourly_counts.count"))
     nodes = {e.get_attribute("data-node") for e in driver.find_elements("css selector", "svg#lineage-graph g.node")}
     assert {"dataset:web:clicks", "job:web:analytics.hourly_counts.count", "dataset:web:counts"} <= nodes
     assert len(driver.find_elements("css selector", "svg#lineage-graph line.edge")) >= 2
@@ -232,13 +242,13 @@ def test_a_reader_sees_no_enabled_action_and_a_forged_post_is_refused(browser, w
             .then(response => done(response.status));""", ids["hourly_counts"])
     assert refused == 403 and not get_schedule(world, "hourly_counts").enabled
     driver.get(f"{web}/confirm/disable/{ids['nightly_report']}")
-    driver.find_element("id", "confirm").click()
+    navigate(driver, driver.find_element("id", "confirm"))
     assert "403 Forbidden" in driver.find_element("tag name", "h1").text
     assert "lacks schedules.write on namespace web" in driver.find_element("id", "details").text
     shot(driver, "reader-refused")
     sign_out(driver)
     driver.find_element("id", "token").send_keys("not-a-token")
-    driver.find_element("css selector", "#login button[type=submit]").click()
+    navigate(driver, driver.find_element("css selector", "#login button[type=submit]"))
     assert "do not know this token" in driver.find_element("id", "login-error").text
 
 
