@@ -15,22 +15,15 @@ from typing import Callable
 
 import pytest
 
-from sluice.bus.port import Record
-from sluice.bus.topics import LAUNCH_REQUESTS
 from sluice.clock import SimulatedClock
 from sluice.datasets import PartitionQuery
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.datasets import DatasetSpec, KeySpec, Partition
-from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.names import decode_segment
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.ids import derived_id, run_id_for
-from sluice.v1 import jobs_pb2
-from sluice.wire.jobs import job_to_proto
 from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.run_outputs import RunPublisher
-from sluice_services.launcher.service import LauncherService
-from tests.integration.datasets.test_launcher_runs import Catalog, InlineSubmitter
+from tests.integration.datasets.test_launcher_runs import launch_job
 
 pytestmark = pytest.mark.integration
 
@@ -94,14 +87,7 @@ class World:
         self.plane.datasets.add(NS, "clickstream", [Partition({"marketplace": marketplace}, str(location))])
 
     async def run(self, program: Callable[[Path], int]):
-        launcher = LauncherService(self.log, self.clock, Catalog(), InlineSubmitter(program), self.root / "data",
-                                   publisher=self.publisher)
-        job = Job(derived_id("job", "1"), "schedule-1", 1, PROGRAM, TriggerContext("schedule-1", "hourly"),
-                  self.clock.now())
-        request = jobs_pb2.LaunchRequested(job=job_to_proto(job)).SerializeToString()
-        await launcher.on_launch_requested(Record(LAUNCH_REQUESTS, 0, 1, b"k", request, (), 0))
-        await launcher.drain()
-        return launcher.get(run_id_for(job.id))
+        return (await launch_job(self.log, self.clock, program, self.root / "data", self.publisher, PROGRAM))[1]
 
     def assert_sentinels_survive(self) -> None:
         for path, text in self.sentinels.items():

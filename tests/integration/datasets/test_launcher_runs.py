@@ -93,6 +93,20 @@ def counting_program(fail: bool = False, where=None) -> Callable[[Path], int]:
     return run
 
 
+async def launch_job(log, clock, program: Callable[[Path], int], data_dir: Path, publisher, program_ref,
+                     sequence: int = 1, program_api=None):
+    """One launch request for job `sequence` through a real launcher running `program` inline; the
+    launcher and the run, once it ended."""
+    launcher = LauncherService(log, clock, Catalog(), InlineSubmitter(program), data_dir, publisher=publisher,
+                               program_api=program_api)
+    job = Job(derived_id("job", str(sequence)), "schedule-1", 1, program_ref, TriggerContext("schedule-1", "hourly"),
+              clock.now())
+    request = jobs_pb2.LaunchRequested(job=job_to_proto(job)).SerializeToString()
+    await launcher.on_launch_requested(Record(LAUNCH_REQUESTS, 0, sequence, b"k", request, (), 0))
+    await launcher.drain()
+    return launcher, launcher.get(run_id_for(job.id))
+
+
 class Harness:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -114,14 +128,9 @@ class Harness:
             self.plane.datasets.add("web", "clicks", [Partition({"hour": str(hour)}, str(location))])
 
     async def run(self, program: Callable[[Path], int]):
-        launcher = LauncherService(self.log, self.clock, Catalog(), InlineSubmitter(program), self.root / "data",
-                                   publisher=self.publisher, program_api=self.api.api)
         self.jobs += 1
-        job = Job(derived_id("job", str(self.jobs)), "schedule-1", 1, PROGRAM, TriggerContext("schedule-1", "hourly"), self.clock.now())
-        request = jobs_pb2.LaunchRequested(job=job_to_proto(job)).SerializeToString()
-        await launcher.on_launch_requested(Record(LAUNCH_REQUESTS, 0, self.jobs, b"k", request, (), 0))
-        await launcher.drain()
-        return launcher, launcher.get(run_id_for(job.id))
+        return await launch_job(self.log, self.clock, program, self.root / "data", self.publisher, PROGRAM,
+                                self.jobs, program_api=self.api.api)
 
     def consumer(self):
         return self.plane.consumers.state(ConsumerRef("web", "clicks", default_consumer_name(load_context_for(self))))
