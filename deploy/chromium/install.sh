@@ -9,29 +9,9 @@ if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "chromium: no apt-get here; install chromium and chromedriver yourself as /usr/bin/chromium and" \
-         "/usr/bin/chromedriver" >&2
-    exit 1
-fi
-
-SUDO=
-if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-        echo "chromium: run as root (or install sudo) to apt-get install chromium chromium-driver" >&2
-        exit 1
-    fi
-fi
-
-updated=
-if ! apt-cache policy chromium-driver 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    $SUDO apt-get update -qq
-    updated=" (after apt-get update)"
-fi
-if ! apt-cache policy chromium-driver 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    echo "chromium: apt has no 'chromium-driver' package; check /etc/apt/sources.list" >&2
-    exit 1
-fi
+INSTALL_YOURSELF="as /usr/bin/chromium and /usr/bin/chromedriver"
+. "$(dirname "$0")/../debian/apt.sh"
+apt_ready chromium chromium-driver
 
 $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 
@@ -40,4 +20,4 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
          "is missing" >&2
     exit 1
 fi
-echo "chromium: installed $(/usr/bin/chromium --version 2>/dev/null || echo chromium) with apt-get$updated"
+echo "chromium: installed $(/usr/bin/chromium --version 2>/dev/null || echo chromium) with apt-get$UPDATED"

@@ -24,29 +24,9 @@ if major=$(installed_major); then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "postgres: no apt-get here; install the PostgreSQL server (initdb, pg_ctl, postgres) yourself" \
-         "and point SLUICE_POSTGRES_BIN at its bin directory" >&2
-    exit 1
-fi
-
-SUDO=
-if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-        echo "postgres: run as root (or install sudo) to apt-get install postgresql" >&2
-        exit 1
-    fi
-fi
-
-updated=
-if ! apt-cache policy postgresql 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    $SUDO apt-get update -qq
-    updated=" (after apt-get update)"
-fi
-if ! apt-cache policy postgresql 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    echo "postgres: apt has no 'postgresql' package; check /etc/apt/sources.list" >&2
-    exit 1
-fi
+INSTALL_YOURSELF="initdb, pg_ctl, postgres; point SLUICE_POSTGRES_BIN at their bin directory"
+. "$(dirname "$0")/../debian/apt.sh"
+apt_ready postgres postgresql
 
 # Debian's maintainer scripts create a cluster and try to start it through invoke-rc.d; with no
 # init system (containers, CI) that start fails. policy-rc.d exiting 101 tells them not to try.
@@ -68,4 +48,4 @@ if ! major=$(installed_major); then
     echo "postgres: apt-get install postgresql ran but no initdb/pg_ctl/postgres under $PG_ROOT/*/bin" >&2
     exit 1
 fi
-echo "postgres: installed PostgreSQL $major server binaries into $PG_ROOT/$major/bin with apt-get$updated"
+echo "postgres: installed PostgreSQL $major server binaries into $PG_ROOT/$major/bin with apt-get$UPDATED"
