@@ -12,9 +12,14 @@ Schedules are registered the same way, through the schedules topic's handler, an
 then frozen out of garbage collection, as the service runtime does after its recovery.
 
 Figures:
-- notifications_per_s: M / time in the matches handler (target 20000). Every notification
-  reaches ~1.2 S/D schedules (an AND listens to two datasets): match_requests_per_s is the same
-  run counted per schedule decision.
+- notifications_per_s: M / time in the matches handler. Every notification reaches ~1.2 S/D
+  schedules (an AND listens to two datasets): match_requests_per_s is the same run counted per
+  schedule decision.
+- ratio_to_bound: notifications_per_s over matcher-bound's (bench/matcher_bound.py) on the same
+  records, run in the same invocation right after (target 0.5, issue 27).
+- append_scaling: throughput of the last SCALING_WINDOW notifications over that of the first (a
+  quarter of M each when M is smaller): at --full, at 200,000 against at 5,000 (target 0.9: the
+  cost of an append does not grow with the log).
 - memory_per_schedule: Python heap (tracemalloc) retained per schedule once every schedule's
   window of recent notification ids is full (each matched RECENT_PER_SCHEDULE times or more): its aggregate
   state and pending job, its copy of the definition, the reverse index, the notifications shared
@@ -66,6 +71,13 @@ DESCRIPTION = ("matcher stage's batch handlers on a SQLite file log (S schedules
                "notifications/s, bytes/schedule, schedules/s")
 DEFAULT_SCHEDULES, DEFAULT_DATASETS, DEFAULT_NOTIFICATIONS, DEFAULT_MEMORY_SCHEDULES = 10_000, 1_000, 5_000, 1_000
 FULL_SCHEDULES, FULL_DATASETS, FULL_NOTIFICATIONS, FULL_MEMORY_SCHEDULES = 100_000, 10_000, 200_000, 10_000
+TARGET_RATIO_TO_BOUND = 0.5
+"""The product's notifications/s at least half of matcher-bound's on the same records (issue 27)."""
+TARGET_APPEND_SCALING = 0.9
+"""Throughput of the last window of notifications at least 90% of the first's: append cost
+independent of the log's size."""
+SCALING_WINDOW = 5000
+"""append_scaling compares the first and the last this many notifications (a quarter of them when fewer)."""
 AND_EVERY = 5
 """Every fifth schedule is an AND of two datasets' partition triggers."""
 POLL = 500
@@ -102,11 +114,17 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
 
             head = log.head_position()
             matching, requests = 0.0, workload.requests
-            for polls in workload.match_polls(notifications):
+            window = max(1, min(SCALING_WINDOW, notifications // 4))
+            windows: list[float] = []  # seconds per `window` notifications, in order
+            workload.rewind()
+            for polls, count in workload.match_polls(notifications, chunk=window, counts=True):
                 started = time.perf_counter()
                 for poll in polls:
                     await deliver(handlers[MATCHES], poll)
-                matching += time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                matching += elapsed
+                if count == window:
+                    windows.append(elapsed)
             requests = workload.requests - requests
             appended = log.head_position() - head
             progress(f"[matcher] {notifications} notifications ({requests} match requests) in {matching:.2f} s: "
@@ -115,13 +133,37 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
         finally:
             await snapshots_written()  # the last background snapshot, before its log closes
             log.close()
+        bound = _bound(Path(tmp) / "bound.db", workload, notifications)
+    product = notifications / matching
+    scaling = windows[0] / windows[-1]
+    progress(f"[matcher] matcher-bound on the same records: {bound:.0f} notifications/s; the product's first "
+             f"{window} notifications at {window / windows[0]:.0f}/s, its last {window} (log of "
+             f"{appended} events) at {window / windows[-1]:.0f}/s")
     return [
-        Figure("notifications_per_s", notifications / matching, "notifications/s", 20000),
+        Figure("notifications_per_s", product, "notifications/s", None),
+        Figure("ratio_to_bound", product / bound, "ratio", TARGET_RATIO_TO_BOUND),
+        Figure("append_scaling", scaling, "ratio", TARGET_APPEND_SCALING),
         Figure("match_requests_per_s", requests / matching, "requests/s", None),
         Figure("memory_per_schedule", matched, "bytes", 2048),
         Figure("memory_per_schedule_registered", registered, "bytes", 2048),
         Figure("schedules_registered_per_s", schedules / registration, "schedules/s", None),
     ]
+
+
+def _bound(path: Path, workload: "Workload", notifications: int) -> float:
+    """matcher-bound's notifications/s on the very records the product just took (the workload rewound)."""
+    from bench.matcher_bound import CountingMatcher  # it imports this module
+
+    workload.rewind()
+    bound_log = SqliteEventLog(path)
+    try:
+        counting = CountingMatcher(workload, bound_log)
+        for polls in workload.match_polls(notifications):
+            for poll in polls:
+                counting.apply(poll)
+    finally:
+        bound_log.close()
+    return notifications / (counting.parsing + counting.deciding + counting.appending)
 
 
 async def _register(handler, workload: "Workload") -> float:
@@ -189,6 +231,11 @@ class Workload:
         self._offsets = [0] * MATCHES_PARTITIONS
         self.requests = 0
         """(notification, schedule) pairs published so far: the matcher's per-schedule decisions."""
+        self._notifications_start = self._rng.getstate()
+
+    def rewind(self) -> None:
+        """The next match_polls publish the same notifications as the first did (matches offsets go on)."""
+        self._rng.setstate(self._notifications_start)
 
     def schedule_polls(self) -> Iterator[list[Record]]:
         records = [Record(SCHEDULES, 0, offset, schedule.id.encode(), schedules_pb2.ScheduleChanged(
@@ -197,12 +244,15 @@ class Workload:
         for start in range(0, len(records), POLL):
             yield records[start:start + POLL]
 
-    def match_polls(self, notifications: int, first_index: int = 0, chunk: int = 2000) -> Iterator[list[list[Record]]]:
+    def match_polls(self, notifications: int, first_index: int = 0, chunk: int = 2000,
+                    counts: bool = False) -> Iterator:
         """Polls of MATCHES records, built `chunk` notifications at a time (the building is not timed):
-        one record per notification and matches partition, with the partition's interested schedules."""
+        one record per notification and matches partition, with the partition's interested schedules.
+        With `counts`, (polls, notifications in them) per chunk."""
         for start in range(first_index, first_index + notifications, chunk):
             records = []
-            for index in range(start, min(start + chunk, first_index + notifications)):
+            end = min(start + chunk, first_index + notifications)
+            for index in range(start, end):
                 dataset = f"ds-{self._rng.randrange(self._datasets):05d}"
                 suffix = matching_pb2.MatchRequested(
                     notification=notification_to_proto(_notification(index, dataset)),
@@ -218,7 +268,8 @@ class Workload:
                     self._offsets[partition] += 1
                     value = b"".join(target for _, target in group) + suffix
                     records.append(Record(MATCHES, partition, offset, group[0][0].encode(), value, (), 0))
-            yield [records[i:i + POLL] for i in range(0, len(records), POLL)]
+            polls = [records[i:i + POLL] for i in range(0, len(records), POLL)]
+            yield (polls, end - start) if counts else polls
 
     def _schedule(self, index: int) -> Schedule:
         count = self._rng.randint(1, 3)

@@ -32,8 +32,10 @@ def test_matcher_prints_its_figures(capsys):
                              "--notifications", "200"])
     assert {line["bench"] for line in lines} == {"matcher"}
     assert {line["metric"] for line in lines} == {
-        "notifications_per_s", "match_requests_per_s", "memory_per_schedule", "memory_per_schedule_registered",
-        "schedules_registered_per_s"}
+        "notifications_per_s", "ratio_to_bound", "append_scaling", "match_requests_per_s", "memory_per_schedule",
+        "memory_per_schedule_registered", "schedules_registered_per_s"}
+    targets = {line["metric"]: line["target"] for line in lines}
+    assert targets["ratio_to_bound"] == 0.5 and targets["append_scaling"] == 0.9
 
 
 def test_e2e_latency_prints_its_figures(capsys):
