@@ -1,13 +1,17 @@
 """timers: time-triggered schedules through the matcher and the checker on a durable SQLite log.
 
-Two figures, on a simulated clock (schedule time) measured in wall time (processing):
+Figures, on a simulated clock (schedule time) measured in wall time (processing):
 
 - spread_at_the_minute: S schedules (default 10,000) whose cron fires at the same minute. The
   clock is set to that minute; then the matcher fires every due timer, its JobTriggered events
   are handed to the checker as the bus would carry them (protobuf bytes, a poll of 500 at a
-  time), and the checker admits each poll's jobs in one decision. The figure is the wall time from the minute to the last LaunchRequested produced by
-  the checker's outbox route (target 2 s). Only the wall time after the minute counts; creating
-  the schedules does not.
+  time), and the checker admits each poll's jobs in one decision. The figure is the wall time
+  from the minute to the last LaunchRequested produced by the checker's outbox route (target
+  1.0 s). Durable: each launch request is checked to come from the log after its job's
+  JobTriggered (`_check_durable`, after the clock stops). Creating the schedules is not timed.
+- ratio_to_apscheduler: that spread over APScheduler 3's (BackgroundScheduler, memory job store,
+  thread pool, no durability) on the same S crons at the same minute, in the same run (target 1.0).
+- spread_at_the_minute_100k (--full only): the spread of 100,000 schedules (target 5 s).
 - cost_per_fire: D schedules (default 100,000) with daily crons spread over the day's minutes;
   the clock steps through one simulated day minute by minute and the matcher fires what is due.
   Wall time of the day divided by the fires (each one a JobTriggered and the next job's
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import random
 import tempfile
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -37,7 +42,7 @@ from sluice.domain.common import ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import TimeTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.v1 import schedules_pb2
+from sluice.v1 import jobs_pb2, schedules_pb2
 from sluice.wire.schedules import schedule_to_proto
 from sluice_services.checker.service import CheckerService
 from sluice_services.matcher.service import MatcherService
@@ -45,7 +50,12 @@ from sluice_services.matcher.service import MatcherService
 DESCRIPTION = "cron fires through matcher and checker: spread of 10,000 fires at one minute, cost per fire over a day"
 DEFAULT_SCHEDULES = 10_000
 DEFAULT_DAY_SCHEDULES = 100_000
-TARGET_SPREAD_S = 2.0
+TARGET_SPREAD_S = 1.0
+FULL_SCHEDULES = 100_000
+"""--full also measures the spread of this many schedules at one minute."""
+TARGET_SPREAD_100K_S = 5.0
+TARGET_RATIO_TO_APSCHEDULER = 1.0
+"""Durable Sluice no slower than APScheduler's in-memory scheduler on the same crons (issue 27)."""
 POLL = 500
 """Records per consumer poll (aiokafka's default max_records)."""
 MINUTE = datetime(2026, 11, 23, 12, 30, tzinfo=timezone.utc)
@@ -55,13 +65,22 @@ PROGRAM = ProgramRef("bench", "timers", "noop")
 def run(options: object) -> list[Figure]:
     schedules = option(options, "schedules", DEFAULT_SCHEDULES)
     day_schedules = option(options, "day_schedules", DEFAULT_DAY_SCHEDULES)
+    full = bool(getattr(options, "full", False))
+    figures = []
     with tempfile.TemporaryDirectory(prefix="sluice-bench-timers-") as tmp:
         spread, launched = asyncio.run(_spread(Path(tmp) / "minute.db", schedules))
         progress(f"[timers] {launched} launch requests {spread:.3f} s after the minute ({schedules} schedules)")
+        peer = apscheduler_spread(schedules)
+        progress(f"[timers] APScheduler (in memory, no durability): {schedules} jobs ran {peer:.3f} s after the minute")
+        figures += [Figure("spread_at_the_minute", spread, "s", TARGET_SPREAD_S),
+                    Figure("ratio_to_apscheduler", spread / peer, "ratio", TARGET_RATIO_TO_APSCHEDULER)]
+        if full:
+            spread_100k, _ = asyncio.run(_spread(Path(tmp) / "minute-100k.db", FULL_SCHEDULES))
+            progress(f"[timers] {FULL_SCHEDULES} launch requests {spread_100k:.3f} s after the minute")
+            figures.append(Figure("spread_at_the_minute_100k", spread_100k, "s", TARGET_SPREAD_100K_S))
         per_fire, fires = _day(Path(tmp) / "day.db", day_schedules, random.Random(getattr(options, "seed", 42)))
         progress(f"[timers] {fires} fires over a simulated day of {day_schedules} schedules: {per_fire:.1f} µs/fire")
-    return [Figure("spread_at_the_minute", spread, "s", TARGET_SPREAD_S),
-            Figure("cost_per_fire", per_fire, "us", None)]
+    return [*figures, Figure("cost_per_fire", per_fire, "us", None)]
 
 
 def _schedule(index: int, cron: str) -> Schedule:
@@ -88,22 +107,84 @@ async def _spread(path: Path, count: int) -> tuple[float, int]:
     clock.set(MINUTE)
     started = time.perf_counter()
     matcher.fire_due()
-    launched, offset = 0, 0
+    offset = 0
+    launches: list[tuple[int, bytes]] = []
+    """(log position of the event routed, LaunchRequested bytes) of each launch request."""
+    triggered_at: dict[str, int] = {}
+    """job id -> log position of its JobTriggered, for the durability check after the clock stops."""
     while events := log.read_all(after, POLL):
         after = events[-1].position
         records = []
         for recorded in events:
             for message in matcher.route(recorded):
                 records.append(Record(JOBS, 0, offset, message.key.encode(), message.value, (), 0))
+                triggered_at[message.key] = recorded.position
                 offset += 1
-            launched += len(checker.route(recorded))
+            for message in checker.route(recorded):
+                launches.append((recorded.position, message.value))
         if records:  # the checker's consumer takes a poll's worth of jobs at once
             await checker.apply([(record, checker.parse_job_triggered(record)) for record in records])
     spread = time.perf_counter() - started
     log.close()
-    if launched != count:
-        raise RuntimeError(f"{launched} launch requests for {count} schedules due at the minute")
-    return spread, launched
+    if len(launches) != count:
+        raise RuntimeError(f"{len(launches)} launch requests for {count} schedules due at the minute")
+    _check_durable(launches, triggered_at)
+    return spread, len(launches)
+
+
+def _check_durable(launches: list[tuple[int, bytes]], triggered_at: dict[str, int]) -> None:
+    """Each launch request went out from the log, after its job's fire was in the log."""
+    for position, value in launches:
+        job = jobs_pb2.LaunchRequested.FromString(value).job
+        fired = triggered_at.get(job.schedule_id)
+        if fired is None or fired >= position:
+            raise RuntimeError(f"the launch request of job {job.id} left before its JobTriggered was in the log")
+
+
+def apscheduler_spread(count: int) -> float:
+    """APScheduler's BackgroundScheduler (memory job store, thread pool) with the same `count` crons
+    due at MINUTE: wall time from the minute to the last job's run. Its clock is the simulated one
+    (APScheduler reads datetime.now in its scheduler and executor modules), so no real minute is waited for."""
+    from apscheduler.executors import base as executors_base
+    from apscheduler.schedulers import base as schedulers_base
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    simulated = [MINUTE - timedelta(minutes=1)]
+
+    class SimulatedDatetime(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return simulated[0].astimezone(tz)
+
+    ran: list[float] = []
+    done = threading.Event()
+
+    def launch() -> None:
+        ran.append(time.perf_counter())
+        if len(ran) == count:
+            done.set()
+
+    modules = (schedulers_base, executors_base)
+    originals = [module.datetime for module in modules]
+    for module in modules:
+        module.datetime = SimulatedDatetime
+    scheduler = BackgroundScheduler(timezone=timezone.utc)
+    try:
+        scheduler.start(paused=True)
+        for index in range(count):
+            scheduler.add_job(launch, CronTrigger(minute=MINUTE.minute, hour=MINUTE.hour, timezone=timezone.utc),
+                              id=f"timer-{index:06d}", misfire_grace_time=None)
+        simulated[0] = MINUTE
+        started = time.perf_counter()
+        scheduler.resume()
+        if not done.wait(300):
+            raise RuntimeError(f"APScheduler ran {len(ran)} of {count} jobs")
+        return max(ran) - started
+    finally:
+        scheduler.shutdown(wait=False)
+        for module, original in zip(modules, originals):
+            module.datetime = original
 
 
 def _day(path: Path, count: int, rng: random.Random) -> tuple[float, int]:

@@ -45,6 +45,13 @@ def test_e2e_latency_prints_its_figures(capsys):
     assert {line["metric"] for line in lines} == {"latency_p50@500/s", "latency_p99@500/s", "throughput@500/s"}
 
 
+def test_timers_prints_its_figures(capsys, monkeypatch):
+    monkeypatch.setenv("BENCH_DAY_SCHEDULES", "30")
+    lines = figures(capsys, ["timers", "--runs", "1", "--schedules", "40"])
+    assert {line["metric"]: line["target"] for line in lines} == {
+        "spread_at_the_minute": 1.0, "ratio_to_apscheduler": 1.0, "cost_per_fire": None}
+
+
 def test_runs_report_the_median_of_each_metric(capsys, monkeypatch):
     from bench import Figure, matcher
 
