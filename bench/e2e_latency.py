@@ -30,9 +30,11 @@ LaunchRequested back to its notification (job.context.notifications[].id); laten
 send. CPU per notification goes to stderr: this process's (embedded), or the service processes'
 sum and each one's share, from /proc/<pid>/stat (Linux only).
 
-Figures per rate R: latency_p50@R/s and latency_p99@R/s in ms (target p99 5 ms embedded,
-50 ms over Kafka at 1000/s), and throughput@R/s: launch requests received per second from the
-first send to the last receipt (target R: the stack keeps up with what is offered).
+Figures per rate R: latency_p50@R/s and latency_p99@R/s in ms (target p99 10 ms embedded),
+throughput@R/s: launch requests received per second from the first send to the last receipt
+(target R: the stack keeps up with what is offered), and cpu_per_notification@R/s in ms (target
+0.3 embedded). Over Kafka, kafka-floor (bench/kafka_floor.py) then runs at the same rate and
+count in the same invocation: kafka_p99_ratio_to_floor@R/s is the p99 over the floor's (target 1.5).
 """
 from __future__ import annotations
 
@@ -75,7 +77,11 @@ DEFAULT_SCHEDULES = 10_000
 DEFAULT_NOTIFICATIONS = 1_000  # per rate, at least
 MEASURE_SECONDS = 5.0
 DEFAULT_RATES = (200.0, 1000.0)
-TARGET_P99_MS = {"file": 5.0, "memory": 5.0, "kafka": 50.0}
+TARGET_P99_MS = {"file": 10.0, "memory": 10.0, "kafka": None}
+"""Over Kafka the target is the ratio to kafka-floor's p99 measured in the same run."""
+TARGET_CPU_MS = {"file": 0.3, "memory": 0.3, "kafka": None}
+"""CPU per notification of all of Sluice's work: embedded, this process's (the load's sending included)."""
+TARGET_RATIO_TO_FLOOR = 1.5
 MODES = {"all": ("file", "kafka"), "file": ("file",), "memory": ("memory",), "kafka": ("kafka",)}
 SERVICES = ("registry", "matcher", "checker")
 RESTARTED = ("matcher", "checker")  # the services on the notification's path that hold every schedule
@@ -114,13 +120,23 @@ def run(options: object) -> list[Figure]:
             label = f"{rate:g}/s"
             notifications = option(options, "notifications", max(DEFAULT_NOTIFICATIONS, math.ceil(rate * MEASURE_SECONDS)))
             with tempfile.TemporaryDirectory(prefix="sluice-bench-e2e-") as tmp:
-                latencies, throughput = asyncio.run(
+                latencies, throughput, cpu_ms = asyncio.run(
                     _measure(bus_kind, Path(tmp), rate, schedules, notifications, warm_up, random.Random(seed)))
+            p99 = percentile(latencies, 99)
             figures += [
                 Figure(f"{prefix}latency_p50@{label}", percentile(latencies, 50), "ms", None),
-                Figure(f"{prefix}latency_p99@{label}", percentile(latencies, 99), "ms", TARGET_P99_MS[bus_kind]),
+                Figure(f"{prefix}latency_p99@{label}", p99, "ms", TARGET_P99_MS[bus_kind]),
                 Figure(f"{prefix}throughput@{label}", throughput, "launch-requests/s", rate),
+                Figure(f"{prefix}cpu_per_notification@{label}", cpu_ms, "ms", TARGET_CPU_MS[bus_kind]),
             ]
+            if bus_kind == "kafka":
+                from bench import kafka_floor  # it imports this module's send_at_rate
+
+                floor = asyncio.run(kafka_floor.measure(rate, notifications, math.ceil(rate * warm_up)))
+                floor_p99 = percentile(floor, 99)
+                progress(f"[e2e-latency] kafka-floor at {label} in the same run: p99 {floor_p99:.1f} ms")
+                figures.append(Figure(f"kafka_p99_ratio_to_floor@{label}", p99 / floor_p99, "ratio",
+                                      TARGET_RATIO_TO_FLOOR))
     return figures
 
 
@@ -272,7 +288,7 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
     if missing:
         progress(f"[e2e-latency] WARNING: {missing} of {count} notifications produced no LaunchRequested"
                  f" within {DRAIN_TIMEOUT:.0f} s; their latency is not in the percentiles")
-    return latencies, throughput
+    return latencies, throughput, total / count * 1000
 
 
 async def _create_schedules(address: str, schedules: int) -> None:

@@ -53,14 +53,14 @@ def run(options: object) -> list[Figure]:
     figures = []
     for rate in rates:
         count = option(options, "notifications", max(1000, math.ceil(rate * MEASURE_SECONDS)))
-        latencies = asyncio.run(_measure(rate, count, math.ceil(rate * warm_up)))
+        latencies = asyncio.run(measure(rate, count, math.ceil(rate * warm_up)))
         progress(f"[kafka-floor] {rate:g}/s: {len(latencies)} of {count} received, max {max(latencies):.1f} ms")
         figures += [Figure(f"latency_p50@{rate:g}/s", percentile(latencies, 50), "ms", None),
                     Figure(f"latency_p99@{rate:g}/s", percentile(latencies, 99), "ms", 50.0)]
     return figures
 
 
-async def _measure(rate: float, count: int, warm_up: int) -> list[float]:
+async def measure(rate: float, count: int, warm_up: int) -> list[float]:
     with KafkaBroker() as kafka, PostgresServer() as postgres:
         dsn = postgres.create_database("floor")
         bus = KafkaBus(kafka.bootstrap)

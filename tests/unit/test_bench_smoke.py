@@ -42,7 +42,9 @@ def test_e2e_latency_prints_its_figures(capsys):
     lines = figures(capsys, ["e2e-latency", "--runs", "1", "--schedules", "5", "--notifications", "100",
                              "--rates", "500", "--bus", "file", "--warm-up", "0"])
     assert {line["bench"] for line in lines} == {"e2e-latency"}
-    assert {line["metric"] for line in lines} == {"latency_p50@500/s", "latency_p99@500/s", "throughput@500/s"}
+    assert {line["metric"]: line["target"] for line in lines} == {
+        "latency_p50@500/s": None, "latency_p99@500/s": 10.0, "throughput@500/s": 500,
+        "cpu_per_notification@500/s": 0.3}
 
 
 def test_timers_prints_its_figures(capsys, monkeypatch):
