@@ -2,11 +2,11 @@
 Marquez's paths, so the official clients and Marquez-minded tools work unchanged.
 
     POST /api/v1/lineage                                 a RunEvent (JSON, optionally gzip), 201
-    GET  /api/v1/namespaces/{ns}/jobs                    jobs of a namespace
-    GET  /api/v1/namespaces/{ns}/jobs/{job}              a job by fully qualified name; a simple name
-                                                         redirects (301) or lists the candidates (300)
-    GET  /api/v1/namespaces/{ns}/jobs/{job}/runs         its runs, newest first
     GET  /api/v1/lineage?nodeId=job:ns:name&depth=N      the graph of jobs and datasets around a node
+    GET  /api/v1/namespaces/..., /api/v1/search, ...     the rest of Marquez's read paths (marquez_routes)
+
+A path with a trailing slash (the Marquez web UI asks /api/v1/lineage/?nodeId=...) redirects (308)
+to the path without it.
 
 With authorization on, every route asks the permission table (lineage.write to POST, lineage.read to
 GET, on the namespace of the job or node): 401 without a known token, 403 naming what is lacking.
@@ -16,22 +16,20 @@ from __future__ import annotations
 import json
 import ssl
 import zlib
-from datetime import datetime, timezone
-from urllib.parse import quote
 
 from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from sluice.domain.bounds import lone_surrogate_error
-from sluice.domain.lineage import Job, LineageState, Run
 from sluice.runtime.access import ANY_NAMESPACE, Grant, Principal, Role
 from sluice.runtime.auth_policy import TokenAuthenticator
 from sluice.runtime.authorization import Authorizer
 from sluice.runtime.http_auth import middlewares
 from sluice.runtime.permissions import LINEAGE_BODY, UNRESOLVED, Target, lineage_event_target
 from sluice.runtime.errors import MalformedMessage
-from sluice_services.lineage.queries import DEFAULT_DEPTH, MAX_DEPTH, Graph, find_job, job_json, run_json
+from sluice_services.lineage.marquez_routes import MarquezRoutes, error as _error
+from sluice_services.lineage.queries import DEFAULT_DEPTH, MAX_DEPTH, Graph
 from sluice_services.lineage.service import LineageService
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -45,14 +43,14 @@ def application(service: LineageService, token: str = "", authorizer: Authorizer
     authorizer = _with_lineage_token(authorizer, token)
     if authorizer is not None:
         authorizer = Authorizer(authorizer.authenticators, {**authorizer.resolvers, LINEAGE_BODY: _body_target})
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=middlewares(authorizer))
+    without_slash = web.normalize_path_middleware(append_slash=False, remove_slash=True,
+                                                  redirect_class=web.HTTPPermanentRedirect)
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[without_slash, *middlewares(authorizer)])
     routes = _Routes(service)
     app.add_routes([
         web.post("/api/v1/lineage", routes.ingest),
-        web.get("/api/v1/namespaces/{namespace}/jobs", routes.jobs),
-        web.get("/api/v1/namespaces/{namespace}/jobs/{job}", routes.job),
-        web.get("/api/v1/namespaces/{namespace}/jobs/{job}/runs", routes.runs),
         web.get("/api/v1/lineage", routes.lineage),
+        *MarquezRoutes(service).routes(),
     ])
     return app
 
@@ -124,25 +122,6 @@ class _Routes:
             return _error(422, str(error))
         return web.json_response({}, status=201)
 
-    async def jobs(self, request: web.Request) -> web.Response:
-        namespace = request.match_info["namespace"]
-        state = self._service.state
-        found = sorted((job for (ns, _), job in state.jobs.items() if ns == namespace), key=lambda job: job.name)
-        return web.json_response({"totalCount": len(found), "jobs": [job_json(state, job) for job in found]})
-
-    async def job(self, request: web.Request) -> web.Response:
-        found = self._find(request, "")
-        if isinstance(found, web.Response):
-            return found
-        return web.json_response(job_json(self._service.state, found))
-
-    async def runs(self, request: web.Request) -> web.Response:
-        found = self._find(request, "/runs")
-        if isinstance(found, web.Response):
-            return found
-        runs = _runs_of(self._service.state, found)
-        return web.json_response({"totalCount": len(runs), "runs": [run_json(run) for run in runs]})
-
     async def lineage(self, request: web.Request) -> web.Response:
         node = request.query.get("nodeId", "")
         try:
@@ -157,21 +136,6 @@ class _Routes:
             return _error(404, f"nodeId: no node {node!r} (job:<namespace>:<name> or dataset:<namespace>:<name>)")
         return web.json_response({"graph": graph.around(start, depth)})
 
-    def _find(self, request: web.Request, suffix: str) -> Job | web.Response:
-        """The job by fully qualified name; by simple name a redirect, or the candidates when several."""
-        namespace, name = request.match_info["namespace"], request.match_info["job"]
-        found = find_job(self._service.state, namespace, name)
-        if found.job is not None and found.resolved:
-            raise web.HTTPMovedPermanently(f"/api/v1/namespaces/{quote(namespace, safe='')}/jobs/"
-                                           f"{quote(found.job.name, safe='')}{suffix}")
-        if found.job is not None:
-            return found.job
-        if found.candidates:
-            return web.json_response({"error": f"job {name!r} is ambiguous: several jobs have this simple name",
-                                      "candidates": [{"namespace": namespace, "name": c} for c in found.candidates]},
-                                     status=300)
-        return _error(404, f"no job {name!r} in namespace {namespace!r}")
-
 
 async def _read_at_most(request: web.Request, limit: int) -> bytes | None:
     """The body, or None when it is longer than `limit` bytes."""
@@ -182,18 +146,3 @@ async def _read_at_most(request: web.Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _error(status: int, reason: str) -> web.Response:
-    return web.json_response({"error": reason}, status=status)
-
-
-def _runs_of(state: LineageState, job: Job) -> list[Run]:
-    return sorted(state.runs_of(job.key), key=_newest_first, reverse=True)
-
-
-def _newest_first(run: Run) -> tuple:
-    return (run.started_at or run.last_event_time or _EPOCH, run.run_id)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

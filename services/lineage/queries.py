@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.clock import epoch_micros
-from sluice.domain.lineage import DatasetKey, Job, LineageState, Partition, Run, dataset_key, dataset_of
+from sluice.domain.lineage import DatasetKey, Job, LineageState, Run, dataset_key, dataset_of
+from sluice_services.lineage.marquez import dataset_json, dataset_span, home_namespace, job_json
 
 DEFAULT_DEPTH = 20
 MAX_DEPTH = 100
@@ -33,47 +34,6 @@ def find_job(state: LineageState, namespace: str, name: str) -> JobLookup:
     return JobLookup(candidates=candidates if len(candidates) > 1 else ())
 
 
-def job_json(state: LineageState, job: Job) -> dict[str, Any]:
-    inputs, outputs = state.datasets_of(job.key)
-    latest = state.latest_run(job.key)
-    return {
-        "id": {"namespace": job.namespace, "name": job.name},
-        "type": "BATCH",
-        "name": job.name,
-        "simpleName": job.simple_name,
-        "parentJobName": job.parent_job_name,
-        "namespace": job.namespace,
-        "inputs": [_dataset_id(d) for d in inputs],
-        "outputs": [_dataset_id(d) for d in outputs],
-        "latestRun": run_json(latest) if latest else None,
-    }
-
-
-def run_json(run: Run) -> dict[str, Any]:
-    return {
-        "id": run.run_id,
-        "state": run.state,
-        "jobName": run.job_name,
-        "jobNamespace": run.job_namespace,
-        "parentRunId": run.parent_run_id,
-        "startedAt": run.started_at.isoformat() if run.started_at else None,
-        "endedAt": run.ended_at.isoformat() if run.ended_at else None,
-        "inputs": [_dataset_id(d) for d in run.inputs],
-        "outputs": [_dataset_id(d) for d in run.outputs],
-        "partitions": [_partition_json(p) for p in run.partitions],
-    }
-
-
-def _partition_json(partition: Partition) -> dict[str, Any]:
-    dataset, dimensions = partition
-    return {**_dataset_id(dataset), "dimensions": dict(dimensions)}
-
-
-def _dataset_id(key: DatasetKey) -> dict[str, str]:
-    namespace, name = dataset_of(key)
-    return {"namespace": namespace, "name": name}
-
-
 def dataset_text(key: DatasetKey) -> str:
     """A dataset as one string for a human or a string field: "namespace/name" (not to be split again)."""
     namespace, name = dataset_of(key)
@@ -85,18 +45,26 @@ Node = tuple[str, Any]   # ("job", (namespace, name)) or ("dataset", dataset_key
 
 class Graph:
     """Jobs and datasets as nodes; a job's runs read its inputs and wrote its outputs. Walks the
-    state's maintained edges out from the start node, so a query costs the size of its answer."""
+    state's maintained edges out from the start node, so a query costs the size of its answer.
+    A job's node id and data name the namespace it lives in (seed 002: its root ancestor's), as
+    the Marquez paths do; the nodes' data are Marquez's Job and Dataset."""
 
     def __init__(self, state: LineageState) -> None:
         self._state = state
 
     def find(self, node_id: str) -> Node | None:
-        """The node a nodeId names, None if there is none. A namespace may contain ':' (s3://...)."""
+        """The node a nodeId names (a job under its own namespace or the one it lives in), None if
+        there is none. A namespace may contain ':' (s3://...)."""
         kind, _, rest = node_id.partition(":")
         for at in (i for i, c in enumerate(rest) if c == ":"):
             namespace, name = rest[:at], rest[at + 1:]
             if kind == "job" and (namespace, name) in self._state.jobs:
                 return "job", (namespace, name)
+            if kind == "job":
+                living = [j.key for j in self._state.jobs.values()
+                          if j.name == name and home_namespace(self._state, j) == namespace]
+                if living:
+                    return "job", min(living)
             if kind == "dataset":
                 try:
                     key = dataset_key(namespace, name)
@@ -126,8 +94,11 @@ class Graph:
             if not (frontier := reached):
                 break
         rendered = []
-        for node in sorted(edges, key=node_id):
-            me, links = node_id(node), sorted((node_id(o), node_id(d)) for o, d in edges[node])
+        ids = {node: self.node_id(node) for node in edges}
+        ids.update((end, self.node_id(end)) for links in edges.values() for edge in links for end in edge
+                   if end not in ids)
+        for node in sorted(edges, key=ids.__getitem__):
+            me, links = ids[node], sorted((ids[o], ids[d]) for o, d in edges[node])
             rendered.append({"id": me, **self._data(node),
                              "inEdges": [{"origin": o, "destination": d} for o, d in links if d == me],
                              "outEdges": [{"origin": o, "destination": d} for o, d in links if o == me]})
@@ -137,15 +108,14 @@ class Graph:
         kind, key = node
         if kind == "job":
             return {"type": "JOB", "data": job_json(self._state, self._state.jobs[key])}
-        return {"type": "DATASET", "data": _dataset_id(key)}
+        return {"type": "DATASET", "data": dataset_json(key, dataset_span(self._state, key).pair)}
 
-
-def node_id(node: Node) -> str:
-    kind, key = node
-    if kind == "job":
-        return f"job:{key[0]}:{key[1]}"
-    namespace, name = dataset_of(key)
-    return f"dataset:{namespace}:{name}"
+    def node_id(self, node: Node) -> str:
+        kind, key = node
+        if kind == "job":
+            return f"job:{home_namespace(self._state, self._state.jobs[key])}:{key[1]}"
+        namespace, name = dataset_of(key)
+        return f"dataset:{namespace}:{name}"
 
 
 def run_order(run: Run) -> tuple[bool, int, str]:

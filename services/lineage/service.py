@@ -103,6 +103,11 @@ class LineageService:
     def state(self) -> LineageState:
         return self._state
 
+    def events_of(self, run_id: str) -> list[dict[str, Any]]:
+        """The run events recorded for this run, as received, in the order recorded (one stream read)."""
+        return [json.loads(recorded.data) for recorded in self._log.read_stream(stream_name(run_id))
+                if recorded.type == EVENT_TYPE]
+
     def handle_message(self, value: bytes) -> None:
         """Record one OpenLineage run event (JSON). Raises MalformedMessage; a duplicate is a no-op."""
         obj, record = decode_message(value)

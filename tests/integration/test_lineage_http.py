@@ -111,10 +111,10 @@ async def test_the_openlineage_client_posts_and_the_marquez_paths_read_back(api)
 
     status, runs = await asyncio.to_thread(get, f"{url}/api/v1/namespaces/experiments/jobs/hourly.metrics/runs")
     assert status == 200 and {run["id"] for run in runs["runs"]} == {us_run, uk_run}
-    assert {run["state"] for run in runs["runs"]} == {"COMPLETE"} and {r["parentRunId"] for r in runs["runs"]} == {schedule_run}
+    assert {run["state"] for run in runs["runs"]} == {"COMPLETED"} and {r["parentRunId"] for r in runs["runs"]} == {schedule_run}
 
     status, body = await asyncio.to_thread(get, f"{url}/api/v1/namespaces/experiments/jobs/hourly")
-    assert status == 200 and body["latestRun"]["state"] == "COMPLETE"
+    assert status == 200 and body["latestRun"]["state"] == "COMPLETED"
     status, body = await asyncio.to_thread(get, f"{url}/api/v1/namespaces/experiments/jobs/metrics")
     assert status == 300 and [c["name"] for c in body["candidates"]] == ["daily.metrics", "hourly.metrics"]
 

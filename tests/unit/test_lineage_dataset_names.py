@@ -159,7 +159,7 @@ async def test_http_jobs_runs_and_lineage_answer_the_exact_namespaces_and_names(
                 "dataset:hdfs://nn:8020/warehouse:/data/report": REPORT}
     assert set(graph) == {*datasets, f"job:{NS}:ingest", f"job:{NS}:report"}
     for node_id, dataset in datasets.items():
-        assert graph[node_id]["type"] == "DATASET" and graph[node_id]["data"] == dataset
+        assert graph[node_id]["type"] == "DATASET" and graph[node_id]["data"]["id"] == dataset
     assert graph[f"job:{NS}:ingest"]["data"]["inputs"] == [CLICKS]
     assert graph["dataset:postgres://db:5432:public.orders"]["inEdges"] == [
         {"origin": f"job:{NS}:ingest", "destination": "dataset:postgres://db:5432:public.orders"}]

@@ -239,6 +239,15 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/api/v1/namespaces/{namespace}/jobs/{job}"): Rule("lineage.read", _path_namespace),
     ("GET", "/api/v1/namespaces/{namespace}/jobs/{job}/runs"): Rule("lineage.read", _path_namespace),
     ("GET", "/api/v1/lineage"): Rule("lineage.read", _query_node),
+    ("GET", "/api/v1/namespaces"): Rule("lineage.read", _every),
+    ("GET", "/api/v1/namespaces/{namespace}"): Rule("lineage.read", _path_namespace),
+    ("GET", "/api/v1/namespaces/{namespace}/datasets"): Rule("lineage.read", _path_namespace),
+    ("GET", "/api/v1/namespaces/{namespace}/datasets/{dataset}"): Rule("lineage.read", _path_namespace),
+    ("GET", "/api/v1/namespaces/{namespace}/datasets/{dataset}/versions"): Rule("lineage.read", _path_namespace),
+    ("GET", "/api/v1/jobs/runs/{run}"): Rule("lineage.read", _every),
+    ("GET", "/api/v1/jobs/runs/{run}/facets"): Rule("lineage.read", _every),
+    ("GET", "/api/v1/search"): Rule("lineage.read", _every),
+    ("GET", "/api/v1/events/lineage"): Rule("lineage.read", _every),
     ("GET", "/metrics"): Rule("metrics.read", _every),
 }
 OPEN_ROUTES = frozenset({("GET", "/healthz"), ("GET", "/readyz")})
