@@ -19,7 +19,7 @@ TRIGGER_OPTIONS = ("trigger", "dataset", "count", "filter", "min_bytes", "quiet_
                    "upstream", "status")
 CREATE_DEFAULTS = dict(trigger="partition", count=1, filter=[], min_bytes=0, quiet_seconds=0, seconds=0, zone="UTC",
                        status=[], property=[], window_zone="UTC", group="", timeout=0, timeout_policy="discard",
-                       priority=0, misfire="fire-once", description="")
+                       priority=0, misfire="fire-once", waiting_job="join", description="")
 
 
 def register(commands) -> None:
@@ -100,6 +100,9 @@ def _options(parser: argparse.ArgumentParser, defaults: dict) -> None:
     add("--retry-delay", type=int, metavar="SECONDS", help="before the first retry (default 60)")
     add("--retry-backoff", type=float, metavar="FACTOR", help="each further retry waits FACTOR times longer (default 2; 1: constant)")
     add("--retry-failed", action="store_true", help="retry FAILED attempts too (default: LOST only)")
+    add("--waiting-job", choices=("join", "separate"),
+        help="what a fire does while an earlier job of this schedule waits for its constraints: join it, so "
+             "that one run gets all the notifications (create's default), or wait as a job and run of its own")
     add("--description")
 
 
@@ -136,6 +139,7 @@ def _create(client: SluiceClient, args) -> int:
         timeout=duration_pb2.Duration(seconds=args.timeout), timeout_policy=_timeout_policy(args.timeout_policy),
         misfire_policy=_misfire(args.misfire),
         catch_up=duration_pb2.Duration(seconds=args.catch_up) if args.catch_up is not None else None,
+        waiting_job_policy=_waiting_job(args.waiting_job),
         retry_policy=_retry_policy(args, None))
     return _show(args, "created", client.create_schedule(schedule))
 
@@ -189,6 +193,8 @@ def _merged(current: schedules_pb2.Schedule, args) -> schedules_pb2.Schedule:
         schedule.misfire_policy = _misfire(args.misfire)
     if args.catch_up is not None:
         schedule.catch_up.CopyFrom(duration_pb2.Duration(seconds=args.catch_up))
+    if args.waiting_job is not None:
+        schedule.waiting_job_policy = _waiting_job(args.waiting_job)
     retry = _retry_policy(args, current.retry_policy if current.HasField("retry_policy") else None)
     if retry is not None:
         schedule.retry_policy.CopyFrom(retry)
@@ -239,6 +245,10 @@ def _with_current_trigger(args, current: schedules_pb2.Trigger) -> argparse.Name
 
 def _timeout_policy(text: str) -> int:
     return schedules_pb2.TimeoutPolicy.Value("TIMEOUT_" + text.upper().replace("-", "_"))
+
+
+def _waiting_job(text: str) -> int:
+    return schedules_pb2.WaitingJobPolicy.Value("WAITING_JOB_" + text.upper())
 
 
 def _misfire(text: str) -> int:

@@ -10,6 +10,12 @@ trigger fired), so a job never waits for its schedule's definition to arrive on 
 The checker still follows the schedules: a job of an older generation, of a deleted or a disabled
 schedule is discarded, also while it waits on a delay (seed scenarios 5 and 7), and the
 concurrency groups the schedules name decide which programs count together.
+
+A job that a pass would leave waiting for the first time joins its schedule's earlier job that
+already waits instead, when both may (`Job.joinable`, WaitingJobPolicy.JOIN): the earlier job's
+trigger context gains its notifications (NotificationsJoined), and its one run gets them all.
+Only a waiting job is joined, never one admitted (PENDING_LAUNCH), and the joining is decided in
+the same pass that would have deferred the job, so it does not depend on how arrivals are batched.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from typing import Mapping
 
 import immutables
 
-from sluice.domain.common import ProgramRef, RunStatus
+from sluice.domain.common import Notification, ProgramRef, RunStatus
 from sluice.domain.constraints import (
     UNLIMITED,
     AdmissionDecision,
@@ -94,6 +100,21 @@ class JobAdmitted:
 
 
 @dataclass(frozen=True)
+class NotificationsJoined:
+    """The job's trigger fired while `into`, an earlier job of its schedule, waited for its
+    constraints: instead of waiting too, its notifications joined `into`'s trigger context, and it
+    leaves the queue JOINED, without a run of its own. Without a JobQueued before it, the job
+    joined on arrival: this event also stands for its queueing (its `sequence`)."""
+
+    job_id: str
+    into: str
+    schedule_id: str
+    sequence: int
+    notifications: tuple[Notification, ...]
+    at: datetime
+
+
+@dataclass(frozen=True)
 class JobWithdrawn:
     """DISCARDED by the checker: a constraint can never be met, a timeout, or its schedule changed."""
 
@@ -137,9 +158,9 @@ class LoadLimited:
 
 
 EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobWithdrawn, RunObserved, ScheduleTracked, ScheduleUntracked,
-          LoadLimited)
+          LoadLimited, NotificationsJoined)
 CheckerEvent = (JobQueued | JobDeferred | JobAdmitted | JobWithdrawn | RunObserved | ScheduleTracked
-                | ScheduleUntracked | LoadLimited)
+                | ScheduleUntracked | LoadLimited | NotificationsJoined)
 
 
 @dataclass(frozen=True)
@@ -183,9 +204,11 @@ class CheckerState:
     """Programs whose runs some constraint counts (concurrency, groups, intervals, caps)."""
     watch_all: bool = False
     """A load limit counts every program's runs."""
+    joinable: Mapping[str, str] = field(default_factory=immutables.Map)
+    """Schedule id -> its waiting job that the schedule's next fires join (deferred, `Job.joinable`)."""
 
     def __post_init__(self) -> None:
-        for name in ("queue", "queued_by_program", "schedules"):
+        for name in ("queue", "queued_by_program", "schedules", "joinable"):
             if not isinstance(getattr(self, name), immutables.Map):
                 object.__setattr__(self, name, immutables.Map(getattr(self, name)))
 
@@ -243,8 +266,10 @@ def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: d
         decision = admit(state.facts(), state.world, now, capacity)
         until = decision.wake_at
     admission = _admission(state, decision, now)
-    admitted = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
-    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in admitted)), *admission], Settled(until)
+    # admitted or joined on arrival: that event also queues the job
+    queued_by = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
+    queued_by |= {event.job_id for event in admission if isinstance(event, NotificationsJoined)}
+    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in queued_by)), *admission], Settled(until)
 
 
 def _rechecked(state: CheckerState, commands: list[CheckerCommand], events: list[CheckerEvent],
@@ -343,9 +368,36 @@ def _admission(state: CheckerState, decision: AdmissionDecision, now: datetime) 
                                   for job_id in decision.launch]
     events += [JobWithdrawn(job_id, state.queue[job_id].job.schedule_id, reason, now)
                for job_id, reason in decision.discard]
-    events += [JobDeferred(waiting.job_id, waiting.reasons, now)
-               for waiting in decision.waiting if not state.queue[waiting.job_id].checked]
+    leaving = {*decision.launch, *(job_id for job_id, _ in decision.discard)}
+    deferred_now: dict[str, str] = {}
+    """Schedule id -> its joinable job this pass defers: the schedule's later jobs in the pass join it."""
+    for waiting in decision.waiting:  # in admission order: a schedule's older jobs first
+        queued = state.queue[waiting.job_id]
+        if queued.checked:
+            continue
+        job = queued.job
+        into = _job_to_join(state, job, leaving, deferred_now)
+        if into is not None:
+            events.append(NotificationsJoined(job.id, into, job.schedule_id, job.sequence, job.context.notifications,
+                                              now))
+            continue
+        events.append(JobDeferred(job.id, waiting.reasons, now))
+        if job.joinable:
+            deferred_now.setdefault(job.schedule_id, job.id)
     return events
+
+
+def _job_to_join(state: CheckerState, job: Job, leaving: set[str], deferred_now: dict[str, str]) -> str | None:
+    """The earlier job of `job`'s schedule that waits and stays waiting in this pass, which `job` (about
+    to start waiting) joins; None when it waits as a job of its own."""
+    if not job.joinable:
+        return None
+    for candidate in (state.joinable.get(job.schedule_id), deferred_now.get(job.schedule_id)):
+        waiting = state.queue.get(candidate) if candidate is not None and candidate not in leaving else None
+        if waiting is not None and waiting.job.schedule_generation == job.schedule_generation \
+                and waiting.job.sequence < job.sequence:
+            return candidate
+    return None
 
 
 def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
@@ -363,7 +415,21 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
                            horizon=max(state.horizon, history_needed(job.constraints)),
                            watched=_watch(state.watched, job.program, job.constraints))
         case JobDeferred(job_id):
-            return replace(state, queue=state.queue.set(job_id, replace(state.queue[job_id], checked=True)))
+            queued = state.queue[job_id]
+            state = replace(state, queue=state.queue.set(job_id, replace(queued, checked=True)))
+            schedule_id = queued.job.schedule_id
+            if queued.job.joinable and schedule_id not in state.joinable:
+                state = replace(state, joinable=state.joinable.set(schedule_id, job_id))
+            return state
+        case NotificationsJoined(job_id, into, schedule_id, sequence, notifications):
+            state = _dequeued(state, job_id)
+            target = state.queue[into]
+            context = target.job.context
+            joined = replace(target.job, context=replace(context, notifications=context.notifications + notifications))
+            tracked = state.schedules[schedule_id]
+            return replace(state, queue=state.queue.set(into, replace(target, job=joined)),
+                           schedules=state.schedules.set(schedule_id, replace(
+                               tracked, last_sequence=max(tracked.last_sequence, sequence))))
         case JobAdmitted(job, at) if job.id not in state.queue:  # admitted on arrival: queued by the same event
             return evolve(evolve(state, JobQueued(job, at)), event)
         case JobAdmitted(job, at):
@@ -400,7 +466,21 @@ def _dequeued(state: CheckerState, job_id: str) -> CheckerState:
     program = queued.job.program
     ids = state.queued_by_program[program].delete(job_id)
     by_program = state.queued_by_program.set(program, ids) if ids else state.queued_by_program.delete(program)
-    return replace(state, queue=state.queue.delete(job_id), queued_by_program=by_program)
+    state = replace(state, queue=state.queue.delete(job_id), queued_by_program=by_program)
+    schedule_id = queued.job.schedule_id
+    if state.joinable.get(schedule_id) == job_id:
+        state = replace(state, joinable=_next_joinable(state, schedule_id, program))
+    return state
+
+
+def _next_joinable(state: CheckerState, schedule_id: str, program: ProgramRef) -> immutables.Map:
+    """The schedule's joinable entry once its job left the queue: its oldest other deferred joinable job, if any."""
+    waiting = [queued.job for job_id in state.queued_by_program.get(program, ())
+               if (queued := state.queue[job_id]).checked and queued.job.schedule_id == schedule_id
+               and queued.job.joinable]
+    if not waiting:
+        return state.joinable.delete(schedule_id)
+    return state.joinable.set(schedule_id, min(waiting, key=lambda job: job.sequence).id)
 
 
 def _indexed(by_program: immutables.Map, program: ProgramRef, job_id: str) -> immutables.Map:

@@ -42,6 +42,20 @@ class RetryPolicy:
 DEFAULT_RETRY_POLICY = RetryPolicy()
 
 
+class WaitingJobPolicy(enum.Enum):
+    """What a schedule's trigger firing does while an earlier job of the schedule waits in
+    PENDING_CONSTRAINT (seed 000's job queue: a notification joins the schedule's job unless that
+    job is already PENDING_LAUNCH). Jobs a time trigger fired (with a logical time) never join:
+    each stands for its own time."""
+
+    JOIN = "JOIN"
+    """The default: the fired job's notifications join the waiting job, whose one run gets them
+    all; the fired job ends JOINED without a run. A job already PENDING_LAUNCH or LAUNCHED is
+    never changed: a fire then waits as a job of its own (which later fires may join)."""
+    SEPARATE = "SEPARATE"
+    """Every fire is a job and a run of its own, with only its own notifications."""
+
+
 class JobState(enum.Enum):
     PENDING_TRIGGER = "PENDING_TRIGGER"
     """Created by the first matching notification; the trigger is not satisfied yet."""
@@ -53,6 +67,9 @@ class JobState(enum.Enum):
     """The launcher recorded the run for this job."""
     DISCARDED = "DISCARDED"
     """Dropped, with a reason (schedule disabled, deleted or replaced, timeout, constraint never met)."""
+    JOINED = "JOINED"
+    """Its trigger fired while an earlier job of its schedule waited for its constraints: its
+    notifications joined that job (WaitingJobPolicy.JOIN), whose run gets them; it has no run."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,13 @@ class Job:
     """When the trigger fired: delays and timeouts count from here."""
     retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
     """The schedule's, when its trigger fired: what the launcher does with a LOST or FAILED attempt."""
+    waiting_job_policy: WaitingJobPolicy = WaitingJobPolicy.JOIN
+    """The schedule's, when its trigger fired: whether this job may join an earlier one still waiting."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))
+
+    @property
+    def joinable(self) -> bool:
+        """Whether this job and an earlier waiting job of its schedule may become one run."""
+        return self.waiting_job_policy is WaitingJobPolicy.JOIN and self.context.logical_time is None

@@ -273,7 +273,8 @@ def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime) -
                              evaluation.logical_time)
     job = Job(pending.job_id, schedule.id, schedule.generation, schedule.program, context, pending.created_at,
               schedule.priority, schedule.constraints, schedule.timeout_seconds, schedule.timeout_policy,
-              sequence=pending.sequence, triggered_at=now, retry_policy=schedule.retry_policy)
+              sequence=pending.sequence, triggered_at=now, retry_policy=schedule.retry_policy,
+              waiting_job_policy=schedule.waiting_job_policy)
     return [JobTriggered(job, now)]
 
 

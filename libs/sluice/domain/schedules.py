@@ -9,7 +9,7 @@ from typing import Mapping
 from sluice.domain import bounds
 from sluice.domain.common import ProgramRef
 from sluice.domain.constraints import Constraint, TimeoutPolicy, validate_constraints
-from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy
+from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy, WaitingJobPolicy
 from sluice.domain.names import validate_name
 from sluice.domain.triggers import Trigger, validate_trigger
 from sluice.ids import derived_id
@@ -56,6 +56,8 @@ class Schedule:
     """FIRE_EACH: how far back missed fire times are still run."""
     retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
     """What the launcher does with a run attempt that ends LOST (or FAILED, when configured)."""
+    waiting_job_policy: WaitingJobPolicy = WaitingJobPolicy.JOIN
+    """What a fire does while an earlier job of the schedule waits for its constraints: join it or not."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))
@@ -238,6 +240,9 @@ def validate(schedule: Schedule) -> None:
         raise InvalidArgument("schedule.timeout_policy", f"must be one of {', '.join(p.value for p in TimeoutPolicy)}")
     if not isinstance(schedule.misfire_policy, MisfirePolicy):
         raise InvalidArgument("schedule.misfire_policy", f"must be one of {', '.join(p.value for p in MisfirePolicy)}")
+    if not isinstance(schedule.waiting_job_policy, WaitingJobPolicy):
+        raise InvalidArgument("schedule.waiting_job_policy",
+                              f"must be one of {', '.join(p.value for p in WaitingJobPolicy)}")
     bounds.check_seconds("schedule.catch_up", schedule.catch_up_seconds, 1)
     validate_retry_policy(schedule.retry_policy, "schedule.retry_policy")
 

@@ -33,14 +33,14 @@ from sluice.runtime.snapshots import LoopPacer, Schema
 
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
-                    checking.JobWithdrawn, runs.RunRequested))
+                    checking.JobWithdrawn, checking.NotificationsJoined, runs.RunRequested))
 """The events the view folds; the matcher's ScheduleObserved (a whole schedule each) are not decoded."""
 STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name(""))
 """The streams TYPES are appended to: the view reads only these."""
-READ_BY_FIELDS = frozenset({"JobTriggered", "JobAdmitted", "RunRequested", "NotificationMatched"})
+READ_BY_FIELDS = frozenset({"JobTriggered", "JobAdmitted", "RunRequested", "NotificationMatched", "NotificationsJoined"})
 """Events the view reads as plain values: each carries a whole job or notification it does not show."""
 SNAPSHOT = "jobs"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 """The schema version of the view's snapshot (its JobView by job id): bump it when JobView (or anything
 it holds) changes shape; a snapshot of another version is ignored and the log folded instead."""
 READ_BATCH = 10_000
@@ -65,6 +65,8 @@ class JobView:
     reason: str = ""
     run_id: str = ""
     notifications: int = 0
+    joined: tuple[bytes, ...] = ()
+    """The checker's NotificationsJoined events as recorded, of the later jobs that joined this one."""
     transitions: tuple[tuple[str, datetime, str], ...] = ()
     """(state, at, cause) of every transition, as plain tuples: the cyclic collector stops tracking
     those, while a Transition object each made every full collection visit ~4 more objects per job."""
@@ -75,8 +77,16 @@ class JobView:
 
     @property
     def job(self) -> Job | None:
-        """The job as its trigger fired it (schedule, program, trigger context); None before."""
-        return from_jsonable(matching.JobTriggered, json.loads(self.fired)).job if self.fired else None
+        """The job as its trigger fired it (schedule, program, trigger context), with the notifications
+        of the jobs that joined it since; None before it fired."""
+        if not self.fired:
+            return None
+        job = from_jsonable(matching.JobTriggered, json.loads(self.fired)).job
+        if not self.joined:
+            return job
+        joined = tuple(n for event in self.joined
+                       for n in from_jsonable(checking.NotificationsJoined, json.loads(event)).notifications)
+        return replace(job, context=replace(job.context, notifications=job.context.notifications + joined))
 
 
 DEFAULT_FINISHED_PER_SCHEDULE = 1_000
@@ -206,6 +216,8 @@ class JobsView:
             case "NotificationMatched":
                 job_id = fields["job_id"]
                 self._update(job_id, at, notifications=self._jobs[job_id].notifications + 1)
+            case "NotificationsJoined":
+                self._joined(fields["job_id"], fields["into"], len(fields["notifications"]), at, recorded.data)
 
     def _apply_small(self, event: object) -> None:
         match event:
@@ -220,6 +232,16 @@ class JobsView:
                 self._transition(job_id, JobState.PENDING_CONSTRAINT, at, "waiting for: " + "; ".join(waiting_on))
             case checking.JobWithdrawn(job_id, _, reason, at):
                 self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
+
+    def _joined(self, job_id: str, into: str, count: int, at: datetime, event: bytes) -> None:
+        self._transition(job_id, JobState.JOINED, at, f"joined job {into}, which waits for its constraints")
+        waiting = self._jobs.get(into)
+        if waiting is None:
+            return
+        self._update(into, at, notifications=waiting.notifications + count, joined=(*waiting.joined, bytes(event)),
+                     transitions=(*waiting.transitions, (waiting.state.value, at,
+                                                         f"joined by job {job_id}: {count} more notification"
+                                                         f"{'s' if count != 1 else ''}")))
 
     def _created(self, job_id: str, schedule_id: str, at: datetime, notifications: int = 0) -> None:
         if job_id in self._jobs:
@@ -248,7 +270,7 @@ class JobsView:
         self._jobs[job_id] = replace(self._jobs[job_id], updated_at=at, **changes)
 
 
-FINISHED = frozenset({JobState.LAUNCHED, JobState.DISCARDED})
+FINISHED = frozenset({JobState.LAUNCHED, JobState.DISCARDED, JobState.JOINED})
 
 
 def listing_key(job: JobView) -> ListingKey:

@@ -4,7 +4,7 @@ from collections import OrderedDict
 
 from google.protobuf import duration_pb2
 
-from sluice.domain.jobs import Job, JobState, TriggerContext
+from sluice.domain.jobs import Job, JobState, TriggerContext, WaitingJobPolicy
 from sluice.v1 import jobs_pb2 as pb
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY
 from sluice.wire.schedules import (
@@ -14,6 +14,8 @@ from sluice.wire.schedules import (
     retry_policy_to_proto,
     timeout_policy_from_proto,
     timeout_policy_to_proto,
+    waiting_job_policy_from_proto,
+    waiting_job_policy_to_proto,
 )
 from sluice.wire.common import (
     notification_from_proto,
@@ -72,6 +74,7 @@ def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> p
         sequence=job.sequence,
         triggered_at=timestamp_to_proto(job.triggered_at),
         retry_policy=retry_policy_to_proto(job.retry_policy),
+        waiting_job_policy=waiting_job_policy_to_proto(job.waiting_job_policy),
     )
 
 
@@ -99,4 +102,11 @@ def _job_from_proto(message: pb.Job) -> Job:
         message.sequence,
         timestamp_from_proto(message.triggered_at) if message.HasField("triggered_at") else None,
         retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy") else DEFAULT_RETRY_POLICY,
+        waiting_job_policy=_waiting_job_policy(message.waiting_job_policy),
     )
+
+
+def _waiting_job_policy(value: int) -> WaitingJobPolicy:
+    """A job's policy from a peer that knows a newer one keeps its job apart (SEPARATE was the behaviour before JOIN)."""
+    policy = waiting_job_policy_from_proto(value)
+    return policy if isinstance(policy, WaitingJobPolicy) else WaitingJobPolicy.SEPARATE

@@ -15,7 +15,7 @@ from sluice.domain.constraints import (
     TimeoutPolicy,
     TimeWindowConstraint,
 )
-from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy
+from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy, WaitingJobPolicy
 from sluice.domain.observations import ObserveSchedule
 from sluice.domain.schedules import DEFAULT_CATCH_UP_SECONDS, MisfirePolicy, Schedule, validate
 from sluice.domain.triggers import (
@@ -55,6 +55,7 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
         misfire_policy=pb.MisfirePolicy.Value(f"MISFIRE_{schedule.misfire_policy.value}"),
         catch_up=duration_pb2.Duration(seconds=schedule.catch_up_seconds),
         retry_policy=retry_policy_to_proto(schedule.retry_policy),
+        waiting_job_policy=waiting_job_policy_to_proto(schedule.waiting_job_policy),
     )
 
 
@@ -77,6 +78,7 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "sch
         catch_up_seconds=message.catch_up.seconds if message.HasField("catch_up") else DEFAULT_CATCH_UP_SECONDS,
         retry_policy=retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy")
         else DEFAULT_RETRY_POLICY,
+        waiting_job_policy=waiting_job_policy_from_proto(message.waiting_job_policy),
     )
     try:
         validate(schedule)
@@ -156,6 +158,16 @@ def _misfire_from_proto(value: int) -> MisfirePolicy:
     if value not in pb.MisfirePolicy.values():
         return value  # left for validation to reject with the field's name
     return MisfirePolicy(pb.MisfirePolicy.Name(value).removeprefix("MISFIRE_"))
+
+
+def waiting_job_policy_to_proto(policy: WaitingJobPolicy) -> int:
+    return pb.WaitingJobPolicy.Value(f"WAITING_JOB_{policy.value}")
+
+
+def waiting_job_policy_from_proto(value: int) -> WaitingJobPolicy:
+    if value not in pb.WaitingJobPolicy.values():
+        return value  # left for validation to reject with the field's name
+    return WaitingJobPolicy(pb.WaitingJobPolicy.Name(value).removeprefix("WAITING_JOB_"))
 
 
 def retry_policy_to_proto(policy: RetryPolicy) -> pb.RetryPolicy:
