@@ -20,7 +20,7 @@ from sluice.domain.constraints import (
     TimeoutPolicy,
     TimeWindowConstraint,
 )
-from sluice.domain.jobs import JobState
+from sluice.domain.jobs import JobState, WaitingJobPolicy
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import OrTrigger, PartitionTrigger, TimeTrigger
 from tests.scenarios.conftest import T0
@@ -55,8 +55,36 @@ async def test_scenario_1_minimum_interval_between_runs(scheduler):
     assert len(discarded) == 4 and all("started less than 300 s ago" in r for r in discarded)
 
 
-async def test_scenario_1_waiting_instead_of_aborting_spaces_the_runs(scheduler):
+async def test_scenario_1_waiting_later_partitions_join_the_waiting_job_and_one_run_gets_them(scheduler):
+    """Seed 000's job queue: a notification joins the schedule's job unless that job is PENDING_LAUNCH."""
+    schedule = await scheduler.create(on_partitions("feed", 1, MinSinceLastRunConstraint(300)))
+    for hour in range(5):  # at 0, 1, 2, 3 and 4 minutes
+        await scheduler.partitions("ns", "feed", *hours(hour))
+        await scheduler.advance(MINUTE)
+    await scheduler.advance(timedelta(minutes=15))
+    assert [(launch.at - T0, launch.partition_keys) for launch in scheduler.launches] == [
+        (timedelta(0), hours(0)), (timedelta(minutes=5), hours(1, 2, 3, 4))]
+    jobs = scheduler.jobs.list(schedule.id)
+    assert [view.state for view in jobs] == [JobState.LAUNCHED, JobState.LAUNCHED] + [JobState.JOINED] * 3
+    assert all(view.reason == "" and f"joined job {jobs[1].id}" in view.history[-1].cause for view in jobs[2:])
+    assert jobs[1].notifications == 4 and jobs[1].job.context.partitions() == scheduler.launches[1].job.context.partitions()
+
+
+async def test_partitions_arriving_faster_than_the_interval_make_one_run_per_interval_and_no_backlog(scheduler):
     await scheduler.create(on_partitions("feed", 1, MinSinceLastRunConstraint(300)))
+    for n in range(30):  # one a minute for half an hour
+        await scheduler.partitions("ns", "feed", {"n": str(n)})
+        await scheduler.advance(MINUTE)
+        assert len(scheduler.checker.state.queue) <= 1
+    await scheduler.advance(timedelta(minutes=5))
+    assert [launch.at - T0 for launch in scheduler.launches] == [timedelta(minutes=m) for m in range(0, 31, 5)]
+    delivered = [key["n"] for launch in scheduler.launches for key in launch.partition_keys]
+    assert delivered == [str(n) for n in range(30)]  # each once, in order
+
+
+async def test_scenario_1_waiting_with_separate_jobs_spaces_one_run_per_partition(scheduler):
+    await scheduler.create(on_partitions("feed", 1, MinSinceLastRunConstraint(300),
+                                         waiting_job_policy=WaitingJobPolicy.SEPARATE))
     for hour in range(3):
         await scheduler.partitions("ns", "feed", *hours(hour))
         await scheduler.advance(timedelta(seconds=75))
