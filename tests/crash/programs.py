@@ -126,7 +126,8 @@ class WorldSubmitter:
     def __init__(self, world: ProgramWorld) -> None:
         self._world = world
 
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> WorldProcess:
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None) -> WorldProcess:
         pid, program = self._world.start(context_path)
         return WorldProcess(pid, program)
 
@@ -139,7 +140,8 @@ class UnsupervisedSubmitter:
     def __init__(self, world: ProgramWorld) -> None:
         self._world = world
 
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> WorldProcess:
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None) -> WorldProcess:
         return WorldProcess(*self._world.start(context_path, claim=False))
 
 

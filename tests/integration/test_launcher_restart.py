@@ -46,7 +46,8 @@ class CrashAfterSubmit:
     def __init__(self, submitter: SparkSubmitter) -> None:
         self.submitter = submitter
 
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path):
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None):
         await self.submitter.submit(entry_point, context_path, log_path)
         raise asyncio.CancelledError
 

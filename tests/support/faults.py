@@ -201,7 +201,8 @@ class FaultySubmitter:
         found = self._submitter.find(attempt_dir)
         return None if found is None else _FaultyProcess(found, self._plan)
 
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> _FaultyProcess:
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None) -> _FaultyProcess:
         process = await self._plan.around_async("launcher.program.submit", self._submitter.submit, entry_point,
                                                 context_path, log_path)
         return _FaultyProcess(process, self._plan)

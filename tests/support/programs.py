@@ -48,7 +48,8 @@ class FakePrograms:
     def entry_point(self, program: ProgramRef) -> Path:
         return Path("/simulated") / program.app / f"{program.program}.py"
 
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> FakeProgram:
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None) -> FakeProgram:
         context = json.loads(context_path.read_text())
         program = FakeProgram(next(self._pids), context["run_id"], Path(context["system"]["result_path"]))
         self.running[program.run_id] = program

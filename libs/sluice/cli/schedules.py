@@ -100,6 +100,9 @@ def _options(parser: argparse.ArgumentParser, defaults: dict) -> None:
     add("--retry-delay", type=int, metavar="SECONDS", help="before the first retry (default 60)")
     add("--retry-backoff", type=float, metavar="FACTOR", help="each further retry waits FACTOR times longer (default 2; 1: constant)")
     add("--retry-failed", action="store_true", help="retry FAILED attempts too (default: LOST only)")
+    add("--spark-conf", action="append", metavar="K=V",
+        help="Spark setting of its runs, resources and tuning only, e.g. spark.executor.memory=2g "
+             "(repeat; update: sets these keys, an empty value removes one)")
     add("--waiting-job", choices=("join", "separate"),
         help="what a fire does while an earlier job of this schedule waits for its constraints: join it, so "
              "that one run gets all the notifications (create's default), or wait as a job and run of its own")
@@ -140,7 +143,7 @@ def _create(client: SluiceClient, args) -> int:
         misfire_policy=_misfire(args.misfire),
         catch_up=duration_pb2.Duration(seconds=args.catch_up) if args.catch_up is not None else None,
         waiting_job_policy=_waiting_job(args.waiting_job),
-        retry_policy=_retry_policy(args, None))
+        retry_policy=_retry_policy(args, None), spark_conf=pairs(args.spark_conf or [], "--spark-conf"))
     return _show(args, "created", client.create_schedule(schedule))
 
 
@@ -170,6 +173,11 @@ def _merged(current: schedules_pb2.Schedule, args) -> schedules_pb2.Schedule:
         schedule.trigger.CopyFrom(_trigger(_with_current_trigger(args, current.trigger), current.program.namespace))
     if args.property:
         schedule.properties.update(pairs(args.property, "--property"))
+    for key, value in pairs(args.spark_conf or [], "--spark-conf").items():
+        if value:
+            schedule.spark_conf[key] = value
+        else:
+            schedule.spark_conf.pop(key, None)
     if args.enabled or args.disabled:
         schedule.enabled = args.enabled
     given = _constraints(args)

@@ -97,9 +97,9 @@ def _list_runs(client: SluiceClient, args) -> int:
     rows = [(r.id[:8], r.job_id[:8], f"{r.program.app}.{r.program.program}",
              notifications_pb2.RunStatus.Name(r.status), render.when(r.started_at),
              render.duration(r.started_at, r.ended_at), sum(o.partition.record_count for o in r.outputs),
-             _error_cell(r.error)) for r in found]
+             r.spark_application_id or "-", _error_cell(r.error)) for r in found]
     return print_many(args, found, render.table(
-        ("RUN", "JOB", "PROGRAM", "STATUS", "STARTED", "DURATION", "ROWS OUT", "ERROR"), rows))
+        ("RUN", "JOB", "PROGRAM", "STATUS", "STARTED", "DURATION", "ROWS OUT", "SPARK APP", "ERROR"), rows))
 
 
 def _error_cell(error: str, width: int = 80) -> str:

@@ -113,6 +113,8 @@ class Job:
     """The schedule's, when its trigger fired: what the launcher does with a LOST or FAILED attempt."""
     waiting_job_policy: WaitingJobPolicy = WaitingJobPolicy.JOIN
     """The schedule's, when its trigger fired: whether this job may join an earlier one still waiting."""
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    """The schedule's Spark settings, when its trigger fired (the launcher checks them again)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))

@@ -274,7 +274,8 @@ def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime) -
     job = Job(pending.job_id, schedule.id, schedule.generation, schedule.program, context, pending.created_at,
               schedule.priority, schedule.constraints, schedule.timeout_seconds, schedule.timeout_policy,
               sequence=pending.sequence, triggered_at=now, retry_policy=schedule.retry_policy,
-              waiting_job_policy=schedule.waiting_job_policy)
+              waiting_job_policy=schedule.waiting_job_policy,
+              spark_conf=schedule.spark_conf)
     return [JobTriggered(job, now)]
 
 

@@ -21,6 +21,9 @@ class OutputPartition:
     namespace: str
     dataset: str
     partition: PartitionRef
+    announced: bool = False
+    """Its registered dataset's transaction announced it (the datasets service); else the run's completion
+    does. Runs completed before the datasets service existed say False."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,14 @@ class MarkStarted:
 
 
 @dataclass(frozen=True)
+class MarkSparkApplication:
+    """The current attempt's program reported its Spark application (id, and driver UI address or "")."""
+
+    application_id: str
+    ui_url: str = ""
+
+
+@dataclass(frozen=True)
 class MarkCompleted:
     outputs: tuple[OutputPartition, ...]
     inputs: tuple[InputPartition, ...]
@@ -63,7 +74,7 @@ class MarkLost:
     reason: str
 
 
-RunCommand = RequestRun | MarkStarted | MarkCompleted | MarkFailed | MarkLost
+RunCommand = RequestRun | MarkStarted | MarkSparkApplication | MarkCompleted | MarkFailed | MarkLost
 """What the aggregate's `decide` takes."""
 
 
@@ -86,6 +97,17 @@ class RunStarted:
     process_start: int = 0
     epoch: int = 0
     """The lease epoch of the launcher that started it: the attempt's owner."""
+
+
+@dataclass(frozen=True)
+class SparkApplicationStarted:
+    """Attempt `attempt`'s driver runs Spark application `application_id`, its UI at `ui_url` ("": none)."""
+
+    run_id: str
+    attempt: int
+    application_id: str
+    ui_url: str
+    at: datetime
 
 
 @dataclass(frozen=True)
@@ -124,8 +146,8 @@ class RunRetryScheduled:
     """The lease epoch of the launcher that decided the retry: the next attempt's owner until one starts it."""
 
 
-EVENTS = (RunRequested, RunStarted, RunCompleted, RunFailed, RunLost, RunRetryScheduled)
-RunEvent = RunRequested | RunStarted | RunCompleted | RunFailed | RunLost | RunRetryScheduled
+EVENTS = (RunRequested, RunStarted, SparkApplicationStarted, RunCompleted, RunFailed, RunLost, RunRetryScheduled)
+RunEvent = RunRequested | RunStarted | SparkApplicationStarted | RunCompleted | RunFailed | RunLost | RunRetryScheduled
 
 
 @dataclass(frozen=True)
@@ -140,6 +162,9 @@ class Attempt:
     pid: int | None = None
     process_start: int = 0
     error: str = ""
+    spark_application_id: str = ""
+    spark_ui_url: str = ""
+    """The driver's UI while it runs ("": none reported, or the UI disabled)."""
     epoch: int = 0
     """The lease epoch of the launcher that owns the attempt: the one that recorded its intent, then the
     one that started it. A launcher of another home cannot find its process (0: recorded without a lease)."""
@@ -174,6 +199,11 @@ class Run:
                                                                self.ended_at, self.pid)
 
     @property
+    def spark_application_id(self) -> str:
+        """The Spark application of the latest attempt that reported one ("": none did)."""
+        return next((a.spark_application_id for a in reversed(self.attempts) if a.spark_application_id), "")
+
+    @property
     def due_at(self) -> datetime:
         """When the current attempt may be started (a retry waits for its delay)."""
         return self.attempt.due_at
@@ -192,6 +222,12 @@ def decide(run: Run | None, command: RunCommand, now: datetime, epoch: int = 0) 
         case MarkStarted(pid, process_start):
             return [RunStarted(run.id, pid, now, run.attempt.number, process_start, epoch)] \
                 if run.status is RunStatus.STARTING else []
+        case MarkSparkApplication(application_id, ui_url):
+            attempt = run.attempt
+            if attempt.status is not RunStatus.RUNNING or (attempt.spark_application_id, attempt.spark_ui_url) == \
+                    (application_id, ui_url):
+                return []
+            return [SparkApplicationStarted(run.id, attempt.number, application_id, ui_url, now)]
         case MarkCompleted(outputs, inputs):
             return [RunCompleted(run.id, outputs, inputs, now)]
         case MarkFailed(error, retryable):
@@ -222,6 +258,11 @@ def evolve(run: Run | None, event: RunEvent) -> Run:
                               epoch=epoch)
             return replace(run, status=RunStatus.RUNNING, pid=pid, started_at=run.started_at or at,
                            attempts=_with_current(run, attempt))
+        case SparkApplicationStarted(_, attempt, application_id, ui_url, _):
+            if attempt != run.attempt.number:
+                return run
+            reported = replace(run.attempt, spark_application_id=application_id, spark_ui_url=ui_url)
+            return replace(run, attempts=_with_current(run, reported))
         case RunCompleted(_, outputs, inputs, at):
             return _ended(replace(run, outputs=outputs, inputs=inputs), RunStatus.COMPLETED, "", at)
         case RunFailed(_, error, at):

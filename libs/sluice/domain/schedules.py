@@ -11,6 +11,7 @@ from sluice.domain.common import ProgramRef
 from sluice.domain.constraints import Constraint, TimeoutPolicy, validate_constraints
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy, WaitingJobPolicy
 from sluice.domain.names import validate_name
+from sluice.domain.spark_conf import check_schedule_spark_conf
 from sluice.domain.triggers import Trigger, validate_trigger
 from sluice.ids import derived_id
 from sluice.domain.errors import AlreadyExists, InvalidArgument, NotFound
@@ -58,6 +59,8 @@ class Schedule:
     """What the launcher does with a run attempt that ends LOST (or FAILED, when configured)."""
     waiting_job_policy: WaitingJobPolicy = WaitingJobPolicy.JOIN
     """What a fire does while an earlier job of the schedule waits for its constraints: join it or not."""
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    """Spark settings of its runs, over the launcher's: resources and tuning only (sluice.domain.spark_conf)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))
@@ -245,6 +248,7 @@ def validate(schedule: Schedule) -> None:
                               f"must be one of {', '.join(p.value for p in WaitingJobPolicy)}")
     bounds.check_seconds("schedule.catch_up", schedule.catch_up_seconds, 1)
     validate_retry_policy(schedule.retry_policy, "schedule.retry_policy")
+    check_schedule_spark_conf(schedule.spark_conf, "schedule.spark_conf")
 
 
 def _check_properties(properties: Mapping[str, str]) -> None:

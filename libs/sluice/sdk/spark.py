@@ -39,6 +39,7 @@ from sluice.domain.names import encode_segment
 
 from .context import ProgramContext, context_from_argv
 from .lineage import SparkApplicationLineage, events_path
+from .spark_application import write_spark_application
 from .partitions import ConsumedPartition, DatasetPartition, PartitionSource
 
 # Applied only when spark-submit did not set them: small runs should not pay for 200 shuffle tasks.
@@ -109,6 +110,7 @@ class SparkProgram:
                 if not submitted.contains(name):
                     spark.conf.set(name, value)
             self._spark = spark
+            _report_application(self.context.system.result_path, spark)
             if self.context.lineage is not None:   # the Spark application: a child run of the program's run
                 self._lineage = SparkApplicationLineage(self.context.lineage, events_path(self.context.system.result_path))
                 self._lineage.started(spark.version, spark.sparkContext.applicationId)
@@ -337,3 +339,11 @@ def _atomic_write_json(path: Path, document: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _report_application(result_path: str, spark: SparkSession) -> None:
+    """The launcher records the application on the run; a program that cannot say carries on."""
+    try:
+        write_spark_application(result_path, spark.sparkContext.applicationId, spark.sparkContext.uiWebUrl)
+    except OSError as error:
+        print(f"sluice: the Spark application id was not reported: {error!r}", file=sys.stderr)

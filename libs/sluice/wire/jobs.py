@@ -75,6 +75,7 @@ def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> p
         triggered_at=timestamp_to_proto(job.triggered_at),
         retry_policy=retry_policy_to_proto(job.retry_policy),
         waiting_job_policy=waiting_job_policy_to_proto(job.waiting_job_policy),
+        spark_conf=dict(job.spark_conf),
     )
 
 
@@ -103,6 +104,7 @@ def _job_from_proto(message: pb.Job) -> Job:
         timestamp_from_proto(message.triggered_at) if message.HasField("triggered_at") else None,
         retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy") else DEFAULT_RETRY_POLICY,
         waiting_job_policy=_waiting_job_policy(message.waiting_job_policy),
+        spark_conf=dict(message.spark_conf),
     )
 
 

@@ -20,6 +20,9 @@ def run_to_proto(run: Run) -> pb.Run:
         inputs=[partition_to_proto(i.partition) for i in run.inputs],
         attempts=[pb.RunAttempt(number=a.number, status=notifications_pb2.RunStatus.Value(a.status.value),
                                 due_at=timestamp_to_proto(a.due_at), started_at=timestamp_to_proto(a.started_at),
-                                ended_at=timestamp_to_proto(a.ended_at), error=a.error, pid=a.pid or 0)
+                                ended_at=timestamp_to_proto(a.ended_at), error=a.error, pid=a.pid or 0,
+                                spark_application_id=a.spark_application_id, spark_ui_url=a.spark_ui_url)
                   for a in run.attempts],
+        spark_application_id=run.spark_application_id,
+        spark_ui_url=next((a.spark_ui_url for a in reversed(run.attempts) if a.spark_application_id), ""),
     )

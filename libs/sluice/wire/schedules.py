@@ -56,6 +56,7 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
         catch_up=duration_pb2.Duration(seconds=schedule.catch_up_seconds),
         retry_policy=retry_policy_to_proto(schedule.retry_policy),
         waiting_job_policy=waiting_job_policy_to_proto(schedule.waiting_job_policy),
+        spark_conf=dict(schedule.spark_conf),
     )
 
 
@@ -79,6 +80,7 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "sch
         retry_policy=retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy")
         else DEFAULT_RETRY_POLICY,
         waiting_job_policy=waiting_job_policy_from_proto(message.waiting_job_policy),
+        spark_conf=dict(message.spark_conf),
     )
     try:
         validate(schedule)

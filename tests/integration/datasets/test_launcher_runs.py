@@ -57,7 +57,8 @@ class InlineSubmitter:
     def __init__(self, program: Callable[[Path], int]) -> None:
         self.program = program
 
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> Finished:
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None) -> Finished:
         return Finished(self.program(context_path))
 
 
