@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast crash-test fuzz bench proto clean standalone postgres chromium kafka-fetch kafka-up kafka-down kafka-cluster-up kafka-cluster-down compose-schema
+.PHONY: env demo test test-fast crash-test fuzz bench proto clean standalone postgres chromium kafka-fetch kafka-up kafka-down kafka-cluster-up kafka-cluster-down compose-schema spark-up spark-down demo-cluster
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -64,6 +64,19 @@ kafka-cluster-up: kafka-fetch
 
 kafka-cluster-down:
 	bash deploy/kafka/cluster.sh down
+
+# A Spark standalone cluster from pyspark's own jars: a master and two workers on 127.0.0.1, free ports;
+# the master URL (for --spark-master) in deploy/spark/.cache/master.url, pids beside it.
+spark-up: env
+	bash deploy/spark/cluster.sh up
+
+spark-down:
+	bash deploy/spark/cluster.sh down
+
+# The clickstream example with every service its own process over Kafka and PostgreSQL, programs on
+# a standalone Spark cluster (one master, two workers); prints the tables of `make demo`.
+demo-cluster: env postgres kafka-fetch
+	$(PY) -m sluice_examples.clickstream.demo_cluster
 
 test-fast: env postgres compose-schema
 	$(PY) -m pytest -m "not slow and not bench" $(PYTEST_ARGS)
