@@ -194,3 +194,29 @@ def test_spark_submit_command_comes_from_the_option_or_the_environment_else_the_
     assert settings().spark.spark_submit.endswith("spark-submit")
     assert settings(env={"SLUICE_SPARK_SUBMIT": "/opt/spark/bin/spark-submit"}).spark.spark_submit == "/opt/spark/bin/spark-submit"
     assert settings("--spark-submit", "/usr/bin/spark-submit").spark.spark_submit == "/usr/bin/spark-submit"
+
+
+def test_spark_settings_pass_through_and_the_driver_address_follows_the_launchers_host():
+    spark = settings("--host", "127.0.0.2", "--spark-master", "spark://127.0.0.1:7077", "--spark-executor-memory", "2g",
+                     "--spark-executor-cores", "2", "--spark-packages", "org.example:lib:1.0",
+                     "--spark-conf", "spark.ui.enabled=true", "--spark-conf", "spark.cores.max=4", text=None).spark
+    assert (spark.master, spark.driver_host, spark.executor_memory, spark.executor_cores, spark.packages) == (
+        "spark://127.0.0.1:7077", "127.0.0.2", "2g", 2, ("org.example:lib:1.0",))
+    assert spark.settings()["spark.driver.bindAddress"] == "127.0.0.2"
+    assert dict(spark.conf) == {"spark.ui.enabled": "true", "spark.cores.max": "4"}
+    text = '[services.launcher]\nspark_driver_host = "sluice-launcher"\nspark_driver_bind_address = "0.0.0.0"\n'
+    compose = settings(text=text, service="launcher").spark
+    assert (compose.driver_host, compose.driver_bind_address) == ("sluice-launcher", "0.0.0.0")
+    assert settings("--host", "0.0.0.0", "--insecure", text=None).spark.driver_host == ""  # Spark's choice
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--spark-conf", "spark.master=local"), "spark_conf['spark.master']: set by --spark-master"),
+    (("--spark-conf", "spark.ui.enabled"), "spark_conf: expected key=value"),
+    (("--spark-master", "mesos://m:5050"), "spark_master: expected local"),
+    (("--spark-driver-host", "0.0.0.0"), "spark_driver_host: expected a host name"),
+])
+def test_bad_spark_settings_are_refused_naming_the_key(argv, message):
+    with pytest.raises(ConfigError) as raised:
+        settings(*argv, text=None)
+    assert message in str(raised.value)

@@ -10,6 +10,7 @@ import yaml
 
 from sluice_services.catalogue import NAMES as SERVICES
 from sluice_services.cli.main import build_parser
+from sluice_services.config import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +52,19 @@ def test_the_stack_runs_every_service_on_kafka_postgres_and_a_spark_cluster():
         assert set(services[name]["depends_on"]) >= {"kafka", "postgres"}
     worker = services["spark-worker"]
     assert worker["command"][:2] == ["org.apache.spark.deploy.worker.Worker", "spark://spark-master:7077"]
+    assert worker["deploy"]["replicas"] == 2
     assert "sluice-data:/data" in worker["volumes"] and "sluice-data:/data" in services["launcher"]["volumes"]
+
+
+def test_programs_drivers_are_reached_at_the_launchers_service_name():
+    services = compose()["services"]
+    spark_environment = {k: v for k, v in services["launcher"]["environment"].items() if k.startswith("SLUICE_SPARK_")}
+    launcher = resolve(build_parser().parse_args(services["launcher"]["command"]), spark_environment, service="launcher")
+    assert (launcher.spark.master, launcher.spark.driver_host) == ("spark://spark-master:7077", "launcher")
+    settings = launcher.spark.settings()
+    assert (settings["spark.driver.host"], settings["spark.driver.bindAddress"]) == ("launcher", "0.0.0.0")
+    for name in ("spark-master", "spark-worker"):
+        assert "launcher" not in services[name].get("depends_on", {}), "the cluster does not wait for a driver"
 
 
 def test_compose_references_are_consistent_and_ports_stay_on_loopback():

@@ -1,0 +1,99 @@
+"""Programs on a real Spark standalone cluster: a master and two workers, each its own JVM from pyspark's
+jars on loopback (tests/support/spark_cluster.py, what `make spark-up` runs), the drivers in client mode
+beside the launcher. The services run as separate processes on Kafka and PostgreSQL; the clickstream
+program's rows equal embedded mode's (local[*]), and every run carries its Spark application id.
+A second test serves everything on 127.0.0.2 with the cluster on 127.0.0.1: the executors reach the
+drivers there, so no address is pinned."""
+from __future__ import annotations
+
+import contextlib
+from urllib.parse import urlparse
+
+import pytest
+
+from sluice.client import SluiceClient
+from sluice_services.composition import SERVICES
+from sluice_services.localserver import LocalServer
+from tests.e2e.conftest import eventually
+from tests.e2e.test_distributed import postgres_url, publish_and_collect, schedule, wait_until_matcher_observed
+from tests.support.kafka import KafkaBroker
+from tests.support.postgres import PostgresServer
+from tests.support.spark_cluster import SparkCluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
+
+ON_THE_CLUSTER = ("--spark-conf", "spark.cores.max=1", "--spark-conf", "spark.executor.memory=512m",
+                  "--spark-conf", "spark.ui.enabled=true", "--spark-conf", "spark.ui.port=0")
+"""One core per application, so two runs share the two workers instead of queueing; a driver UI each."""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with SparkCluster(tmp_path_factory.mktemp("spark-cluster")) as started:
+        yield started
+
+
+def test_services_on_kafka_and_postgres_run_programs_on_the_cluster_as_embedded_mode_does(tmp_path, spark, cluster):
+    assert len(set(cluster.pids().values())) == 3, "a master and two workers, each its own process"
+    with KafkaBroker() as kafka, PostgresServer() as postgres, contextlib.ExitStack() as stack:
+        dsn = postgres_url(postgres.create_database())
+        data_dir = tmp_path / "cluster"
+        common = ["--event-log", dsn, "--bus", f"kafka://{kafka.bootstrap}"]
+        servers = start_services(stack, data_dir, common, ["--spark-master", cluster.master_url, *ON_THE_CLUSTER])
+        clients = {name: stack.enter_context(SluiceClient(server.address)) for name, server in servers.items()}
+
+        created = clients["registry"].create_schedule(schedule())
+        wait_until_matcher_observed(dsn, created.id)
+        on_cluster = publish_and_collect(clients["registry"], clients["launcher"], data_dir, spark)
+
+        runs = clients["launcher"].list_runs()
+        assert all(r.spark_application_id.startswith("app-") for r in runs), [r.spark_application_id for r in runs]
+        assert len({r.spark_application_id for r in runs}) == 2
+        assert all(a.spark_application_id == r.spark_application_id for r in runs for a in r.attempts)
+        assert all(urlparse(r.spark_ui_url).hostname == "127.0.0.1" for r in runs), [r.spark_ui_url for r in runs]
+
+    with LocalServer(tmp_path / "embedded") as server, SluiceClient(server.address) as client:
+        client.create_schedule(schedule())
+        embedded = publish_and_collect(client, client, tmp_path / "embedded", spark)
+        assert all(r.spark_application_id.startswith("local-") for r in client.list_runs())
+
+    assert on_cluster == embedded and len(on_cluster) > 0
+
+
+def start_services(stack: contextlib.ExitStack, data_dir, common: list[str], launcher: list[str]) -> dict:
+    """Every service its own process, in the catalogue's order; the launcher told where the datasets service is."""
+    servers: dict[str, LocalServer] = {}
+    for name in SERVICES:
+        extra = []
+        if name == "launcher":
+            extra = [*launcher, *(("--datasets-address", servers["datasets"].address) if "datasets" in servers else ())]
+        servers[name] = stack.enter_context(LocalServer(data_dir, command=("serve", name), args=[*common, *extra]))
+    return servers
+
+
+def test_a_launcher_serving_on_another_address_drives_its_programs_from_there(tmp_path, spark, cluster):
+    data_dir = tmp_path / "elsewhere"
+    args = ["--host", "127.0.0.2", "--spark-master", cluster.master_url, *ON_THE_CLUSTER]
+    with LocalServer(data_dir, args=args) as server, SluiceClient(server.address) as client:
+        assert server.address.startswith("127.0.0.2:")
+        client.create_schedule(schedule())
+        assert publish_and_collect(client, client, data_dir, spark)    # two runs COMPLETED, rows read back
+        for run in client.list_runs():
+            assert run.spark_application_id.startswith("app-"), "ran on the standalone cluster"
+            assert urlparse(run.spark_ui_url).hostname == "127.0.0.2", run.spark_ui_url
+
+
+def test_the_cluster_is_stopped_by_pid(tmp_path):
+    with SparkCluster(tmp_path / "spark", workers=1) as started:
+        pids = started.pids()
+        assert eventually(lambda: all(_alive(pid) for pid in pids.values()), timeout=5, what="the processes")
+    assert not any(_alive(pid) for pid in pids.values())
+    assert not list((tmp_path / "spark").glob("*.pid"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
