@@ -29,6 +29,7 @@ from sluice.runtime.auth_policy import PolicyError, load_policy
 from sluice.runtime.grpc_security import GrpcSecurity, loopback
 from sluice_services.catalogue import SECTIONS
 from sluice_services.composition import DEFAULT_APPS_DIR, Settings
+from sluice.domain.spark_conf import parse_pair
 from sluice_services.launcher.programs import SparkConfig
 from sluice_services.launcher.service import DEFAULT_FINISHED_RUNS_PER_SCHEDULE
 
@@ -93,6 +94,12 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "metrics_port": (int, None, _port),
     "spark_master": (str, "local[*]", _any),
     "spark_submit": (str, "", _any),
+    "spark_driver_host": (str, "", _any),
+    "spark_driver_bind_address": (str, "", _any),
+    "spark_executor_memory": (str, "", _any),
+    "spark_executor_cores": (int, None, _at_least_one),
+    "spark_packages": (list, (), _any),
+    "spark_conf": (list, (), _any),
     "apps_dir": (Path, DEFAULT_APPS_DIR, _any),
     "max_parallel_runs": (int, 2, _at_least_one),
     "event_log": (str, "", _any),
@@ -273,9 +280,20 @@ def exposure_error(settings: Settings) -> str | None:
 
 
 def _spark(values: Mapping[str, Any]) -> SparkConfig:
-    if values["spark_submit"]:
-        return SparkConfig(master=values["spark_master"], spark_submit=values["spark_submit"])
-    return SparkConfig(master=values["spark_master"])
+    """The driver's address is the launcher's own (--host) unless spark_driver_host says otherwise;
+    a wildcard host leaves it to Spark (the machine's name)."""
+    host = values["host"]
+    try:
+        conf = dict(parse_pair(pair, "spark_conf") for pair in values["spark_conf"])
+        return SparkConfig(
+            master=values["spark_master"],
+            driver_host=values["spark_driver_host"] or ("" if host in ("", "0.0.0.0", "::") else host),
+            driver_bind_address=values["spark_driver_bind_address"],
+            executor_memory=values["spark_executor_memory"], executor_cores=values["spark_executor_cores"],
+            packages=tuple(values["spark_packages"]), conf=conf,
+            **({"spark_submit": values["spark_submit"]} if values["spark_submit"] else {}))
+    except InvalidArgument as error:
+        raise ConfigError(str(error)) from None
 
 
 def _capacity(values: Mapping[str, Any]) -> Capacity:

@@ -48,6 +48,18 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--spark-master", help="Spark master URL for programs (env SLUICE_SPARK_MASTER; default local[*])")
     option("--spark-submit", metavar="PATH",
            help="the spark-submit command that starts programs (env SLUICE_SPARK_SUBMIT; default the venv's)")
+    option("--spark-driver-host", metavar="HOST",
+           help="the address executors reach a program's driver at (env SLUICE_SPARK_DRIVER_HOST; default --host, "
+                "or Spark's choice when --host is a wildcard)")
+    option("--spark-driver-bind-address", metavar="ADDRESS",
+           help="where a program's driver listens (env SLUICE_SPARK_DRIVER_BIND_ADDRESS; default the driver host)")
+    option("--spark-executor-memory", metavar="SIZE", help="e.g. 2g (env SLUICE_SPARK_EXECUTOR_MEMORY; default Spark's)")
+    option("--spark-executor-cores", type=int, metavar="N", help="(env SLUICE_SPARK_EXECUTOR_CORES; default Spark's)")
+    option("--spark-packages", action="append", metavar="GROUP:ARTIFACT:VERSION",
+           help="a Maven package for programs (repeat; env SLUICE_SPARK_PACKAGES, comma-separated)")
+    option("--spark-conf", action="append", metavar="KEY=VALUE",
+           help="any other spark.* setting of programs, e.g. spark.ui.enabled=true (repeat; env SLUICE_SPARK_CONF, "
+                "comma-separated: a value with a comma goes in the configuration file's spark_conf array)")
     option("--apps-dir", type=Path,
            help="where programs live: <apps-dir>/<app>/<program>.py (env SLUICE_APPS_DIR; default examples/)")
     option("--max-parallel-runs", type=int, help="programs running at once (env SLUICE_MAX_PARALLEL_RUNS; default 2)")

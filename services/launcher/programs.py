@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
@@ -12,6 +11,7 @@ from sluice.domain.common import ProgramRef
 from sluice.domain.names import validate_name
 from sluice_services.launcher.paths import inside
 from sluice_services.launcher.program_env import program_environment
+from sluice_services.launcher.spark_config import SparkConfig
 from sluice_services.launcher.tracking import SupervisedChild, SupervisedProgram, spawned
 
 
@@ -60,8 +60,10 @@ class ProgramProcess(Protocol):
 
 
 class ProgramSubmitter(Protocol):
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> ProgramProcess:
-        """Start the program for the attempt whose directory is `context_path.parent`."""
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None) -> ProgramProcess:
+        """Start the program for the attempt whose directory is `context_path.parent`, with the schedule's
+        Spark settings over the launcher's (InvalidArgument, naming the key, for one a schedule may not set)."""
         ...
 
 
@@ -76,26 +78,14 @@ class ProgramFinder(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class SparkConfig:
-    master: str = "local[*]"
-    conf: dict[str, str] = field(default_factory=lambda: {
-        "spark.ui.enabled": "false",
-        "spark.log.level": "WARN",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-    })
-    spark_submit: str = str(Path(sys.executable).parent / "spark-submit")
-
-
 SUPERVISE = Path(__file__).with_name("supervise.py")
 
 
 class SparkSubmitter:
-    """Starts a program with spark-submit against the configured master (local[*] by default),
-    through the supervise wrapper, in a session of its own (it outlives the launcher). With any
-    master the driver is this local spark-submit process (client mode): its exit is the run's end.
+    """Starts a program with spark-submit against the configured master (local[*] by default; see
+    sluice_services.launcher.spark_config), through the supervise wrapper, in a session of its own (it
+    outlives the launcher). With any master the driver is this local spark-submit process (client
+    deploy mode): its exit is the run's end.
 
     The program's environment is the allowlist of sluice_services.launcher.program_env (plus
     `program_env`'s names) of `environ` (default: the launcher's), never the whole of it."""
@@ -108,17 +98,17 @@ class SparkSubmitter:
         self._program_env = tuple(program_env)
         self._environ = environ
 
-    def command(self, entry_point: Path, context_path: Path) -> list[str]:
-        conf: Sequence[str] = [arg for k, v in sorted(self._config.conf.items()) for arg in ("--conf", f"{k}={v}")]
-        return [self._config.spark_submit, "--master", self._config.master, *conf, str(entry_point),
-                "--sluice-context", str(context_path)]
+    def command(self, entry_point: Path, context_path: Path, spark_conf: dict[str, str] | None = None) -> list[str]:
+        return self._config.command(entry_point, context_path, spark_conf or {})
 
-    async def submit(self, entry_point: Path, context_path: Path, log_path: Path) -> SupervisedChild:
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None) -> SupervisedChild:
+        command = self.command(entry_point, context_path, spark_conf)
         env = self.environment()
         with open(log_path, "ab") as log_file:
             child = await asyncio.create_subprocess_exec(
                 sys.executable, "-I", "-S", str(SUPERVISE), str(context_path.parent), "--",
-                *self.command(entry_point, context_path), stdin=asyncio.subprocess.DEVNULL,
+                *command, stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
             )
         return SupervisedChild(child, context_path.parent, self._poll_seconds)
@@ -127,7 +117,7 @@ class SparkSubmitter:
         environ = os.environ if self._environ is None else self._environ
         return program_environment(environ, self._program_env, {
             "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": environ.get("SPARK_LOCAL_IP", "127.0.0.1")})
+            **self._config.environment(environ)})
 
     def find(self, attempt_dir: Path) -> SupervisedProgram | None:
         claimant = spawned(attempt_dir)
