@@ -16,7 +16,7 @@ from sluice.domain import runs
 from sluice.domain.lease import LeaseLost
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification, PartitionCommitted, ProgramStatusChanged, RunStatus
-from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkStarted, RequestRun, Run
+from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkSparkApplication, MarkStarted, RequestRun, Run
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
 from sluice.readmodels.retention import ListingKey, RetainedListing
@@ -28,7 +28,7 @@ from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto, parse_bus_message
 from sluice.wire.jobs import job_from_proto
-from sluice_services.launcher import lineage_events
+from sluice_services.launcher import lineage_events, spark_application
 from sluice_services.launcher.context_file import build_context, private_dir, write_context
 from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
@@ -265,7 +265,7 @@ class LauncherService:
             self._processes[run.id] = ProcessIdentity(found.pid, found.process_start)
             if run.status is RunStatus.STARTING:  # ... and it stopped before recording that
                 self._decide(run.id, MarkStarted(found.pid, found.process_start))
-            exit_code = await found.wait()
+            exit_code = await self._wait(run.id, attempt_dir, found)
         elif run.status is RunStatus.RUNNING:
             exit_code = None  # nothing to find it by
         else:
@@ -273,7 +273,7 @@ class LauncherService:
             if process is None:
                 return
             self._processes[run.id] = ProcessIdentity(process.pid, process.process_start)
-            exit_code = await process.wait()
+            exit_code = await self._wait(run.id, attempt_dir, process)
         if exit_code is None:
             self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
                        else f"its process {found.pid} ended without an exit status")
@@ -281,6 +281,24 @@ class LauncherService:
             self._failed(run.id, attempt_dir, f"exit code {exit_code}: {_lead_then_tail(attempt_dir / 'driver.log')}")
         else:
             self._publish(run, attempt_dir)
+
+    async def _wait(self, run_id: str, attempt_dir: Path, process: ProgramProcess) -> int | None:
+        """The program's exit code; meanwhile the Spark application its driver reports is recorded."""
+        ended = asyncio.ensure_future(process.wait())
+        watching = asyncio.ensure_future(spark_application.watch(
+            attempt_dir, lambda application_id, ui_url: self._spark_application(run_id, application_id, ui_url), ended))
+        try:
+            exit_code = await ended
+            await watching
+            return exit_code
+        finally:
+            watching.cancel()
+
+    def _spark_application(self, run_id: str, application_id: str, ui_url: str) -> None:
+        try:
+            self._decide(run_id, MarkSparkApplication(application_id, ui_url))
+        except Exception as error:  # observed, never decisive: the run goes on and ends as its program does
+            log.warning("run %s: Spark application %s not recorded: %r", run_id, application_id, error)
 
     async def _find(self, run: Run, attempt_dir: Path) -> ProgramProcess | None:
         if self._finder is None:
@@ -313,7 +331,12 @@ class LauncherService:
         write_context(context_path, context)
         if self._lease is not None and not self._lease.valid(self._clock.now()):
             raise LeaseLost(f"the lease of {self._lease.owner} expired before run {run.id} could start")
-        process = await self._submitter.submit(entry_point, context_path, attempt_dir / "driver.log")
+        try:
+            process = await self._submitter.submit(entry_point, context_path, attempt_dir / "driver.log",
+                                                   dict(run.job.spark_conf))
+        except InvalidArgument as refused:  # a schedule's Spark setting the launcher will not pass on
+            self._decide(run.id, MarkFailed(f"Spark settings refused: {refused}", retryable=False))
+            return None
         try:
             self._decide(run.id, MarkStarted(process.pid, process.process_start))
         except LeaseLost:  # the new owner takes the attempt for LOST and retries it: this copy must not run
