@@ -17,6 +17,7 @@ from sluice.clock import Clock
 from sluice.domain.constraints import UNLIMITED, Capacity
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE, JobsView
+from sluice.runtime.metrics_scheduler import checker_metrics, launcher_metrics
 from sluice.runtime.consumer import Subscription
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.http_auth import server_ssl_context
@@ -148,7 +149,8 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
     return ServiceSpec("checker", [subscription], route=checker.route, route_prefixes=catalogue.CHECKER.stream_prefixes,
                        grpc=checker_grpc.bindings(jobs_view, checker),
                        recover=recover, background=[lambda: jobs_view.follow(log), checker.run_timers],
-                       resolvers=checker_resolvers(jobs_view))
+                       resolvers=checker_resolvers(jobs_view),
+                       instrument=lambda metrics: checker_metrics(metrics, jobs_view, checker))
 
 
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: ProgramCatalog | None = None,
@@ -177,7 +179,8 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: P
                        grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
                        resolvers=launcher_resolvers(launcher, data_plane),
                        start=launcher.resume, background=[launcher.run_timers, launcher.keep_lease],
-                       on_listening=program_api.listening, authenticators=[credentials])
+                       on_listening=program_api.listening, authenticators=[credentials],
+                       instrument=lambda metrics: launcher_metrics(metrics, log, launcher))
 
 
 def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -> ServiceSpec:

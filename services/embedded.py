@@ -7,6 +7,7 @@ from typing import Callable
 
 from sluice.clock import Clock, SystemClock
 from sluice.runtime.metrics import Registry
+from sluice.runtime.metrics_eventlog import TimedEventLog
 from sluice.runtime.service import run_services
 from sluice_services.adapters import open_bus, open_event_log
 from sluice_services.composition import SERVICES, Settings, build
@@ -27,7 +28,7 @@ async def run_embedded(
     clock = clock or SystemClock()
     metrics = metrics or Registry()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    log = open_event_log(settings.event_log, settings.data_dir, clock, migrate=settings.migrate)
+    log = TimedEventLog(open_event_log(settings.event_log, settings.data_dir, clock, migrate=settings.migrate), metrics)
     bus = open_bus(settings.bus, settings.data_dir, clock)
     producer = bus.producer()
     try:

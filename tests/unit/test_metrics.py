@@ -1,140 +1,103 @@
-"""The metrics registry renders the Prometheus text exposition format 0.0.4."""
+"""The metrics registry on prometheus_client: one registry per service, merged into the process's
+exposition family by family with a `service` label; process metrics; collectors read at scrape
+time; the exposition parses with prometheus_client's own parser."""
 from __future__ import annotations
 
-import math
-
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from sluice.runtime.metrics import Registry, escape_label_value, format_value
+from sluice.runtime.metrics import SERVICE_LABEL, Registry
+from sluice.runtime.metrics_scheduler import Reading, count_by
 
 
-def lines(registry: Registry) -> list[str]:
+def families(registry: Registry) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """family name -> [(sample name, labels, value)], parsed as Prometheus would."""
+    return {family.name: [(s.name, s.labels, s.value) for s in family.samples]
+            for family in text_string_to_metric_families(registry.render())}
+
+
+def test_services_report_one_family_each_labelled_by_service():
+    registry = Registry()
+    for service, topic in (("checker", "sluice.jobs"), ("launcher", "sluice.launch-requests")):
+        handled = registry.service(service).counter("sluice_consumer_messages_total", "Handled.", ("topic",))
+        handled.labels(topic).inc(2 if service == "launcher" else 1)
     text = registry.render()
-    assert text.endswith("\n")
-    return text.splitlines()
+    assert text.count("# TYPE sluice_consumer_messages_total counter") == 1
+    assert families(registry)["sluice_consumer_messages"] == [
+        ("sluice_consumer_messages_total", {"topic": "sluice.jobs", SERVICE_LABEL: "checker"}, 1.0),
+        ("sluice_consumer_messages_total", {"topic": "sluice.launch-requests", SERVICE_LABEL: "launcher"}, 2.0)]
 
 
-def test_counter_with_labels_has_help_type_and_one_sample_per_label_set():
+def test_the_process_registry_has_process_metrics_and_its_own_families_unlabelled():
     registry = Registry()
-    handled = registry.counter("sluice_requests_total", "Requests handled.", ("method", "code"))
-    handled.labels(method="List", code="OK").inc()
-    handled.labels("List", "OK").inc(2)
-    handled.labels(method="Get", code="NOT_FOUND").inc()
-    assert lines(registry) == [
-        "# HELP sluice_requests_total Requests handled.",
-        "# TYPE sluice_requests_total counter",
-        'sluice_requests_total{method="Get",code="NOT_FOUND"} 1',
-        'sluice_requests_total{method="List",code="OK"} 3',
-    ]
+    registry.counter("sluice_grpc_server_handled_total", "Handled.", ("grpc_code",)).labels("OK").inc()
+    found = families(registry)
+    assert found["sluice_grpc_server_handled"] == [("sluice_grpc_server_handled_total", {"grpc_code": "OK"}, 1.0)]
+    assert {"process_cpu_seconds", "process_resident_memory_bytes", "python_gc_collections"} <= set(found)
+    assert "process_cpu_seconds" not in families(registry.service("checker"))
+    assert "_created" not in registry.render()
 
 
-def test_counter_without_labels_and_counters_only_go_up():
-    registry = Registry()
-    total = registry.counter("events_total", "Events.")
-    total.inc(0.5)
-    assert lines(registry)[-1] == "events_total 0.5"
+def test_asking_twice_gives_the_same_metric_and_a_different_shape_is_refused():
+    service = Registry().service("checker")
+    first = service.counter("sluice_shared_total", "Shared.", ("topic",))
+    assert service.counter("sluice_shared_total", "Shared.", ("topic",)) is first
+    assert Registry().service("checker") is not Registry().service("checker")
+    with pytest.raises(ValueError, match="registered already"):
+        service.gauge("sluice_shared_total", "Shared.", ("topic",))
+    with pytest.raises(ValueError, match="registered already"):
+        service.counter("sluice_shared_total", "Shared.", ("group",))
+    with pytest.raises(ValueError, match="adds itself"):
+        service.gauge("sluice_other", "Other.", (SERVICE_LABEL,))
     with pytest.raises(ValueError):
-        total.inc(-1)
+        service.service("nested")
 
 
-def test_gauge_sets_increments_and_decrements():
+def test_histograms_have_cumulative_buckets_sum_and_count():
+    seconds = Registry().service("launcher")
+    histogram = seconds.histogram("sluice_run_duration_seconds", "Durations.", ("status",), buckets=(1.0, 10.0))
+    for value in (0.5, 5.0, 50.0):
+        histogram.labels("COMPLETED").observe(value)
+    samples = {(name, labels.get("le")): value for name, labels, value in families(seconds)["sluice_run_duration_seconds"]}
+    assert samples[("sluice_run_duration_seconds_bucket", "1.0")] == 1
+    assert samples[("sluice_run_duration_seconds_bucket", "10.0")] == 2
+    assert samples[("sluice_run_duration_seconds_bucket", "+Inf")] == 3
+    assert samples[("sluice_run_duration_seconds_count", None)] == 3
+    assert samples[("sluice_run_duration_seconds_sum", None)] == 55.5
+
+
+def test_readings_are_taken_at_scrape_time_and_several_merge_into_one_family():
+    registry, state = Registry(), {"jobs": ["LAUNCHED", "PENDING_CONSTRAINT", "LAUNCHED"]}
+    checker = registry.service("checker")
+    checker.register(Reading("sluice_jobs", "Jobs by state.", ("state",),
+                             lambda: count_by(state["jobs"], ("DISCARDED",))))
+    assert sorted((labels["state"], value) for _, labels, value in families(registry)["sluice_jobs"]) == [
+        ("DISCARDED", 0.0), ("LAUNCHED", 2.0), ("PENDING_CONSTRAINT", 1.0)]
+    state["jobs"] = []
+    assert {value for _, _, value in families(registry)["sluice_jobs"]} == {0.0}
+
+    for partition in ("0", "1"):
+        checker.register(Reading("sluice_consumer_lag_records", "Lag.", ("partition",),
+                                 lambda p=partition: {(p,): float(p)}))
+    assert registry.render().count("# TYPE sluice_consumer_lag_records gauge") == 1
+    assert sorted(v for _, _, v in families(registry)["sluice_consumer_lag_records"]) == [0.0, 1.0]
+
+
+def test_a_reading_that_fails_gives_no_samples_and_the_scrape_goes_on(caplog):
     registry = Registry()
-    position = registry.gauge("relay_position", "Position.", ("relay",))
-    position.labels("registry").set(41)
-    position.labels("registry").inc()
-    position.labels("matcher").set(7)
-    position.labels("matcher").dec(2.5)
-    assert lines(registry) == [
-        "# HELP relay_position Position.",
-        "# TYPE relay_position gauge",
-        'relay_position{relay="matcher"} 4.5',
-        'relay_position{relay="registry"} 42',
-    ]
+
+    def broken() -> dict:
+        raise OSError("the log is unreachable")
+
+    registry.service("checker").register(Reading("sluice_checker_queue_depth", "Depth.", (), broken))
+    registry.counter("sluice_ok_total", "Fine.").inc()
+    found = families(registry)
+    assert "sluice_checker_queue_depth" not in found or found["sluice_checker_queue_depth"] == []
+    assert found["sluice_ok"] == [("sluice_ok_total", {}, 1.0)]
+    assert "the log is unreachable" in caplog.text
 
 
-def test_histogram_buckets_are_cumulative_with_inf_sum_and_count():
+def test_label_values_are_escaped_as_the_format_requires():
     registry = Registry()
-    seconds = registry.histogram("handling_seconds", "Handling time.", ("topic",), buckets=(0.5, 2.0, 0.25))
-    child = seconds.labels(topic="jobs")
-    for value in (0.125, 0.25, 1.5, 1.5, 4.0):
-        child.observe(value)
-    assert lines(registry) == [
-        "# HELP handling_seconds Handling time.",
-        "# TYPE handling_seconds histogram",
-        'handling_seconds_bucket{topic="jobs",le="0.25"} 2',   # le is inclusive: 0.25 counts
-        'handling_seconds_bucket{topic="jobs",le="0.5"} 2',
-        'handling_seconds_bucket{topic="jobs",le="2.0"} 4',
-        'handling_seconds_bucket{topic="jobs",le="+Inf"} 5',
-        'handling_seconds_sum{topic="jobs"} 7.375',
-        'handling_seconds_count{topic="jobs"} 5',
-    ]
-
-
-def test_histogram_default_buckets_run_from_a_millisecond_to_ten_seconds():
-    registry = Registry()
-    registry.histogram("latency_seconds", "Latency.").observe(0.2)
-    buckets = [line for line in lines(registry) if "_bucket" in line]
-    assert buckets[0] == 'latency_seconds_bucket{le="0.001"} 0'
-    assert buckets[-2] == 'latency_seconds_bucket{le="10.0"} 1'
-    assert buckets[-1] == 'latency_seconds_bucket{le="+Inf"} 1'
-
-
-def test_label_values_and_help_are_escaped():
-    registry = Registry()
-    registry.counter("odd_total", "Back\\slash and\nnewline.", ("value",)).labels('a "quoted" \\ path\nnext').inc()
-    assert lines(registry) == [
-        "# HELP odd_total Back\\\\slash and\\nnewline.",
-        "# TYPE odd_total counter",
-        'odd_total{value="a \\"quoted\\" \\\\ path\\nnext"} 1',
-    ]
-    assert escape_label_value("plain") == "plain"
-
-
-def test_label_sets_without_observations_render_at_zero():
-    registry = Registry()
-    registry.counter("dead_total", "Dead.", ("reason",)).labels("malformed")
-    registry.gauge("empty", "No series yet.", ("relay",))
-    assert 'dead_total{reason="malformed"} 0' in lines(registry)
-    assert lines(registry)[-2:] == ["# HELP empty No series yet.", "# TYPE empty gauge"]
-
-
-def test_asking_again_returns_the_same_metric_and_a_clash_is_refused():
-    registry = Registry()
-    first = registry.counter("shared_total", "Shared.", ("topic",))
-    assert registry.counter("shared_total", "Shared.", ("topic",)) is first
-    with pytest.raises(ValueError):
-        registry.gauge("shared_total", "Shared.", ("topic",))
-    with pytest.raises(ValueError):
-        registry.counter("shared_total", "Shared.", ("group",))
-
-
-def test_metrics_render_sorted_by_name():
-    registry = Registry()
-    registry.counter("b_total", "B.").inc()
-    registry.counter("a_total", "A.").inc()
-    assert [line for line in lines(registry) if not line.startswith("#")] == ["a_total 1", "b_total 1"]
-
-
-@pytest.mark.parametrize("name, labels", [("1bad", ()), ("bad-name", ()), ("ok", ("bad-label",)), ("ok", ("__x",))])
-def test_invalid_names_are_refused(name, labels):
-    with pytest.raises(ValueError):
-        Registry().counter(name, "Help.", labels)
-
-
-def test_le_is_reserved_for_histograms_and_labels_must_match():
-    registry = Registry()
-    with pytest.raises(ValueError):
-        registry.histogram("h_seconds", "H.", ("le",))
-    counter = registry.counter("c_total", "C.", ("topic", "group"))
-    with pytest.raises(ValueError):
-        counter.labels("only-one")
-    with pytest.raises(ValueError):
-        counter.labels(topic="t", other="x")
-
-
-def test_values_are_formatted_like_prometheus_expects():
-    assert format_value(3.0) == "3"
-    assert format_value(0.25) == "0.25"
-    assert format_value(math.inf) == "+Inf"
-    assert format_value(-math.inf) == "-Inf"
-    assert format_value(math.nan) == "NaN"
+    registry.counter("sluice_odd_total", "Back\\slash and\nnewline.", ("value",)).labels('a "quoted" \\ path\nnext').inc()
+    assert families(registry)["sluice_odd"] == [("sluice_odd_total", {"value": 'a "quoted" \\ path\nnext'}, 1.0)]

@@ -211,6 +211,11 @@ class InProcessConsumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._positions)
 
+    def lag(self) -> dict[TopicPartition, int]:
+        """Records after this consumer's position in each assigned partition, as far as the bus knows its end."""
+        ends = self._bus._ends
+        return {tp: max(0, ends.end(tp) - position) for tp, position in self._positions.items()}
+
     async def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
         if self._closed:
             raise RuntimeError(f"consumer {self.member_id} is closed")

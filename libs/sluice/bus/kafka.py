@@ -317,6 +317,8 @@ class KafkaConsumer:
         self._starting: asyncio.Task[AIOKafkaConsumer] | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._closed = False
+        self._polled: dict[TopicPartition, int] = {}
+        """The next offset after the last record polled, by partition (lag)."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -327,6 +329,18 @@ class KafkaConsumer:
         if self._consumer is None or self._closed:
             return set()
         return {TopicPartition(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Records after the last one polled in each assigned partition, by the high watermark the
+        last fetch brought; partitions nothing was polled from yet are left out."""
+        if self._consumer is None or self._closed:
+            return {}
+        found = {}
+        for tp in self._consumer.assignment():
+            end, polled = self._consumer.highwater(tp), self._polled.get(TopicPartition(tp.topic, tp.partition))
+            if end is not None and polled is not None:
+                found[TopicPartition(tp.topic, tp.partition)] = max(0, end - polled)
+        return found
 
     async def poll(self, timeout: float = 1.0, max_records: int = 500) -> list[Record]:
         if self._closed:
@@ -347,6 +361,9 @@ class KafkaConsumer:
             if self._closed:
                 return []  # closed while this poll waited
             raise
+        for records in batches.values():
+            if records:
+                self._polled[TopicPartition(records[-1].topic, records[-1].partition)] = records[-1].offset + 1
         return [
             Record(r.topic, r.partition, r.offset, r.key, r.value,
                    tuple((name, bytes(value or b"")) for name, value in r.headers), r.timestamp)

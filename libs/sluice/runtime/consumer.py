@@ -25,6 +25,7 @@ from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgum
 from sluice.runtime.errors import Backoff, MalformedMessage, is_infrastructure
 from sluice.runtime.health import Health
 from sluice.runtime.metrics import Registry
+from sluice.runtime.metrics_scheduler import Reading
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class ConsumerMetrics:
     """Messages handled, handling time and dead-lettered messages per topic and consumer group."""
 
     def __init__(self, registry: Registry) -> None:
+        self._registry = registry
         self.handled = registry.counter(
             "sluice_consumer_messages_total", "Bus messages handled (dead-lettered ones included).", ("topic", "group"))
         self.seconds = registry.histogram(
@@ -126,6 +128,15 @@ class ConsumerMetrics:
             self.seconds.labels(topic, subscription.group)
             for reason in (MALFORMED, REFUSED, HANDLER_FAILED):
                 self.dead_lettered.labels(topic, subscription.group, reason)
+
+    def watch_lag(self, consumer: Consumer, group: str) -> None:
+        """Its lag per topic and partition, read at scrape time (a consumer without `lag`, a test's, has none)."""
+        lag = getattr(consumer, "lag", None)
+        if lag is not None:
+            self._registry.register(Reading(
+                "sluice_consumer_lag_records", "Records after the consumer's position, by topic and partition.",
+                ("topic", "partition", "group"),
+                lambda: {(tp.topic, str(tp.partition), group): float(n) for tp, n in lag().items()}))
 
     def record(self, topic: str, group: str, seconds: float, dead_letter_reason: str | None) -> None:
         self.handled.labels(topic, group).inc()
@@ -173,6 +184,7 @@ class ConsumerLoop:
         self._dead_letter = dead_letter
         self._instruments = ConsumerMetrics(metrics or Registry())
         self._instruments.start(subscription)
+        self._instruments.watch_lag(consumer, subscription.group)
         self._assigned: set[TopicPartition] | None = None
         self._commit_every = commit_every
         self._monotonic = monotonic

@@ -72,6 +72,9 @@ class OutboxRelay:
             "sluice_outbox_published_total", "Messages the outbox relay published to the bus.", ("relay", "topic"))
         self._position = registry.gauge(
             "sluice_outbox_position", "Log position of the last event the outbox relay has read.", ("relay",))
+        self._lag = registry.gauge(
+            "sluice_outbox_lag_seconds", "Age of the last event the outbox relay published, when it did.", ("relay",))
+        self._lag.labels(name)
         self._monotonic = monotonic
         self._after: int | None = None
         self._saved: int | None = None
@@ -115,6 +118,7 @@ class OutboxRelay:
                 self._published.labels(self._name, message.topic).inc()
         position = events[-1].position
         self._position.labels(self._name).set(position)
+        self._lag.labels(self._name).set(max(0.0, time.time() - events[-1].recorded_at.timestamp()))
         self._after = position
         self._unsaved += len(events)
         if (any(message.topic in SAVED_AT_ONCE for message in messages)

@@ -21,6 +21,7 @@ from sluice.runtime.health import Health, event_log_check, watch_dependency
 from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen
 from sluice.runtime.map_snapshots import snapshots_written
 from sluice.runtime.metrics import Registry
+from sluice.runtime.metrics_scheduler import service_context
 from sluice.runtime.metrics_http import start_metrics_server
 from sluice.runtime.outbox import OutboxRelay, Route
 
@@ -50,6 +51,9 @@ class ServiceSpec:
     resolvers: dict[str, Resolver] = field(default_factory=dict)
     """How this service finds the namespace of a request addressed by id (a schedule's, a run's...),
     by the names in sluice.runtime.permissions.RESOLVERS, for the authorization interceptor."""
+    instrument: Callable[[Registry], list[Awaitable[None]]] | None = None
+    """Given this service's metrics registry: registers what reports its state (collectors read at
+    scrape time) and returns the tasks that keep its other metrics (sluice.runtime.metrics_scheduler)."""
 
 
 async def run_services(
@@ -68,8 +72,9 @@ async def run_services(
     security: GrpcSecurity = GrpcSecurity(),
     health: Health | None = None,
 ) -> None:
-    """Run `specs` until `stop` is set or a task fails. Consumers, outbox relays and the gRPC server
-    report to `metrics` (a private registry when None); with a `metrics_port` (0: a free one) the
+    """Run `specs` until `stop` is set or a task fails. The gRPC server reports to `metrics` (a private
+    registry when None), each service's consumers, outbox relay, timers and `instrument` to its own
+    registry in it (`metrics.service(name)`); with a `metrics_port` (0: a free one) the
     registry is served over HTTP on `host` too, and `on_metrics_ready` gets the port before `on_ready`.
     The heap recovered is frozen out of garbage collection, and again every `refreeze_seconds`,
     with what survived the young generations frozen every second in between (0: only after
@@ -104,7 +109,8 @@ async def run_services(
         for spec in specs:
             if spec.on_listening:
                 spec.on_listening(bound)
-        tasks = [asyncio.create_task(job) for job in _jobs(specs, bus, event_log, producer, registry, health)]
+        tasks = [asyncio.create_task(job, context=service_context(service))
+                 for job, service in _jobs(specs, bus, event_log, producer, registry, health)]
         tasks += [asyncio.create_task(health.beat()),
                   asyncio.create_task(watch_dependency(health, "event log", event_log_check(event_log)))]
         if refreeze_seconds > 0:
@@ -118,16 +124,21 @@ async def run_services(
 
 
 def _jobs(specs: list[ServiceSpec], bus: Bus, event_log: EventLog, producer: Producer,
-          registry: Registry, health: Health) -> list[Awaitable[None]]:
-    """Consumers and outbox relays wait out infrastructure failures with `health` not ready meanwhile."""
-    jobs: list[Awaitable[None]] = []
+          registry: Registry, health: Health) -> list[tuple[Awaitable[None], Registry]]:
+    """Each task with its service's registry. Consumers and outbox relays wait out infrastructure
+    failures with `health` not ready meanwhile."""
+    jobs: list[tuple[Awaitable[None], Registry]] = []
     for spec in specs:
-        jobs += [consume(bus, subscription, producer, metrics=registry, health=health)
-                 for subscription in spec.subscriptions]
+        metrics = registry.service(spec.name)
+        mine: list[Awaitable[None]] = [consume(bus, subscription, producer, metrics=metrics, health=health)
+                                       for subscription in spec.subscriptions]
         if spec.route:
-            jobs.append(OutboxRelay(spec.name, event_log, producer, spec.route, metrics=registry,
+            mine.append(OutboxRelay(spec.name, event_log, producer, spec.route, metrics=metrics,
                                     prefixes=spec.route_prefixes, health=health).run())
-        jobs += [start() for start in spec.background]
+        mine += [start() for start in spec.background]
+        if spec.instrument is not None:
+            mine += spec.instrument(metrics)
+        jobs += [(job, metrics) for job in mine]
     return jobs
 
 
