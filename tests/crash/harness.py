@@ -1,7 +1,8 @@
 """One run of the workload on a backend, with or without crash points, and the oracle's verdict.
 
-The oracle is the same workload run without crashes. A crashed run must end like it: the same
-multiset of program starts with the same trigger context (none lost, none twice), no run or job
+The oracle is the same workload run without crashes. A crashed run must end like it: every
+notification delivered to each schedule's program as often (none lost, none twice, whichever run
+took it), every time-fired start made as often, with the same trigger context, no run or job
 left unfinished that the oracle finished, and equal final states (jobs read model, matcher states,
 checker queue, launcher runs), each rebuilt from the log by a fresh service's own recovery."""
 from __future__ import annotations
@@ -112,14 +113,26 @@ def _outcome(log: EventLog, clock: SimulatedClock, world: ProgramWorld, plan: Fa
                    {j.id: j for j in jobs.list()}, Counter(plan.crossings), list(plan.fired))
 
 
+def deliveries(launches: Counter) -> Counter:
+    """What the program starts delivered: each notification to its schedule's program (in whichever
+    run took it: a later fire's notifications join a waiting job and arrive with its run), and each
+    start without notifications (a time trigger's) by its identity."""
+    delivered: Counter = Counter()
+    for identity, count in launches.items():
+        _, schedule_id, _, _, notifications = identity
+        for key in [(schedule_id, n) for n in notifications] or [identity]:
+            delivered[key] += count
+    return delivered
+
+
 def judge(oracle: Outcome, outcome: Outcome) -> Verdict:
     verdict = Verdict()
-    for identity, count in oracle.launches.items():
-        verdict.lost += max(0, count - outcome.launches.get(identity, 0))
-    oracle_jobs = Counter(identity[0] for identity in oracle.launches.elements())
-    for identity, count in outcome.launches.items():
-        extra = max(0, count - oracle.launches.get(identity, 0))
-        if extra and identity[0] in oracle_jobs:
+    expected, delivered = deliveries(oracle.launches), deliveries(outcome.launches)
+    for key, count in expected.items():
+        verdict.lost += max(0, count - delivered.get(key, 0))
+    for key, count in delivered.items():
+        extra = max(0, count - expected.get(key, 0))
+        if key in expected:
             verdict.duplicate += extra
         else:
             verdict.spurious += extra

@@ -66,10 +66,14 @@ def app_schedules(app: str, variant: int = 0) -> tuple[Schedule, ...]:
         schedule("logs-or-hourly", "logs_agg", OrTrigger((PartitionTrigger(NS, "logs", 15), ElapsedTrigger(3600))),
                  constraints=(MinSinceLastRunConstraint(600),)),
         schedule("left-and-right", "join", AndTrigger((PartitionTrigger(NS, "left", 2), PartitionTrigger(NS, "right")))),
+        # every click, runs 15 minutes apart: later clicks join the job waiting for the interval
+        schedule("spaced-clicks", "clicks_spaced", PartitionTrigger(NS, "clicks"),
+                 constraints=(MinSinceLastRunConstraint(900),)),
     )
 
 
-PROGRAMS = ("report", "daily", "eu_agg", "clicks_agg", "sales_agg", "eu_rollup", "alert", "merge", "logs_agg", "join")
+PROGRAMS = ("report", "daily", "eu_agg", "clicks_agg", "sales_agg", "eu_rollup", "alert", "merge", "logs_agg", "join",
+            "clicks_spaced")
 
 
 def build(seed: int, notifications: int, hours: int, apps: int = 2) -> Workload:
