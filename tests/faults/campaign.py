@@ -74,7 +74,8 @@ def plan(rng: random.Random, rounds: int, kinds: list[str]) -> list[str]:
 
 
 def run(root: Path, seed: int, rounds: int, timing: Timing = Timing(), *, kinds: list[str] | None = None,
-        interval: float = 1.0, lease_seconds: int = 6, disk_mb: int = 64, drain_timeout: float = 300.0) -> Outcome:
+        interval: float = 1.0, lease_seconds: int = 6, disk_mb: int = 64, drain_timeout: float = 300.0,
+        gap: tuple[float, float] = (2.0, 5.0)) -> Outcome:
     rng = random.Random(seed)
     outcome = Outcome(seed)
     order = plan(rng, rounds, kinds or list(KINDS))
@@ -94,7 +95,7 @@ def run(root: Path, seed: int, rounds: int, timing: Timing = Timing(), *, kinds:
         if _wait(lambda: _launched_since(stack, publisher, started), 120) is None:
             outcome.problems.append("no launch within 120 s of the load starting")
         for index, kind in enumerate(order, 1):
-            time.sleep(rng.uniform(2.0, 5.0))
+            time.sleep(rng.uniform(*gap))
             applied = KINDS[kind](stack, rng, timing)
             recovery = _wait(lambda: _launched_since(stack, publisher, applied.cleared), RECOVERY_TIMEOUT, 0.1)
             outcome.applied.append(applied)

@@ -16,7 +16,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -45,17 +47,18 @@ def free_port() -> int:
 
 
 class EventLogDisk:
-    """A tmpfs of `size_mb` at `path`, owned by the PostgreSQL server's user, that a ballast file fills."""
+    """A tmpfs of `size_mb` in a new directory of the system's temporary one (which the PostgreSQL
+    server's user can reach, unlike a test's tmp_path), owned by that user; a ballast file fills it."""
 
-    def __init__(self, path: Path, size_mb: int) -> None:
-        self.path = path
+    def __init__(self, size_mb: int) -> None:
+        self.path = Path("/nonexistent")
         self.size_mb = size_mb
         self.mounted = False
 
     def mount(self, owner: tuple[int, int] | None) -> None:
         if os.geteuid() != 0:
             raise NotRoot("the fault campaign mounts a tmpfs for the event log's disk: run it as root")
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(prefix="sluice-faults-disk-"))
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m,mode=0700", "tmpfs", str(self.path)],
                        check=True, capture_output=True)
         self.mounted = True
@@ -101,7 +104,7 @@ class Stack:
         self.root = root
         self.lease_seconds = lease_seconds
         self.postgres = PostgresServer()
-        self.disk = EventLogDisk(root / "eventlog-disk", disk_mb)
+        self.disk = EventLogDisk(disk_mb)
         self.kafka = KafkaCluster(brokers=3)
         self.ledger = root / "ledger.jsonl"
         self.apps = root / "apps"
@@ -129,8 +132,11 @@ class Stack:
         self.event_log_url = f"postgresql://postgres@127.0.0.1:{self.postgres.port}/{DATABASE}?connect_timeout=2"
         self.kafka.start()
         self.bus_url = self.kafka.url(replication_factor=3, min_insync_replicas=2)
-        for name in SERVICES:
-            self.start_service(name)
+        first, *others = SERVICES  # the first migrates the log's schema alone; the others start together
+        self.start_service(first)
+        with ThreadPoolExecutor(len(others)) as starting:
+            for started in [starting.submit(self.start_service, name) for name in others]:
+                started.result()
         return self
 
     def stop(self) -> None:
