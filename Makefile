@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
 BENCH ?=
 
-.PHONY: env demo test test-fast crash-test fault-test fuzz bench proto clean standalone postgres chromium kafka-fetch kafka-up kafka-down kafka-cluster-up kafka-cluster-down compose-schema spark-up spark-down demo-cluster
+.PHONY: env demo test test-fast crash-test fault-test fuzz bench proto clean standalone postgres chromium promtool kafka-fetch kafka-up kafka-down kafka-cluster-up kafka-cluster-down compose-schema spark-up spark-down demo-cluster
 
 env: $(STAMP) $(GEN_STAMP)
 
@@ -39,7 +39,11 @@ postgres:
 chromium:
 	sh deploy/chromium/install.sh
 
-test: env postgres chromium kafka-fetch compose-schema
+# Debian's promtool, to check deploy/prometheus's alert rules and the Grafana dashboard's queries.
+promtool:
+	sh deploy/prometheus/install-promtool.sh
+
+test: env postgres chromium promtool kafka-fetch compose-schema
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The Compose file schema (from the docker-compose release on PyPI), to validate docker-compose.yml without Docker.
