@@ -234,7 +234,8 @@ class JobsView:
                 self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
 
     def _joined(self, job_id: str, into: str, count: int, at: datetime, event: bytes) -> None:
-        self._transition(job_id, JobState.JOINED, at, f"joined job {into}, which waits for its constraints")
+        self._transition(job_id, JobState.JOINED, at, f"joined job {into}, which waits for its constraints",
+                         reason=f"joined job {into}")
         waiting = self._jobs.get(into)
         if waiting is None:
             return
