@@ -39,6 +39,8 @@ def _to_proto(view: JobView, waiting: Waiting | None) -> jobs_pb2.Job:
     message.updated_at.CopyFrom(timestamp_to_proto(view.updated_at))
     message.run_id = view.run_id
     message.notifications_matched = view.notifications
+    message.partitions_matched.extend(jobs_pb2.DatasetPartitions(namespace=namespace, dataset=dataset, partitions=count)
+                                      for namespace, dataset, count in view.partitions)
     if waiting is not None and view.state is JobState.PENDING_CONSTRAINT:
         message.waiting_on.extend(waiting.reasons)
         message.reason = "; ".join(waiting.reasons)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Mapping
 
 from google.protobuf import timestamp_pb2
 
@@ -32,23 +33,45 @@ def trigger_text(trigger: schedules_pb2.Trigger) -> str:
 
 
 def waiting_for(trigger: schedules_pb2.Trigger, created_at: timestamp_pb2.Timestamp,
-                last_match: timestamp_pb2.Timestamp, matched: int = 0) -> str:
-    """What a PENDING_TRIGGER job waits for, from its schedule's trigger: `2 partitions of
+                last_match: timestamp_pb2.Timestamp, matched: int = 0,
+                partitions: Mapping[tuple[str, str], int] | None = None) -> str:
+    """What a PENDING_TRIGGER job waits for, from its schedule's trigger: `1 of 2 partitions of
     experiments.clickstream`, `cron at 02:00 Asia/Tokyo`, `quiet until 10:42:05 (...)`. `last_match`:
-    when a notification last joined the job (its last update); `matched`: how many notifications it
-    matched so far (Job.notifications_matched), appended as `; 1 notification so far`. The matcher's own
-    progress (how many of the partitions count) is not in the Jobs API: the trigger is described."""
-    text = _waiting_for(trigger, created_at, last_match)
-    return f"{text}; {matched} notification{'s' if matched != 1 else ''} so far" if matched else text
+    when a notification last joined the job (its last update); `partitions`: the partitions its
+    notifications carried per (namespace, dataset) (Job.partitions_matched), the progress of a partition
+    trigger without a filter; `matched`: how many notifications it matched so far
+    (Job.notifications_matched), appended as `; 1 notification so far` when no progress was shown."""
+    progress = partitions or None  # none counted: unknown (a server without Job.partitions_matched)
+    text = _waiting_for(trigger, created_at, last_match, progress)
+    if not matched or any(_counted(leaf, progress) is not None for leaf in _leaves(trigger)):
+        return text
+    return f"{text}; {matched} notification{'s' if matched != 1 else ''} so far"
+
+
+def _leaves(trigger: schedules_pb2.Trigger) -> list[schedules_pb2.Trigger]:
+    kind = trigger.WhichOneof("kind")
+    if kind in ("and", "or"):
+        value = getattr(trigger, kind)
+        return [leaf for child in (value.all_of if kind == "and" else value.any_of) for leaf in _leaves(child)]
+    return [trigger]
+
+
+def _counted(trigger: schedules_pb2.Trigger, progress: Mapping[tuple[str, str], int] | None) -> int | None:
+    """A partition leaf's partitions so far, when they can be told (no filter: every partition counts)."""
+    if progress is None or trigger.WhichOneof("kind") != "partition" or trigger.partition.filter:
+        return None
+    return progress.get((trigger.partition.namespace, trigger.partition.dataset), 0)
 
 
 def _waiting_for(trigger: schedules_pb2.Trigger, created_at: timestamp_pb2.Timestamp,
-                 last_match: timestamp_pb2.Timestamp) -> str:
+                 last_match: timestamp_pb2.Timestamp, progress: Mapping[tuple[str, str], int] | None) -> str:
     kind = trigger.WhichOneof("kind")
     value = getattr(trigger, kind) if kind else None
     match kind:
         case "partition":
-            return f"{value.count} partition{'s' if value.count != 1 else ''} of {value.namespace}.{value.dataset}"
+            counted = _counted(trigger, progress)
+            so_far = f"{counted} of " if counted is not None else ""
+            return f"{so_far}{value.count} partition{'s' if value.count != 1 else ''} of {value.namespace}.{value.dataset}"
         case "time":
             return f"cron {cron_text(value.cron)} {value.zone}"
         case "data_size":
@@ -64,7 +87,7 @@ def _waiting_for(trigger: schedules_pb2.Trigger, created_at: timestamp_pb2.Times
                    f"{value.namespace}.{value.app}.{value.program}"
         case "and" | "or":
             children = value.all_of if kind == "and" else value.any_of
-            return f" {kind} ".join(f"({_waiting_for(t, created_at, last_match)})" for t in children)
+            return f" {kind} ".join(f"({_waiting_for(t, created_at, last_match, progress)})" for t in children)
     return "?"
 
 

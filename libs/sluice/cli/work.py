@@ -82,7 +82,9 @@ def _waiting(job: jobs_pb2.Job, triggers: dict) -> str:
         trigger = triggers.get(job.schedule_id)
         if trigger is None:
             return "trigger (schedule deleted)"
-        return "trigger: " + describe.waiting_for(trigger, job.created_at, job.updated_at, job.notifications_matched)
+        partitions = {(m.namespace, m.dataset): m.partitions for m in job.partitions_matched}
+        return "trigger: " + describe.waiting_for(trigger, job.created_at, job.updated_at, job.notifications_matched,
+                                                  partitions)
     return job.reason or "-"
 
 

@@ -65,6 +65,8 @@ class JobView:
     reason: str = ""
     run_id: str = ""
     notifications: int = 0
+    partitions: tuple[tuple[str, str, int], ...] = ()
+    """(namespace, dataset, partitions) the matched notifications carried, per dataset (PENDING_TRIGGER's progress)."""
     joined: tuple[bytes, ...] = ()
     """The checker's NotificationsJoined events as recorded, of the later jobs that joined this one."""
     transitions: tuple[tuple[str, datetime, str], ...] = ()
@@ -215,7 +217,9 @@ class JobsView:
                 self._transition(fields["job"]["id"], JobState.LAUNCHED, at, f"run {run_id}", run_id=run_id)
             case "NotificationMatched":
                 job_id = fields["job_id"]
-                self._update(job_id, at, notifications=self._jobs[job_id].notifications + 1)
+                view = self._jobs[job_id]
+                self._update(job_id, at, notifications=view.notifications + 1,
+                             partitions=_counted(view.partitions, fields["notification"]["payload"]))
             case "NotificationsJoined":
                 self._joined(fields["job_id"], fields["into"], len(fields["notifications"]), at, recorded.data)
 
@@ -269,6 +273,17 @@ class JobsView:
     def _update(self, job_id: str, at: datetime, **changes: object) -> None:
         self._changed.add(job_id)
         self._jobs[job_id] = replace(self._jobs[job_id], updated_at=at, **changes)
+
+
+def _counted(counts: tuple[tuple[str, str, int], ...], payload: dict) -> tuple[tuple[str, str, int], ...]:
+    """`counts` with a partition notification's partitions added to its dataset's."""
+    if "partitions" not in payload:
+        return counts
+    namespace, dataset, added = payload["namespace"], payload["dataset"], len(payload["partitions"])
+    for index, (ns, ds, count) in enumerate(counts):
+        if (ns, ds) == (namespace, dataset):
+            return (*counts[:index], (ns, ds, count + added), *counts[index + 1:])
+    return (*counts, (namespace, dataset, added))
 
 
 FINISHED = frozenset({JobState.LAUNCHED, JobState.DISCARDED, JobState.JOINED})
