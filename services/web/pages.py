@@ -97,7 +97,9 @@ def jobs(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) ->
 
 def _waiting_words(job: jobs_pb2.Job) -> str:
     if job.state == jobs_pb2.PENDING_TRIGGER:
-        return "its trigger"
+        so_far = ", ".join(f"{m.partitions} partition{'s' if m.partitions != 1 else ''} of {m.namespace}.{m.dataset}"
+                           for m in job.partitions_matched)
+        return f"its trigger ({so_far} so far)" if so_far else "its trigger"
     if job.state == jobs_pb2.PENDING_LAUNCH:
         return "the launcher"
     return ""
