@@ -22,6 +22,7 @@ from sluice.ids import derived_id
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
 from sluice.domain.errors import InvalidArgument
+from sluice.runtime.consumer import Pauses
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
@@ -70,6 +71,7 @@ class LauncherService:
         as a launcher alone on its log; tests and offline tools)."""
         self._lease = lease
         self._stepping_down: asyncio.Task | None = None
+        self._infrastructure = Pauses("launcher's runs")
         self._publisher = publisher  # commit sequences and partition consumers (datasets); None: files only
         self._program_api = program_api
         self._log = log
@@ -247,8 +249,8 @@ class LauncherService:
 
     async def _launch(self, run: Run) -> None:
         async with self._slots:
-            try:
-                await self._execute(run)
+            try:  # the log or the bus failing is waited out: the same steps again find where the run got to
+                await self._infrastructure.retrying(f"run {run.id}", lambda: self._execute_current(run))
             except asyncio.CancelledError:
                 raise
             except LeaseLost:
@@ -257,6 +259,11 @@ class LauncherService:
             except Exception as error:  # whatever went wrong, the attempt ends FAILED with the reason
                 log.exception("run %s failed to launch", run.id)
                 self._decide(run.id, MarkFailed(f"launcher error: {error!r}"))
+
+    async def _execute_current(self, run: Run) -> None:
+        current = self.get(run.id) or run
+        if not current.status.terminal:
+            await self._execute(current)
 
     async def _execute(self, run: Run) -> None:
         attempt_dir = self.attempt_dir(run)
