@@ -1,4 +1,6 @@
-"""The clickstream app, as data: one program and the schedule that runs it on every new partition.
+"""The clickstream app, as data: one program and the schedule that runs it on every new partition,
+one run at a time: partitions that arrive while a run goes join the next run's job (Sluice's
+default for a waiting job), so that run takes all of them from its partition consumer.
 
 Plain dataclasses (and `as_dict()` for JSON-friendly dicts); turning them into gRPC requests is
 the registry client's job.
@@ -42,6 +44,7 @@ class ScheduleSpec:
     properties: dict[str, str] = field(default_factory=dict)   # the program's runtime arguments
     description: str = ""
     enabled: bool = True
+    max_concurrent: int = 0          # runs of the program at once (a concurrency constraint); 0: no limit
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,8 @@ HOURLY_METRICS_ON_ARRIVAL = ScheduleSpec(
     namespace=NAMESPACE, app=APP, program=HOURLY_METRICS.program,
     trigger=PartitionTriggerSpec(namespace=NAMESPACE, dataset=INPUT_DATASET, count=1),
     properties={"experiment": "exp-42"},
-    description="Compute hourly metrics as soon as a clickstream partition is committed.",
+    description="Hourly metrics of new clickstream partitions, one run at a time.",
+    max_concurrent=1,
 )
 
 CLICKSTREAM_APP = AppSpec(

@@ -2,11 +2,13 @@
 
 Starts `sluice standalone` (one process: SQLite event log, in-process bus, local Spark), registers
 the app's datasets (clickstream, hourly and daily metrics) and deploys the app over gRPC: hourly
-metrics on every new clickstream partition, and a daily aggregate per marketplace once its 24
-hours exist or at 02:00 local time. It adds clickstream partitions for US, UK and JP (each hour in
-its own time zone) in dataset transactions, waits for the PySpark runs -- which take the new
-partitions from their partition consumer and publish their output through a commit sequence --
-and prints what happened, the daily jobs still waiting included."""
+metrics on every new clickstream partition, one run at a time, and a daily aggregate per
+marketplace once its 24 hours exist or at 02:00 local time. It adds clickstream partitions for US,
+UK and JP (each hour in its own time zone) in dataset transactions, waits for the PySpark runs --
+the first takes the first partition; the partitions committed while it runs join the next run's
+job, and that run takes them all from its partition consumer, then publishes its output through a
+commit sequence -- and prints what happened: each run with the partitions its trigger brought and
+those it really consumed, and the daily jobs still waiting."""
 from __future__ import annotations
 
 import argparse
@@ -24,7 +26,7 @@ import grpc
 
 from sluice_services.localserver import LocalServer
 from sluice.v1 import datasets_pb2, datasets_pb2_grpc, jobs_pb2, notifications_pb2, schedules_pb2
-from sluice_examples.clickstream import app
+from sluice_examples.clickstream import app, report
 from sluice_examples.clickstream import datasets as clickstream_datasets
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 
@@ -49,20 +51,40 @@ def publish_hours(partitions: datasets_pb2_grpc.PartitionsStub, data_dir: Path, 
     return published
 
 
-def wait_for_runs(client: SluiceClient, expected: int, timeout: float) -> list:
+FINISHED_JOBS = {jobs_pb2.LAUNCHED, jobs_pb2.JOINED, jobs_pb2.DISCARDED}
+
+
+def wait_for_runs(client: SluiceClient, schedule_id: str, fired: int, timeout: float) -> list:
+    """Until the schedule's `fired` jobs are finished (launched, or joined to another) and their runs ended."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        runs = client.list_runs()
+        jobs = client.list_jobs(schedule_id)
+        runs = client.list_runs(schedule_id)
+        joined = sum(j.state == jobs_pb2.JOINED for j in jobs)
         done = [r for r in runs if r.status in TERMINAL]
-        status = f"  runs: {len(runs)} requested, {len(done)} finished of {expected}"
+        status = f"  jobs: {len(jobs)} of {fired}, {joined} joined a waiting job; runs: {len(runs)} requested, " \
+                 f"{len(done)} finished"
         if status != last:
             print(status, flush=True)
             last = status
-        if len(done) >= expected:
+        launched = sum(j.state == jobs_pb2.LAUNCHED for j in jobs)
+        if len(jobs) >= fired and all(j.state in FINISHED_JOBS for j in jobs) and len(done) == len(runs) == launched:
             return runs
         time.sleep(1)
-    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {expected} runs")
+    raise SystemExit(f"timed out after {timeout:.0f}s waiting for the runs of {fired} jobs")
+
+
+def consumed_by_run(partitions: datasets_pb2_grpc.PartitionsStub) -> dict[str, list[dict[str, str]]]:
+    state = partitions.GetConsumer(datasets_pb2.GetConsumerRequest(
+        namespace=app.NAMESPACE, dataset=app.INPUT_DATASET, consumer=report.HOURLY_CONSUMER), timeout=30)
+    return report.consumed_by_run(state.json)
+
+
+def input_records(partitions: datasets_pb2_grpc.PartitionsStub) -> dict[tuple[str, ...], int]:
+    listed = partitions.ListPartitions(datasets_pb2.ListPartitionsRequest(
+        namespace=app.NAMESPACE, dataset=app.INPUT_DATASET), timeout=30).partitions
+    return {tuple(kv.value for kv in p.partition.key): p.partition.record_count for p in listed}
 
 
 def show_output_rows(runs: list) -> None:
@@ -102,10 +124,12 @@ def deploy_request() -> schedules_pb2.DeployAppRequest:
 def schedule_proto(spec: app.ScheduleSpec) -> schedules_pb2.Schedule:
     trigger = schedules_pb2.PartitionTrigger(namespace=spec.trigger.namespace, dataset=spec.trigger.dataset,
                                              count=spec.trigger.count)
+    constraints = [schedules_pb2.Constraint(concurrency=schedules_pb2.ConcurrencyConstraint(
+        max_running=spec.max_concurrent))] if spec.max_concurrent else []
     return schedules_pb2.Schedule(
         name=spec.name, program=notifications_pb2.ProgramRef(namespace=spec.namespace, app=spec.app, program=spec.program),
         trigger=schedules_pb2.Trigger(partition=trigger), properties=spec.properties, enabled=spec.enabled,
-        description=spec.description)
+        description=spec.description, constraints=constraints)
 
 
 def _fmt(value: object) -> str:
@@ -118,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--date", default="2026-11-22", help="local date of the generated hours")
     parser.add_argument("--hours", default="9,10", help="local hours to generate in every marketplace")
     parser.add_argument("--rows", type=int, default=2000, help="events per partition")
-    parser.add_argument("--timeout", type=float, default=280)
+    parser.add_argument("--timeout", type=float, default=900,
+                        help="seconds to wait for the runs (a loaded machine starts Spark slowly)")
     args = parser.parse_args(argv)
     hours = [int(h) for h in args.hours.split(",")]
 
@@ -152,24 +177,27 @@ def main(argv: list[str] | None = None) -> int:
                                 for p in published]))
 
             print("\n== Waiting for the runs (spark-submit, local mode)")
-            runs = wait_for_runs(client, len(published), args.timeout)
+            hourly_schedule = next(s.id for s in schedules if s.name == app.HOURLY_METRICS_ON_ARRIVAL.name)
+            runs = wait_for_runs(client, hourly_schedule, len(published), args.timeout)
 
             names = {s.id: s.name for s in schedules}
-            print("\n== Jobs (the daily ones wait for 24 hours of their marketplace, or 02:00 local time)")
-            print(render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED"),
+            jobs = client.list_jobs()
+            print("\n== Jobs (a partition committed while a run goes joins the job waiting for the next run; "
+                  "the daily ones wait for 24 hours of their marketplace, or 02:00 local time)")
+            print(render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "REASON"),
                                [(j.id[:8], names.get(j.schedule_id, j.schedule_id[:8]), jobs_pb2.JobState.Name(j.state),
-                                 render.when(j.created_at), render.when(j.updated_at)) for j in client.list_jobs()]))
+                                 render.when(j.created_at), render.when(j.updated_at), j.reason or "-") for j in jobs]))
             hourly = partitions.ListPartitions(datasets_pb2.ListPartitionsRequest(
                 namespace=app.NAMESPACE, dataset=clickstream_datasets.HOURLY_DATASET), timeout=30).partitions
             print(f"\n== {clickstream_datasets.HOURLY_DATASET}: {len(hourly)} partition(s) published by commit sequences")
-            print("\n== Runs")
-            print(render.table(("RUN", "PROGRAM", "INPUT", "STATUS", "DURATION", "ROWS OUT", "OUTPUT"),
-                               [(r.id[:8], f"{r.program.app}.{r.program.program}",
-                                 " ".join(render.key_text(i.key) for i in r.inputs),
-                                 notifications_pb2.RunStatus.Name(r.status), render.duration(r.started_at, r.ended_at),
-                                 sum(o.partition.record_count for o in r.outputs),
-                                 " ".join(os.path.relpath(o.partition.location) for o in r.outputs) or r.error[:80])
-                                for r in runs]))
+            lines = report.run_lines(runs, {j.id: j for j in jobs}, consumed_by_run(partitions),
+                                     input_records(partitions))
+            print(f"\n== Runs of {app.HOURLY_METRICS.program} (partitions as marketplace/date/hour: those its "
+                  f"trigger brought, those it took from its partition consumer; rows read and written)")
+            print(render.table(report.HEADER, [line.row() for line in lines]))
+            for run in runs:
+                if run.error:
+                    print(f"  {run.id[:8]}: {run.error[:200]}")
             print("\n== Lineage")
             print(render.lineage_tree(client.lineage_jobs(), client.lineage_runs()))
             failed = [r for r in runs if r.status != notifications_pb2.COMPLETED]

@@ -2,8 +2,8 @@
 
     spark-submit --master local[1] .../hourly_metrics.py --sluice-context /abs/context.json
 
-Reads the new clickstream partitions of its partition consumer (when the dataset is registered;
-else exactly the partitions of the notifications that triggered the run) and writes, for each of them,
+Reads new clickstream partitions from its partition consumer (when the dataset is registered; else
+exactly the partitions of the notifications that triggered the run) and writes, for each of them,
 one partition of `clickstream_hourly_metrics` with the same key (marketplace, date, hour): one
 row per (experiment_id, bucket) with
 
@@ -73,8 +73,7 @@ def hourly_metrics(events: DataFrame) -> DataFrame:
 
 def main(program: SparkProgram) -> dict:
     if program.has_dataset(INPUT_DATASET):   # a registered dataset: the new partitions of its consumer
-        events = program.consume(INPUT_DATASET, limit=int(program.context.properties.get("limit", "24")),
-                                 format="json", schema=EVENT_SCHEMA)
+        events = program.consume(INPUT_DATASET, limit=take_limit(program), format="json", schema=EVENT_SCHEMA)
         partitions = program.consumed(INPUT_DATASET)
     else:                                  # the partitions of the notifications that triggered the run
         partitions = program.context.partitions(INPUT_DATASET)
@@ -94,6 +93,14 @@ def main(program: SparkProgram) -> dict:
           f"{sum(r.purchases for r in rows)} purchases -> {len(rows)} metric rows"
           + (f"; {focus}: {_conversion_by_bucket(rows, focus)}" if focus else ""), flush=True)
     return {"input_partitions": len(partitions), "input_events": sum(r.events for r in rows)}
+
+
+def take_limit(program: SparkProgram) -> int:
+    """As many partitions as triggered the run (its notifications, those of the jobs that joined its
+    job included): the consumer hands out the oldest first, which are the run's own, and leaves the
+    rest to the runs they trigger. A run no partition triggered takes up to the `limit` property (24)."""
+    triggered = len(program.context.partitions(INPUT_DATASET))
+    return triggered or int(program.context.properties.get("limit", "24"))
 
 
 def _conversion_by_bucket(rows: list, experiment: str) -> str:
