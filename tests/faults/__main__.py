@@ -39,6 +39,10 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def shown(seconds: list[float | None]) -> str:
+    return ", ".join(f"{s:.1f}" if s is not None else "none" for s in seconds)
+
+
 def main(argv: list[str]) -> int:
     args = arguments(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
@@ -56,7 +60,8 @@ def main(argv: list[str]) -> int:
         for item in items[:20]:
             campaign.say(f"{label}: {item}")
     campaign.say(f"seed {seed} (--seed {seed} repeats the order of faults); {outcome.accepted} notifications; "
-                 f"recoveries: {', '.join(f'{r:.1f}' if r is not None else 'none' for r in outcome.recoveries)}")
+                 f"recoveries (s): {shown(outcome.recoveries)}; a fresh notification launched after (s): "
+                 f"{shown(outcome.catch_ups)}, at most {outcome.max_catch_up_s:.1f}")
     print(outcome.line(), flush=True)
     return 1 if outcome.failed else 0
 

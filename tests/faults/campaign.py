@@ -1,14 +1,16 @@
 """The fault campaign: the stack under a steady load, seeded faults one after another, then the oracle.
 
 Oracle (from the publisher's accepted notifications and the programs' ledger of real process starts):
-- lost: an accepted notification whose run never completed (no `end` line for its partition, other
-  than one its host's death voided);
+- lost: an accepted notification whose run never completed: no `end` line for its partition (other
+  than one its host's death voided) of a run the launcher recorded COMPLETED;
 - duplicate: executions beyond one per expected run: `end` lines beyond one per partition, plus an
   attempt of a run started more than once. Not counted: an attempt killed with its host and retried,
   nor one that ended on a host that died before its launcher recorded the end (the launcher taking
   over finds it LOST and runs it again, as designed); the latter are counted and printed apart;
 - valid_dead_lettered: records on the dead-letter topic (every message of the campaign is valid);
-- recovery of a fault: from its clearing until a program starts for a notification accepted after it.
+- recovery of a fault: from its clearing until launches flow again (the first program start after it);
+  printed beside it, until the first program start of a notification accepted after it (the backlog
+  the fault left has gone through).
 A service process that ended on its own, a fault not recovered from, or a run of no accepted
 notification is a problem too: reported, and the campaign fails."""
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Outcome:
     seed: int
     applied: list[Applied] = field(default_factory=list)
     recoveries: list[float | None] = field(default_factory=list)
+    catch_ups: list[float | None] = field(default_factory=list)
     accepted: int = 0
     lost: list[str] = field(default_factory=list)
     duplicate: list[str] = field(default_factory=list)
@@ -52,6 +55,10 @@ class Outcome:
     @property
     def max_recovery_s(self) -> float:
         return max((r for r in self.recoveries if r is not None), default=0.0)
+
+    @property
+    def max_catch_up_s(self) -> float:
+        return max((r for r in self.catch_ups if r is not None), default=0.0)
 
     @property
     def failed(self) -> bool:
@@ -92,19 +99,22 @@ def run(root: Path, seed: int, rounds: int, timing: Timing = Timing(), *, kinds:
         publisher = load.Publisher(stack.address("registry"), interval)
         publisher.start()
         started = time.time()
-        if _wait(lambda: _launched_since(stack, publisher, started), 120) is None:
+        if _wait(lambda: _launched_since(stack, publisher, started, True), 120) is None:
             outcome.problems.append("no launch within 120 s of the load starting")
         for index, kind in enumerate(order, 1):
             time.sleep(rng.uniform(*gap))
             applied = KINDS[kind](stack, rng, timing)
-            recovery = _wait(lambda: _launched_since(stack, publisher, applied.cleared), RECOVERY_TIMEOUT, 0.1)
+            recovery = _wait(lambda: _launched_since(stack, publisher, applied.cleared, False), RECOVERY_TIMEOUT, 0.1)
+            caught_up = _wait(lambda: _launched_since(stack, publisher, applied.cleared, True), RECOVERY_TIMEOUT, 0.1)
             outcome.applied.append(applied)
             outcome.recoveries.append(recovery)
-            shown = f"{recovery:.1f} s" if recovery is not None else f"NOT within {RECOVERY_TIMEOUT:.0f} s"
-            say(f"fault {index}/{len(order)} {kind} ({applied.detail}): launches flow again after {shown}")
-            if recovery is None:
-                outcome.problems.append(f"{kind} ({applied.detail}): launches did not flow again within "
-                                        f"{RECOVERY_TIMEOUT:.0f} s")
+            outcome.catch_ups.append(caught_up)
+            shown = [f"{r:.1f} s" if r is not None else f"NOT within {RECOVERY_TIMEOUT:.0f} s" for r in (recovery, caught_up)]
+            say(f"fault {index}/{len(order)} {kind} ({applied.detail}): launches flow again after {shown[0]}, "
+                f"a notification accepted after the fault cleared launched after {shown[1]}")
+            if recovery is None or caught_up is None:
+                outcome.problems.append(f"{kind} ({applied.detail}): launches did not flow again (for notifications "
+                                        f"accepted after it) within {RECOVERY_TIMEOUT:.0f} s")
             for name, code in stack.exited().items():
                 outcome.problems.append(f"{name} exited with {code} during or after {kind}; started again")
                 say(f"{name} exited with {code}; starting it again")
@@ -147,11 +157,12 @@ def ledger_lines(stack: Stack) -> list[dict]:
     return [json.loads(line) for line in stack.ledger.read_text().splitlines() if line.strip()]
 
 
-def _launched_since(stack: Stack, publisher: load.Publisher, moment: float) -> float | None:
-    """Seconds from `moment` to the first program start for a notification accepted at or after it."""
-    fresh = publisher.accepted_since(moment)
-    starts = [line["at"] for line in ledger_lines(stack)
-              if line["what"] == "start" and line["at"] >= moment and fresh.intersection(line["partitions"])]
+def _launched_since(stack: Stack, publisher: load.Publisher, moment: float, fresh_only: bool) -> float | None:
+    """Seconds from `moment` to the first program start after it (`fresh_only`: of a notification accepted
+    at or after it, so after the backlog the fault left had gone through)."""
+    fresh = publisher.accepted_since(moment) if fresh_only else None
+    starts = [line["at"] for line in ledger_lines(stack) if line["what"] == "start" and line["at"] >= moment
+              and (fresh is None or fresh.intersection(line["partitions"]))]
     return min(starts) - moment if starts else None
 
 
@@ -190,7 +201,7 @@ def _judge(outcome: Outcome, stack: Stack, accepted: dict[str, float]) -> None:
                 death = stack.host_deaths[_host(line)]
                 say(f"{partition}: run {line['run_id'][:8]} attempt {line['attempt']} ended {death - line['at']:.2f} s "
                     f"before its host {_host(line)} died, unrecorded; run again")
-        if counted:
+        if any((run := runs.get(line["run_id"])) is not None and run.status == npb.COMPLETED for line in counted):
             completed.add(partition)
         outcome.rerun_after_host_death += len(executions) - len(counted)
         if len(counted) > 1:
