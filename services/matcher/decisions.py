@@ -9,7 +9,9 @@ from datetime import datetime
 
 from sluice.domain import matching
 from sluice.domain.matching import MatcherState
+from sluice.eventlog.codec import encode
 from sluice.eventlog.port import StreamAppend
+from sluice.ids import time_ordered_ids
 from sluice.runtime.aggregates import AggregateStore
 
 
@@ -38,8 +40,17 @@ class Decisions:
         return bool(self._events)
 
     def appends(self) -> list[StreamAppend]:
-        return [self._store.prepare(matching.stream_name(schedule_id), events)
-                for schedule_id, events in self._events.items()]
+        """One StreamAppend per schedule at its expected version. Event ids are time-ordered
+        (`time_ordered_id`): the log's index of ids grows at its right edge, where ids derived from
+        (stream, version) alone landed on random pages and made each append slower as the log grew.
+        The expected version refuses a second append of the same decision, whatever its ids."""
+        appends, event_id = [], time_ordered_ids(self.now)
+        for schedule_id, events in self._events.items():
+            stream = matching.stream_name(schedule_id)
+            version = self._store.load(stream).version
+            appends.append(StreamAppend(stream, [encode(event, event_id(stream, str(version + offset)))
+                                                 for offset, event in enumerate(events, start=1)], version))
+        return appends
 
     def commit(self, versions: list[int]) -> list[tuple[str, MatcherState]]:
         """The append succeeded with these versions: the store takes the new states; which changed."""
