@@ -98,7 +98,8 @@ checker_states = st.builds(
     world=st.from_type(WorldFacts),
     schedules=st.dictionaries(st.text(max_size=6), st.from_type(TrackedSchedule), max_size=3).map(immutables.Map),
     group_refs=st.dictionaries(st.tuples(st.text(max_size=6), programs), st.integers(), max_size=3),
-    horizon=st.timedeltas(), watched=st.frozensets(programs, max_size=3), watch_all=st.booleans())
+    horizon=st.timedeltas(), watched=st.frozensets(programs, max_size=3), watch_all=st.booleans(),
+    joinable=st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=2).map(immutables.Map))
 
 
 @EXAMPLES
