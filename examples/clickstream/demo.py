@@ -54,13 +54,15 @@ def publish_hours(partitions: datasets_pb2_grpc.PartitionsStub, data_dir: Path, 
 FINISHED_JOBS = {jobs_pb2.LAUNCHED, jobs_pb2.JOINED, jobs_pb2.DISCARDED}
 
 
-def wait_for_runs(client: SluiceClient, schedule_id: str, fired: int, timeout: float) -> list:
-    """Until the schedule's `fired` jobs are finished (launched, or joined to another) and their runs ended."""
+def wait_for_runs(client: SluiceClient, schedule_id: str, fired: int, timeout: float,
+                  runs_client: SluiceClient | None = None) -> list:
+    """Until the schedule's `fired` jobs are finished (launched, or joined to another) and their runs
+    ended. `client` serves the jobs, `runs_client` (default: the same) the runs."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         jobs = client.list_jobs(schedule_id)
-        runs = client.list_runs(schedule_id)
+        runs = (runs_client or client).list_runs(schedule_id)
         joined = sum(j.state == jobs_pb2.JOINED for j in jobs)
         done = [r for r in runs if r.status in TERMINAL]
         status = f"  jobs: {len(jobs)} of {fired}, {joined} joined a waiting job; runs: {len(runs)} requested, " \

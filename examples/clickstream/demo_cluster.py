@@ -23,9 +23,16 @@ from sluice.cli import render
 from sluice.client import SluiceClient
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.v1 import datasets_pb2, datasets_pb2_grpc, jobs_pb2, notifications_pb2
-from sluice_examples.clickstream import app
+from sluice_examples.clickstream import app, report
 from sluice_examples.clickstream import datasets as clickstream_datasets
-from sluice_examples.clickstream.demo import deploy_request, publish_hours, show_output_rows, wait_for_runs
+from sluice_examples.clickstream.demo import (
+    consumed_by_run,
+    deploy_request,
+    input_records,
+    publish_hours,
+    show_output_rows,
+    wait_for_runs,
+)
 from sluice_services.catalogue import NAMES as SERVICES
 from sluice_services.localserver import LocalServer
 from tests.support.kafka import KafkaBroker
@@ -123,26 +130,29 @@ def main(argv: list[str] | None = None) -> int:
                             for p in published]))
 
         print(f"\n== Waiting for the runs (spark-submit to {cluster.master_url}, client mode)")
-        runs = wait_for_runs(clients["launcher"], len(published), args.timeout)
+        hourly_schedule = next(s.id for s in schedules if s.name == app.HOURLY_METRICS_ON_ARRIVAL.name)
+        runs = wait_for_runs(clients["checker"], hourly_schedule, len(published), args.timeout,
+                             runs_client=clients["launcher"])
         names = {s.id: s.name for s in schedules}
-        print("\n== Jobs (the daily ones wait for 24 hours of their marketplace, or 02:00 local time)")
-        print(render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED"),
+        jobs = clients["checker"].list_jobs()
+        print("\n== Jobs (a partition committed while a run goes joins the job waiting for the next run; "
+              "the daily ones wait for 24 hours of their marketplace, or 02:00 local time)")
+        print(render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "REASON"),
                            [(j.id[:8], names.get(j.schedule_id, j.schedule_id[:8]), jobs_pb2.JobState.Name(j.state),
-                             render.when(j.created_at), render.when(j.updated_at))
-                            for j in clients["checker"].list_jobs()]))
+                             render.when(j.created_at), render.when(j.updated_at), j.reason or "-") for j in jobs]))
         hourly = partitions.ListPartitions(datasets_pb2.ListPartitionsRequest(
             namespace=app.NAMESPACE, dataset=clickstream_datasets.HOURLY_DATASET), timeout=30).partitions
         print(f"\n== {clickstream_datasets.HOURLY_DATASET}: {len(hourly)} partition(s) published by commit sequences")
-        print("\n== Runs (each a Spark application on the standalone cluster)")
-        print(render.table(("RUN", "PROGRAM", "INPUT", "STATUS", "DURATION", "ROWS OUT", "SPARK APPLICATION",
-                            "DRIVER UI", "OUTPUT"),
-                           [(r.id[:8], f"{r.program.app}.{r.program.program}",
-                             " ".join(render.key_text(i.key) for i in r.inputs),
-                             notifications_pb2.RunStatus.Name(r.status), render.duration(r.started_at, r.ended_at),
-                             sum(o.partition.record_count for o in r.outputs), r.spark_application_id or "-",
-                             r.spark_ui_url or "-",
-                             " ".join(os.path.relpath(o.partition.location) for o in r.outputs) or r.error[:80])
-                            for r in runs]))
+        lines = report.run_lines(runs, {j.id: j for j in jobs}, consumed_by_run(partitions), input_records(partitions))
+        print(f"\n== Runs of {app.HOURLY_METRICS.program}, each a Spark application on the standalone cluster "
+              f"(partitions as marketplace/date/hour: those its trigger brought, those it took from its partition "
+              f"consumer; rows read and written)")
+        print(render.table((*report.HEADER, "SPARK APPLICATION", "DRIVER UI"),
+                           [(*line.row(), r.spark_application_id or "-", r.spark_ui_url or "-")
+                            for line, r in zip(lines, runs)]))
+        for run in runs:
+            if run.error:
+                print(f"  {run.id[:8]}: {run.error[:200]}")
         print("\n== Lineage")
         print(render.lineage_tree(clients["lineage"].lineage_jobs(), clients["lineage"].lineage_runs()))
         failed = [r for r in runs if r.status != notifications_pb2.COMPLETED]
