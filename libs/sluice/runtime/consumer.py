@@ -36,7 +36,9 @@ MAX_ATTEMPTS = 5
 """Tries of a record whose handler fails with a bug (neither deterministic nor infrastructure)."""
 DETERMINISTIC = (MalformedMessage, InvalidArgument, NotFound, FailedPrecondition, AlreadyExists)
 """Errors that handling the record again would raise again: dead-lettered at once, with the reason."""
-BACKOFF = Backoff(first=0.1, cap=10.0)
+BACKOFF = Backoff(first=0.1, cap=3.0)
+"""Waits between tries while the log or the bus is down: the cap bounds how long work stays stopped after
+the dependency is back (a try costs one connection attempt or request)."""
 COMMIT_EVERY = 1.0
 """Seconds between a running service's offset commits (ConsumerLoop's `commit_every`)."""
 MAX_MESSAGE_BYTES = 256 * 1024
