@@ -12,17 +12,18 @@ from urllib.parse import urlparse
 import pytest
 
 from sluice.client import SluiceClient
+from sluice.v1 import notifications_pb2 as npb
 from sluice_services.composition import SERVICES
 from sluice_services.localserver import LocalServer
 from tests.e2e.conftest import eventually
-from tests.e2e.test_distributed import postgres_url, publish_and_collect, schedule, wait_until_matcher_observed
+from tests.e2e.test_distributed import FINISHED, NAMESPACE, inputs, postgres_url, schedule, wait_until_matcher_observed
 from tests.support.kafka import KafkaBroker
 from tests.support.postgres import PostgresServer
-from tests.support.spark_cluster import SparkCluster
+from tests.support.spark_cluster import SparkCluster, kill_programs_under
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
-ON_THE_CLUSTER = ("--spark-conf", "spark.cores.max=1", "--spark-conf", "spark.executor.memory=512m",
+ON_THE_CLUSTER = ("--spark-conf", "spark.cores.max=1", "--spark-executor-memory", "512m",
                   "--spark-conf", "spark.ui.enabled=true", "--spark-conf", "spark.ui.port=0")
 """One core per application, so two runs share the two workers instead of queueing; a driver UI each."""
 
@@ -35,9 +36,10 @@ def cluster(tmp_path_factory):
 
 def test_services_on_kafka_and_postgres_run_programs_on_the_cluster_as_embedded_mode_does(tmp_path, spark, cluster):
     assert len(set(cluster.pids().values())) == 3, "a master and two workers, each its own process"
+    data_dir = tmp_path / "cluster"
     with KafkaBroker() as kafka, PostgresServer() as postgres, contextlib.ExitStack() as stack:
+        stack.callback(kill_programs_under, data_dir)
         dsn = postgres_url(postgres.create_database())
-        data_dir = tmp_path / "cluster"
         common = ["--event-log", dsn, "--bus", f"kafka://{kafka.bootstrap}"]
         servers = start_services(stack, data_dir, common, ["--spark-master", cluster.master_url, *ON_THE_CLUSTER])
         clients = {name: stack.enter_context(SluiceClient(server.address)) for name, server in servers.items()}
@@ -45,6 +47,7 @@ def test_services_on_kafka_and_postgres_run_programs_on_the_cluster_as_embedded_
         created = clients["registry"].create_schedule(schedule())
         wait_until_matcher_observed(dsn, created.id)
         on_cluster = publish_and_collect(clients["registry"], clients["launcher"], data_dir, spark)
+        assert len(cluster.pids()) == 3 and all(_alive(pid) for pid in cluster.pids().values())
 
         runs = clients["launcher"].list_runs()
         assert all(r.spark_application_id.startswith("app-") for r in runs), [r.spark_application_id for r in runs]
@@ -58,6 +61,22 @@ def test_services_on_kafka_and_postgres_run_programs_on_the_cluster_as_embedded_
         assert all(r.spark_application_id.startswith("local-") for r in client.list_runs())
 
     assert on_cluster == embedded and len(on_cluster) > 0
+
+
+def publish_and_collect(publisher: SluiceClient, runs_client: SluiceClient, data_dir, spark) -> list[tuple]:
+    """test_distributed's, with the time a loaded 2-core machine needs for two Spark applications on a cluster
+    (each starts a driver and an executor JVM), and the runs' driver logs when they do not finish."""
+    for ref in inputs(data_dir):
+        publisher.publish_partitions(NAMESPACE, "clickstream", [ref])
+    try:
+        runs = eventually(lambda: (r := runs_client.list_runs()) and len(r) == 2 and all(x.status in FINISHED for x in r)
+                          and r, timeout=900, what="two finished runs")
+    except AssertionError:
+        logs = {path: path.read_text()[-3000:] for path in data_dir.glob("**/driver.log")}
+        raise AssertionError(f"runs: {runs_client.list_runs()}; driver logs: {logs}") from None
+    assert [npb.RunStatus.Name(r.status) for r in runs] == ["COMPLETED"] * 2, [r.error for r in runs]
+    frame = spark.read.parquet(*[o.partition.location for r in runs for o in r.outputs])
+    return sorted(tuple(row) for row in frame.drop("p50_latency_ms", "p95_latency_ms").collect())
 
 
 def start_services(stack: contextlib.ExitStack, data_dir, common: list[str], launcher: list[str]) -> dict:
@@ -74,7 +93,10 @@ def start_services(stack: contextlib.ExitStack, data_dir, common: list[str], lau
 def test_a_launcher_serving_on_another_address_drives_its_programs_from_there(tmp_path, spark, cluster):
     data_dir = tmp_path / "elsewhere"
     args = ["--host", "127.0.0.2", "--spark-master", cluster.master_url, *ON_THE_CLUSTER]
-    with LocalServer(data_dir, args=args) as server, SluiceClient(server.address) as client:
+    with contextlib.ExitStack() as stack:
+        stack.callback(kill_programs_under, data_dir)
+        server = stack.enter_context(LocalServer(data_dir, args=args))
+        client = stack.enter_context(SluiceClient(server.address))
         assert server.address.startswith("127.0.0.2:")
         client.create_schedule(schedule())
         assert publish_and_collect(client, client, data_dir, spark)    # two runs COMPLETED, rows read back

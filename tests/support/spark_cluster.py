@@ -8,11 +8,29 @@ jars, on free ports of a loopback address, started and stopped by pid through de
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "spark" / "cluster.sh"
+
+
+def kill_programs_under(directory: Path) -> list[int]:
+    """SIGKILL every process whose command line names `directory` (a test's data dir): the programs a
+    launcher started outlive it by design, and a test that failed mid-run must not leave their drivers
+    retrying a cluster it stopped. Their pids."""
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if str(directory).encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue
+    return killed
 
 
 class SparkClusterDidNotStart(RuntimeError):
