@@ -18,15 +18,14 @@ UNSPECIFIED = ("", "0.0.0.0", "::", "localhost")
 
 def program_host(host: str) -> str:
     """The address a program on the launcher's machine reaches a server bound to `host` at: loopback
-    for an unspecified or loopback bind, the bound address otherwise."""
+    for an unspecified bind, the bound address otherwise (a server bound to 127.0.0.2 does not
+    answer on 127.0.0.1)."""
     if host in UNSPECIFIED:
         return "127.0.0.1"
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return host   # a host name
-    if address.is_loopback:
-        return "127.0.0.1" if address.version == 4 else "[::1]"
     return f"[{host}]" if address.version == 6 else host
 
 

@@ -119,7 +119,7 @@ def test_the_secret_is_made_once_in_the_data_dir_readable_by_its_owner_only(tmp_
 
 def test_a_program_reaches_the_api_on_loopback_when_bound_to_every_address():
     assert [program_host(h) for h in ("0.0.0.0", "::", "localhost", "127.0.0.1", "127.0.0.2", "10.1.2.3", "::1")] == [
-        "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "10.1.2.3", "[::1]"]
+        "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.2", "10.1.2.3", "[::1]"]
     api = ProgramApi(credentials(a_run()), "0.0.0.0")
     with pytest.raises(RuntimeError):
         api.context_for("run-1")
