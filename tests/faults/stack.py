@@ -110,6 +110,7 @@ class Stack:
         self.apps = root / "apps"
         self.run_credential_secret = secrets.token_hex(32)  # launchers on other data dirs must share it
         self.services: dict[str, ServiceProcess] = {}
+        self.ports = {name: free_port() for name in SERVICES}  # fixed for the campaign: restarts keep them
         self.launcher_incarnation = 0
         self.host_deaths: dict[str, float] = {}
         """Launcher data dir name -> when its host died (the launcher frozen, then killed with its programs)."""
@@ -177,6 +178,8 @@ class Stack:
         """Every option a service of the campaign is started with (one place, for new services)."""
         args = ["--data-dir", str(self.data_dir(name)), "--event-log", self.event_log_url, "--bus", self.bus_url,
                 "--run-credential-secret", self.run_credential_secret]
+        if name == "launcher" and "datasets" in SERVICES:  # the launcher publishes runs' outputs through it
+            args += ["--datasets-address", self.address("datasets")]
         if name == "launcher":
             args += ["--spark-submit", str(FAKE_SPARK_SUBMIT), "--spark-master", "local[1]",
                      "--apps-dir", str(self.apps), "--max-parallel-runs", "4",
@@ -186,15 +189,14 @@ class Stack:
     def start_service(self, name: str) -> ServiceProcess:
         if name == "launcher":
             self.launcher_incarnation += 1
-        port = int(self.services[name].address.rsplit(":", 1)[1]) if name in self.services else free_port()
-        service = ServiceProcess(name, port, self.service_args(name), self.root / f"{name}.log", self.env)
+        service = ServiceProcess(name, self.ports[name], self.service_args(name), self.root / f"{name}.log", self.env)
         if name in self.services:
             service.starts = self.services[name].starts
         self.services[name] = service
         return service.start()
 
     def address(self, name: str) -> str:
-        return self.services[name].address
+        return f"127.0.0.1:{self.ports[name]}"
 
     def exited(self) -> dict[str, int]:
         """Services whose process ended on its own, with its exit code."""
