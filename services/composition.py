@@ -74,6 +74,8 @@ class Settings:
     metrics_port: int | None = None
     """HTTP port of GET /metrics and /healthz on `host`; 0 picks a free one; None serves no metrics."""
     log_level: str = "WARNING"
+    log_format: str = "text"
+    """text, or json: one JSON object per line with the schedule, job and run ids (sluice.runtime.logs)."""
     capacity: Capacity = UNLIMITED
     """How many runs may go at once before normal-priority jobs wait (the checker's load limits)."""
     lineage_port: int | None = None

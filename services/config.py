@@ -54,6 +54,12 @@ def _at_least_one(value: int) -> int:
     return value
 
 
+def _log_format(value: str) -> str:
+    if value.lower() not in ("text", "json"):
+        raise ValueError(f"must be text or json, got {value!r}")
+    return value.lower()
+
+
 def _log_level(value: str) -> str:
     if value.upper() not in LOG_LEVELS:
         raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
@@ -105,6 +111,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "event_log": (str, "", _any),
     "bus": (str, "", _any),
     "log_level": (str, "WARNING", _log_level),
+    "log_format": (str, "text", _log_format),
     "load_limit": (int, None, _at_least_one),
     "load_hard_limit": (int, None, _at_least_one),
     "high_priority": (int, 1, _any),
@@ -238,7 +245,7 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
     return Settings(data_dir=Path(values["data_dir"]), host=values["host"], port=values["port"],
                     spark=_spark(values), apps_dir=Path(values["apps_dir"]),
                     max_parallel_runs=values["max_parallel_runs"], event_log=values["event_log"], bus=values["bus"],
-                    metrics_port=values["metrics_port"], log_level=values["log_level"],
+                    metrics_port=values["metrics_port"], log_level=values["log_level"], log_format=values["log_format"],
                     capacity=_capacity(values), lineage_port=values["lineage_port"],
                     lineage_token=values["lineage_token"], openlineage_url=values["openlineage_url"],
                     openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from sluice.domain.errors import InvalidArgument
 from sluice.eventlog.port import EventLogNotMigrated
+from sluice.runtime.logs import configure_logging
 
 if TYPE_CHECKING:
     from sluice_services.composition import Settings
@@ -72,7 +72,10 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
            help="create or update the event log's schema at start (PostgreSQL), as `sluice migrate` does; "
                 "--no-migrate: the server needs no DDL rights and stops (exit 2) on a log not migrated "
                 "(env SLUICE_MIGRATE; default on)")
-    option("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL (env SLUICE_LOG_LEVEL; default WARNING)")
+    option("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL (env SLUICE_LOG_LEVEL; default WARNING); "
+                               "at INFO every job transition, launch, retry and run end is a line")
+    option("--log-format", help="text or json: one JSON object per line with schedule, job and run ids "
+                                "(env SLUICE_LOG_FORMAT; default text)")
     option("--load-limit", type=int, metavar="RUNS",
            help="checker: at this many runs going, normal-priority jobs wait (env SLUICE_LOAD_LIMIT; default none)")
     option("--load-hard-limit", type=int, metavar="RUNS",
@@ -135,7 +138,7 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
     except OSError as error:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 1
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
     try:
         asyncio.run(_serve(settings, names, label))
     except EventLogNotMigrated as error:

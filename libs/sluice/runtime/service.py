@@ -19,6 +19,7 @@ from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.grpc_server import GrpcBinding, start_server
 from sluice.runtime.health import Health, event_log_check, watch_dependency
 from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen
+from sluice.runtime.journal import Journal
 from sluice.runtime.map_snapshots import snapshots_written
 from sluice.runtime.metrics import Registry
 from sluice.runtime.metrics_scheduler import service_context
@@ -136,6 +137,8 @@ def _jobs(specs: list[ServiceSpec], bus: Bus, event_log: EventLog, producer: Pro
             mine.append(OutboxRelay(spec.name, event_log, producer, spec.route, metrics=metrics,
                                     prefixes=spec.route_prefixes, health=health).run())
         mine += [start() for start in spec.background]
+        if spec.route_prefixes and Journal.enabled():
+            mine.append(Journal(event_log, spec.route_prefixes, spec.name).follow())
         if spec.instrument is not None:
             mine += spec.instrument(metrics)
         jobs += [(job, metrics) for job in mine]
