@@ -83,6 +83,8 @@ def plan(rng: random.Random, rounds: int, kinds: list[str]) -> list[str]:
 def run(root: Path, seed: int, rounds: int, timing: Timing = Timing(), *, kinds: list[str] | None = None,
         interval: float = 1.0, lease_seconds: int = 6, disk_mb: int = 64, drain_timeout: float = 300.0,
         gap: tuple[float, float] = (2.0, 5.0)) -> Outcome:
+    """Each of `kinds` (default all) `rounds` times in the seed's order, `gap` seconds apart (drawn), each
+    once launches flowed again after the previous one; a notification every `interval` s meanwhile."""
     rng = random.Random(seed)
     outcome = Outcome(seed)
     order = plan(rng, rounds, kinds or list(KINDS))
