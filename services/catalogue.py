@@ -26,7 +26,7 @@ class Service:
     """The composition.py function that builds its ServiceSpec."""
     aggregate_snapshots: bool
     """Its snapshots are aggregate stores' (rebuilt by recovering the service); the lineage service keeps
-    one snapshot of its own and is rebuilt by its `rebuild`."""
+    one snapshot of its own and is rebuilt by its `rebuild`, the datasets service one its recovery writes."""
 
 
 REGISTRY = Service("registry", "sluice_services.registry.service", ("schedule-",),
@@ -35,12 +35,16 @@ MATCHER = Service("matcher", "sluice_services.matcher.service", ("matcher-",), (
                   aggregate_snapshots=True)
 CHECKER = Service("checker", "sluice_services.checker.service", (QUEUE_STREAM,), ("checker",), "checker_spec",
                   aggregate_snapshots=True)
-LAUNCHER = Service("launcher", "sluice_services.launcher.service", ("run-", "transaction-"), ("launcher-runs",),
+LAUNCHER = Service("launcher", "sluice_services.launcher.service", ("run-",), ("launcher-runs",),
                    "launcher_spec", aggregate_snapshots=True)
+DATASETS = Service("datasets", "sluice_services.datasets.service", ("transaction-",), ("launcher-datasets",),
+                   "datasets_spec", aggregate_snapshots=False)
+"""Its snapshot (the datasets and the unfinished commit sequences) keeps the name it had inside the
+launcher, so that a log's existing one still serves; it is written again by recovery after a long read."""
 LINEAGE = Service("lineage", "sluice_services.lineage.service", (), ("lineage",), "lineage_spec",
                   aggregate_snapshots=False)
 
-CATALOGUE = (REGISTRY, MATCHER, CHECKER, LAUNCHER, LINEAGE)
+CATALOGUE = (REGISTRY, MATCHER, CHECKER, DATASETS, LAUNCHER, LINEAGE)
 BY_NAME = {service.name: service for service in CATALOGUE}
 NAMES = tuple(service.name for service in CATALOGUE)
 """Every service, in the order `standalone` starts them."""

@@ -15,6 +15,7 @@ from sluice.bus.topics import (
 )
 from sluice.clock import Clock
 from sluice.domain.constraints import UNLIMITED, Capacity
+from sluice.domain.errors import InvalidArgument
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE, JobsView
 from sluice.runtime.metrics_scheduler import checker_metrics, launcher_metrics
@@ -28,14 +29,16 @@ from sluice_services import catalogue
 from sluice_services.catalogue import NAMES
 from sluice_services.checker import grpc_api as checker_grpc
 from sluice_services.checker.service import CheckerService
-from sluice_services.launcher import datasets_grpc
+from sluice_services.datasets import grpc_api as datasets_grpc
+from sluice_services.datasets.run_credentials import RunCredentials, load_secret
+from sluice_services.datasets.run_outputs import RunPublisher
+from sluice_services.datasets.service import DatasetsService, adopt_relay_position
 from sluice_services.launcher import grpc_api as launcher_grpc
 from sluice_services.launcher import service as launcher_service
-from sluice_services.launcher.datasets_service import DatasetsService
 from sluice_services.launcher.lease import DEFAULT_LEASE_SECONDS, LeaseKeeper, LeaseTerms, launcher_home
 from sluice_services.launcher.program_api import ProgramApi
-from sluice_services.launcher.run_credentials import RunCredentials, load_secret
-from sluice_services.launcher.run_outputs import RunPublisher
+from sluice_services.launcher.run_data import RunData
+from sluice_services.launcher.run_data_grpc import GrpcRunData
 from sluice_services.launcher.programs import (
     DirectoryCatalog,
     ProgramCatalog,
@@ -43,7 +46,7 @@ from sluice_services.launcher.programs import (
     SparkConfig,
     SparkSubmitter,
 )
-from sluice_services.launcher.publish import LocalFiles
+from sluice.datasets.files import LocalFiles
 from sluice_services.launcher.service import LauncherService
 from sluice_services.lineage import http_api as lineage_http
 from sluice_services.lineage.export import EXPORT_GROUP, OpenLineageExport
@@ -53,7 +56,7 @@ from sluice_services.matcher.lookup import ScheduleLookup
 from sluice_services.matcher.service import MatcherService
 from sluice_services.registry import grpc_api as registry_grpc
 from sluice_services.registry.service import RegistryService
-from sluice_services.resolvers import checker_resolvers, launcher_resolvers, registry_resolvers
+from sluice_services.resolvers import checker_resolvers, datasets_resolvers, launcher_resolvers, registry_resolvers
 
 SERVICES = NAMES
 DEFAULT_APPS_DIR = Path(__file__).resolve().parent.parent / "examples"
@@ -99,8 +102,11 @@ class Settings:
     """Create or update the event log's schema at start (PostgreSQL; `sluice migrate` does it alone). False:
     a log that is not migrated stops the server (exit 2), and the server needs no DDL rights."""
     run_credential_secret: str = field(default="", repr=False)
-    """The key run credentials are signed with; empty: data_dir's run-credentials.key (made once, 0600).
-    Launchers that do not share a data dir must share this."""
+    """The key the datasets service signs run credentials with; empty: data_dir's run-credentials.key
+    (made once, 0600). Datasets services that do not share a data dir must share this."""
+    datasets_address: str = ""
+    """The launcher: host:port of the datasets service (its RunData API, and the Partitions API its programs
+    are told); empty: the datasets service served in the same process (standalone)."""
     web_port: int | None = None
     """HTTP port of the web console (sluice_services.web) on `host`; 0 picks a free one; None: no console."""
     lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -155,34 +161,49 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
                        instrument=lambda metrics: checker_metrics(metrics, jobs_view, checker))
 
 
-def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: ProgramCatalog | None = None,
-                  submitter: ProgramSubmitter | None = None) -> ServiceSpec:
-    """`catalog` and `submitter` default to the apps dir and spark-submit; tests inject fakes of the ports."""
+def datasets_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
     # outputs are moved only below the partitions dir, from staged directories only below the runs dir
-    data_plane = DatasetsService(log, clock, files=LocalFiles(settings.partitions_dir, settings.data_dir / "runs"))
-    publisher = RunPublisher(data_plane, settings.partitions_dir)
-    launcher: LauncherService
-    credentials = RunCredentials(load_secret(settings.data_dir, settings.run_credential_secret),
-                                 lambda run_id: launcher.get(run_id))
-    program_api = ProgramApi(credentials, settings.host, settings.grpc_security.tls_cert)
-    launcher = LauncherService(log, clock, catalog or DirectoryCatalog(settings.apps_dir),
-                               submitter or SparkSubmitter(settings.spark, program_env=settings.program_env),
-                               settings.partitions_dir, settings.max_parallel_runs, publisher, settings.runs_history,
-                               program_api, LeaseKeeper(log, clock, launcher_home(settings.data_dir),
-                                                        LeaseTerms(settings.lease_seconds)))
+    datasets = DatasetsService(log, clock, files=LocalFiles(settings.partitions_dir, settings.data_dir / "runs"))
+    credentials = RunCredentials(load_secret(settings.data_dir, settings.run_credential_secret), datasets.access)
 
     def recover() -> None:
-        data_plane.recover()  # unfinished commit sequences are redone before any new work
-        launcher.recover()
+        adopt_relay_position(log)
+        datasets.recover()  # unfinished commit sequences are redone before any new work
 
+    return ServiceSpec("datasets", route=datasets.route, route_prefixes=catalogue.DATASETS.stream_prefixes,
+                       grpc=datasets_grpc.bindings(datasets, RunPublisher(datasets, settings.partitions_dir),
+                                                   credentials),
+                       recover=recover, resolvers=datasets_resolvers(datasets), authenticators=[credentials])
+
+
+def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: ProgramCatalog | None = None,
+                  submitter: ProgramSubmitter | None = None, run_data: RunData | None = None,
+                  datasets_in_process: bool = False) -> ServiceSpec:
+    """`catalog` and `submitter` default to the apps dir and spark-submit, `run_data` to the datasets
+    service's gRPC API at settings.datasets_address (`datasets_in_process`: at this process's own gRPC
+    server, standalone); tests inject fakes of the ports."""
+    on_listening = None
+    if run_data is None:
+        security = settings.grpc_security
+        grpc_run_data = GrpcRunData(settings.datasets_address or None, token=security.token, tls_ca=security.tls_cert)
+        if not settings.datasets_address:
+            if not datasets_in_process:
+                raise InvalidArgument("datasets_address", "the launcher needs the datasets service's address: give "
+                                                          "--datasets-address HOST:PORT (env SLUICE_DATASETS_ADDRESS)")
+            on_listening = grpc_run_data.in_process(settings.host)
+        run_data = grpc_run_data
+    program_api = ProgramApi(run_data, settings.grpc_security.tls_cert)
+    launcher = LauncherService(log, clock, catalog or DirectoryCatalog(settings.apps_dir),
+                               submitter or SparkSubmitter(settings.spark, program_env=settings.program_env),
+                               settings.partitions_dir, settings.max_parallel_runs, run_data, settings.runs_history,
+                               program_api, LeaseKeeper(log, clock, launcher_home(settings.data_dir),
+                                                        LeaseTerms(settings.lease_seconds)))
     return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
-                       route=lambda recorded: [*launcher.route(recorded), *data_plane.route(recorded)],
-                       route_prefixes=catalogue.LAUNCHER.stream_prefixes,
-                       grpc=launcher_grpc.bindings(launcher) + datasets_grpc.bindings(data_plane), recover=recover,
-                       resolvers=launcher_resolvers(launcher, data_plane),
+                       route=launcher.route, route_prefixes=catalogue.LAUNCHER.stream_prefixes,
+                       grpc=launcher_grpc.bindings(launcher), recover=launcher.recover,
+                       resolvers=launcher_resolvers(launcher),
                        start=launcher.resume, background=[launcher.run_timers, launcher.keep_lease],
-                       on_listening=program_api.listening, authenticators=[credentials],
-                       instrument=lambda metrics: launcher_metrics(metrics, log, launcher))
+                       on_listening=on_listening, instrument=lambda metrics: launcher_metrics(metrics, log, launcher))
 
 
 def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -> ServiceSpec:
@@ -221,7 +242,8 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
         "registry": lambda: registry_spec(log, clock, producer),
         "matcher": lambda: matcher_spec(log, clock, producer),
         "checker": lambda: checker_spec(log, clock, settings.capacity, settings.jobs_history),
-        "launcher": lambda: launcher_spec(log, clock, settings),
+        "datasets": lambda: datasets_spec(log, clock, settings),
+        "launcher": lambda: launcher_spec(log, clock, settings, datasets_in_process="datasets" in names),
         "lineage": lambda: lineage_spec(log, clock, settings),
     }
     assert factories.keys() == set(catalogue.NAMES)

@@ -84,6 +84,13 @@ def _http_url(value: str) -> str:
     return value
 
 
+def _address(value: str) -> str:
+    host, colon, port = value.rpartition(":")
+    if value and (not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535):
+        raise ValueError(f"must be HOST:PORT, got {value!r}")
+    return value
+
+
 def _env_names(value: Any) -> tuple[str, ...]:
     names = tuple(value)
     for name in names:
@@ -130,6 +137,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "insecure": (bool, False, _any),
     "program_env": (list, (), _env_names),
     "run_credential_secret": (str, "", _any),
+    "datasets_address": (str, "", _address),
     "migrate": (bool, True, _any),
     "web_port": (int, None, _port),
 }
@@ -252,7 +260,8 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     runs_history=values["runs_history"], lease_seconds=values["lease_seconds"],
                     grpc_security=_grpc_security(values), program_env=tuple(values["program_env"]),
                     migrate=bool(values["migrate"]),
-                    run_credential_secret=values["run_credential_secret"], web_port=values["web_port"])
+                    run_credential_secret=values["run_credential_secret"], web_port=values["web_port"],
+                    datasets_address=values["datasets_address"])
 
 
 def _grpc_security(values: Mapping[str, Any]) -> GrpcSecurity:

@@ -19,7 +19,7 @@ from sluice.runtime.permissions import (
     Resolver,
     Target,
 )
-from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.datasets.service import DatasetsService
 from sluice_services.launcher.service import LauncherService
 from sluice_services.registry.service import RegistryService
 
@@ -47,7 +47,7 @@ def checker_resolvers(jobs: JobsView) -> dict[str, Resolver]:
     return {SCHEDULE_JOBS: schedule_jobs}
 
 
-def launcher_resolvers(launcher: LauncherService, data_plane: DatasetsService) -> dict[str, Resolver]:
+def launcher_resolvers(launcher: LauncherService) -> dict[str, Resolver]:
     def run(run_id: str) -> list[Target]:
         found = launcher.get(run_id)
         return [Target(found.job.program.namespace)] if found is not None else [UNRESOLVED]
@@ -57,6 +57,10 @@ def launcher_resolvers(launcher: LauncherService, data_plane: DatasetsService) -
             return [Target(found.job.program.namespace)]
         return [UNRESOLVED]
 
+    return {RUN: run, SCHEDULE_RUNS: schedule_runs}
+
+
+def datasets_resolvers(data_plane: DatasetsService) -> dict[str, Resolver]:
     def consumer_state(state: bytes) -> list[Target]:
         try:
             consumer = state_from_bytes(state).consumer
@@ -71,4 +75,4 @@ def launcher_resolvers(launcher: LauncherService, data_plane: DatasetsService) -
         return [Target(*name.split(".", 1)) if "." in name else Target(ANY_NAMESPACE)
                 for name in progress.sequence.datasets] or [Target(ANY_NAMESPACE)]
 
-    return {RUN: run, SCHEDULE_RUNS: schedule_runs, CONSUMER_STATE: consumer_state, COMMIT_SEQUENCE: commit_sequence}
+    return {CONSUMER_STATE: consumer_state, COMMIT_SEQUENCE: commit_sequence}

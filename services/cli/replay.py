@@ -72,6 +72,16 @@ def service_state(service: str, log: EventLog) -> dict[str, Any]:
             return {**{f"job {job_id}": {"schedule": queued.job.schedule_id, "checked": queued.checked}
                        for job_id, queued in sorted(state.queue.items())},
                     **{f"running {program.qualified()}": state.world.running(program) for program in state.world.runs}}
+        case "datasets":
+            from sluice_services.datasets.service import DatasetsService
+
+            datasets = DatasetsService(log, clock)
+            datasets.recover()
+            return {**{f"dataset {spec.namespace}.{spec.name}": {
+                           "transactions": datasets.datasets.next_position(spec.namespace, spec.name)}
+                       for spec in datasets.datasets.list("")},
+                    **{f"commit {p.sequence.id}": {"run": p.sequence.run_id, "status": p.status.value}
+                       for p in datasets.commits.sequences()}}
         case "launcher":
             from sluice_services.launcher.programs import DirectoryCatalog, SparkSubmitter
             from sluice_services.launcher.service import LauncherService

@@ -96,9 +96,12 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
                 "TMPDIR, JAVA_HOME, SPARK_*, PYSPARK_*, PYTHONPATH, ...); repeat it; NAME* allows a prefix "
                 "(env SLUICE_PROGRAM_ENV, comma-separated)")
     option("--run-credential-secret", metavar="KEY",
-           help="launcher: the key per-run program credentials are signed with; launchers that do not share a "
-                "data dir must share it; prefer the environment (env SLUICE_RUN_CREDENTIAL_SECRET; default: "
+           help="datasets: the key per-run program credentials are signed with; datasets services that do not "
+                "share a data dir must share it; prefer the environment (env SLUICE_RUN_CREDENTIAL_SECRET; default: "
                 "<data-dir>/run-credentials.key, made once)")
+    option("--datasets-address", metavar="HOST:PORT",
+           help="launcher: the datasets service, which publishes runs' outputs and serves programs their "
+                "partitions; required by `serve launcher` (env SLUICE_DATASETS_ADDRESS; standalone: its own)")
     option("--high-priority", type=int, metavar="P",
            help="checker: jobs of at least this priority pass the load limit (env SLUICE_HIGH_PRIORITY; default 1)")
     option("--jobs-history", type=int, metavar="JOBS",

@@ -9,7 +9,7 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from sluice.domain.common import ProgramRef
 from sluice.domain.names import validate_name
-from sluice_services.launcher.paths import inside
+from sluice.paths import inside
 from sluice_services.launcher.program_env import program_environment
 from sluice_services.launcher.spark_config import SparkConfig
 from sluice_services.launcher.tracking import SupervisedChild, SupervisedProgram, spawned

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from datetime import datetime
 from pathlib import Path
@@ -33,8 +34,9 @@ from sluice_services.launcher import lineage_events, spark_application
 from sluice_services.launcher.context_file import build_context, private_dir, write_context
 from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
-from sluice_services.launcher.publish import PublishError, inputs_of, publish_outputs, read_result
-from sluice_services.launcher.run_outputs import RunPublisher
+from sluice.datasets.files import PublishError, inputs_of, publish_outputs, read_result
+from sluice.sdk.partitions import CONSUMED_FILE
+from sluice_services.launcher.run_data import RunData
 from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, fenced_execute
 from sluice_services.launcher.tracking import ProcessIdentity, kill_group
 from sluice_services.catalogue import LAUNCHER
@@ -44,7 +46,7 @@ log = logging.getLogger(__name__)
 STREAM_PREFIX = LAUNCHER.stream_prefixes[0]
 TYPES = EventTypes(runs.EVENTS)
 SNAPSHOTS = LAUNCHER.snapshots
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 """The schema version of this service's snapshots (Loaded[Run | None] per run stream): bump it when
 Run (or anything it holds) changes shape; a snapshot of another version is ignored and the
 log folded instead."""
@@ -62,17 +64,19 @@ class NotLeaseHolder(OSError):
 
 class LauncherService:
     def __init__(self, log: EventLog, clock: Clock, catalog: ProgramCatalog, submitter: ProgramSubmitter,
-                 data_dir: Path, max_parallel: int = 2, publisher: RunPublisher | None = None,
+                 data_dir: Path, max_parallel: int = 2, run_data: RunData | None = None,
                  runs_history: int | None = DEFAULT_FINISHED_RUNS_PER_SCHEDULE, program_api: ProgramApi | None = None,
                  lease: LeaseKeeper | None = None) -> None:
         """`runs_history`: ended runs kept per schedule (None: all); older ones are read from the log when asked for.
+        `run_data`: the datasets service, which publishes a run's outputs and gives back what a failed run
+        took (None: outputs are moved as files, announced by the run's completion; tests and offline tools).
         `program_api`: what programs are told to reach the Partitions API with (None: nothing).
         `lease`: the launcher lease this launcher owns runs through (None: it owns every run, unfenced,
         as a launcher alone on its log; tests and offline tools)."""
         self._lease = lease
         self._stepping_down: asyncio.Task | None = None
         self._infrastructure = Pauses("launcher's runs")
-        self._publisher = publisher  # commit sequences and partition consumers (datasets); None: files only
+        self._run_data = run_data
         self._program_api = program_api
         self._log = log
         self._clock = clock
@@ -282,12 +286,13 @@ class LauncherService:
             self._processes[run.id] = ProcessIdentity(process.pid, process.process_start)
             exit_code = await self._wait(run.id, attempt_dir, process)
         if exit_code is None:
-            self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
-                       else f"its process {found.pid} ended without an exit status")
+            await self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
+                             else f"its process {found.pid} ended without an exit status")
         elif exit_code != 0:
-            self._failed(run.id, attempt_dir, f"exit code {exit_code}: {_lead_then_tail(attempt_dir / 'driver.log')}")
+            await self._failed(run.id, attempt_dir,
+                               f"exit code {exit_code}: {_lead_then_tail(attempt_dir / 'driver.log')}")
         else:
-            self._publish(run, attempt_dir)
+            await self._publish(run, attempt_dir)
 
     async def _wait(self, run_id: str, attempt_dir: Path, process: ProgramProcess) -> int | None:
         """The program's exit code; meanwhile the Spark application its driver reports is recorded."""
@@ -334,7 +339,7 @@ class LauncherService:
         private_dir(attempt_dir)
         context_path = attempt_dir / "context.json"
         context = build_context(run.id, run.job, self._data_dir, attempt_dir, run.attempt.number)
-        context["system"].update(self._program_api.context_for(run.id) if self._program_api else {})
+        context["system"].update(await self._program_api.context_for(run) if self._program_api else {})
         write_context(context_path, context)
         if self._lease is not None and not self._lease.valid(self._clock.now()):
             raise LeaseLost(f"the lease of {self._lease.owner} expired before run {run.id} could start")
@@ -351,26 +356,33 @@ class LauncherService:
             raise
         return process
 
-    def _publish(self, run: Run, attempt_dir: Path) -> None:
+    async def _publish(self, run: Run, attempt_dir: Path) -> None:
         try:
             result = read_result(attempt_dir / "result.json")
-            outputs = (self._publisher.publish(run.id, result) if self._publisher
+            outputs = (await self._run_data.publish(run.id, result) if self._run_data
                        else publish_outputs(result, self._data_dir))
         except (PublishError, KeyError) as error:
-            self._failed(run.id, attempt_dir, f"publishing outputs failed: {error}", retryable=False)
+            await self._failed(run.id, attempt_dir, f"publishing outputs failed: {error}", retryable=False)
             return
         inputs = inputs_of(result) or tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())
         self._decide(run.id, MarkCompleted(outputs, inputs))
 
-    def _lost(self, run: Run, attempt_dir: Path, reason: str) -> None:
-        if self._publisher:
-            self._publisher.release(run.id, attempt_dir, reason)
+    async def _lost(self, run: Run, attempt_dir: Path, reason: str) -> None:
+        await self._release(run.id, attempt_dir, reason)
         self._decide(run.id, MarkLost(reason))
 
-    def _failed(self, run_id: str, run_dir: Path, error: str, retryable: bool = True) -> None:
-        if self._publisher:
-            self._publisher.release(run_id, run_dir, error)  # partitions it consumed are retried
+    async def _failed(self, run_id: str, run_dir: Path, error: str, retryable: bool = True) -> None:
+        await self._release(run_id, run_dir, error)  # partitions it consumed are retried
         self._decide(run_id, MarkFailed(error, retryable))
+
+    async def _release(self, run_id: str, run_dir: Path, reason: str) -> None:
+        if self._run_data is None:
+            return
+        try:
+            taken = json.loads((run_dir / CONSUMED_FILE).read_text())
+        except (OSError, ValueError):
+            taken = []  # it took nothing (or died before saying so: the consumer's timeout hands them out again)
+        await self._run_data.release(run_id, taken, reason)
 
     def _decide(self, run_id: str, command: runs.RunCommand) -> list:
         now = self._clock.now()
@@ -424,8 +436,8 @@ class LauncherService:
     def _outputs(self, outputs: tuple[runs.OutputPartition, ...], recorded: RecordedEvent) -> list[Outgoing]:
         messages = []
         for index, output in enumerate(outputs):
-            if self._publisher and self._publisher.announces(output.namespace, output.dataset):
-                continue  # its transaction's commit announces it
+            if output.announced:
+                continue  # its dataset's transaction announced it
             payload = PartitionCommitted(output.namespace, output.dataset, (output.partition,))
             notification = Notification(derived_id(recorded.id, "output", str(index)), recorded.recorded_at, payload)
             messages.append(Outgoing(PARTITION_NOTIFICATIONS, notification.event_key(),

@@ -66,7 +66,7 @@ class ConsoleApi:
             "Access": access_pb2_grpc.AccessStub(registry.channel),
             "Jobs": checker.jobs,
             "Runs": launcher.runs,
-            "Partitions": datasets_pb2_grpc.PartitionsStub(launcher.channel),
+            "Partitions": datasets_pb2_grpc.PartitionsStub(clients[addresses["datasets"]].channel),
             "Lineage": lineage.lineage,
         }
         self._channels = {"sluice.v1.ScheduleRegistry": registry.channel, "sluice.v1.Runs": launcher.channel,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-APIS = ("registry", "checker", "launcher", "lineage")
-"""Where each API lives: registry (ScheduleRegistry, Access), checker (Jobs), launcher (Runs,
-Partitions), lineage (Lineage)."""
-WHAT = {"registry": "ScheduleRegistry and Access", "checker": "Jobs", "launcher": "Runs and Partitions",
+APIS = ("registry", "checker", "datasets", "launcher", "lineage")
+"""Where each API lives: registry (ScheduleRegistry, Access), checker (Jobs), datasets (Partitions),
+launcher (Runs), lineage (Lineage)."""
+WHAT = {"registry": "ScheduleRegistry and Access", "checker": "Jobs", "datasets": "Partitions", "launcher": "Runs",
         "lineage": "Lineage"}
 
 

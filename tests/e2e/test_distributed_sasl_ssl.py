@@ -21,6 +21,7 @@ from tests.support.postgres import PostgresServer
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 from sluice_services.composition import SERVICES
+from tests.conftest import free_port
 from tests.e2e.conftest import eventually
 from tests.e2e.test_distributed import FINISHED, NAMESPACE, postgres_url, schedule, wait_until_matcher_observed
 
@@ -44,12 +45,16 @@ def test_clickstream_over_sasl_ssl_kafka(tmp_path):
         data_dir = tmp_path / "distributed"
         password = kafka.client_env()["SLUICE_KAFKA_PASSWORD"]
         common = ["--event-log", dsn, "--bus", kafka.sasl_ssl_url()]
-        servers = {name: LocalServer(data_dir, command=("serve", name), args=common, env=kafka.client_env())
+        datasets_port = free_port()
+        told = {"datasets": ["--port", str(datasets_port)],
+                "launcher": ["--datasets-address", f"127.0.0.1:{datasets_port}"]}
+        servers = {name: LocalServer(data_dir, command=("serve", name), args=[*common, *told.get(name, [])],
+                                     env=kafka.client_env())
                    for name in SERVICES}
         for server in servers.values():
             stack.callback(server.stop)
         servers["registry"].start()  # the first one creates the event log's tables and the topics
-        with ThreadPoolExecutor(len(servers)) as pool:  # then the four others side by side
+        with ThreadPoolExecutor(len(servers)) as pool:  # then the others side by side
             list(pool.map(LocalServer.start, [s for name, s in servers.items() if name != "registry"]))
         phases["services"] = time.monotonic() - started
         for server in servers.values():  # the secret is in the environment, not on the command line

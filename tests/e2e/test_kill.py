@@ -285,7 +285,10 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
         args = ["--data-dir", str(tmp_path / "sluice"), "--event-log", dsn, "--bus", f"kafka://{kafka.bootstrap}",
                 "--spark-submit", str(FAKE_SPARK_SUBMIT), "--spark-master", "local[1]",
                 "--apps-dir", str(apps_dir(tmp_path / "apps")), "--max-parallel-runs", "4"]
-        services = {name: ServiceProcess(name, free_port(), args, tmp_path / f"{name}.log", env) for name in SERVICES}
+        ports = {name: free_port() for name in SERVICES}
+        told = {"launcher": ["--datasets-address", f"127.0.0.1:{ports['datasets']}"]}
+        services = {name: ServiceProcess(name, ports[name], [*args, *told.get(name, [])], tmp_path / f"{name}.log", env)
+                    for name in SERVICES}
         for service in services.values():
             stack.callback(service.stop)
             service.start()

@@ -38,7 +38,8 @@ def test_serve_web_reads_each_api_at_its_address_with_the_users_token(tmp_path):
                                                 trigger={"time": {"cron": "0 3 * * *"}})), metadata=bearer(ADMIN_TOKEN))
         a = server.address
         web = serve_web("--server", "127.0.0.1:1", "serve", "web", "--web-port", "0", "--registry-server", a,
-                        "--checker-server", a, "--launcher-server", a, "--lineage-server", a)
+                        "--checker-server", a, "--datasets-server", a, "--launcher-server", a,
+                        "--lineage-server", a)
         line = web.stdout.readline()
         assert line.startswith("sluice web ready on 127.0.0.1:"), line + web.stderr.read()
         base = "http://" + line.split(" ready on ")[1].split()[0]

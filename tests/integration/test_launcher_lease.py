@@ -156,12 +156,14 @@ async def test_a_launcher_restarted_on_the_same_data_dir_takes_over_at_once_and_
 
 @pytest.mark.parametrize("command", [("serve", "launcher"), ("standalone",)])
 def test_a_second_process_of_a_service_on_one_data_dir_refuses_to_start(tmp_path: Path, command: tuple[str, ...]):
-    with LocalServer(tmp_path / "data", command=command) as first:
+    told = ["--datasets-address", "127.0.0.1:9"] if command == ("serve", "launcher") else []  # asked only by runs
+    with LocalServer(tmp_path / "data", command=command, args=told) as first:
         second = subprocess.run([sys.executable, "-m", "sluice_services.cli", *command, "--data-dir",
-                                 str(tmp_path / "data"), "--port", "0"], capture_output=True, text=True, timeout=60)
+                                 str(tmp_path / "data"), "--port", "0", *told], capture_output=True, text=True,
+                                timeout=60)
         assert second.returncode == 2, second
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and "already runs on data dir" in lines[0] and str(first.pid) in lines[0], lines
         assert first.process.poll() is None, "the first one serves on"
-    with LocalServer(tmp_path / "data", command=command):  # the lock went with the process
+    with LocalServer(tmp_path / "data", command=command, args=told):  # the lock went with the process
         pass

@@ -1,5 +1,6 @@
 """A run credential against the real Partitions servicer behind the server's authorization (a server
-token on): what a program may do with its own credential, and what it may not."""
+token on): what a program may do with its own credential (its run's access opened with the launcher's
+grants), and what it may not."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -18,9 +19,10 @@ from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.grpc_server import start_server
 from sluice.v1 import datasets_pb2 as pb
 from sluice.v1 import datasets_pb2_grpc
-from sluice_services.launcher import datasets_grpc
-from sluice_services.launcher.datasets_service import DatasetsService
-from sluice_services.launcher.run_credentials import RunCredentials
+from sluice_services.datasets import grpc_api as datasets_grpc
+from sluice_services.datasets.service import DatasetsService
+from sluice_services.datasets.run_credentials import RunCredentials
+from sluice_services.launcher.run_data import run_grants
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +44,10 @@ async def world(tmp_path: Path):
     for namespace, name in (("web", "clicks"), ("shop", "orders"), ("shop", "payments")):
         plane.datasets.create(DatasetSpec(namespace, name, KEYS, str(tmp_path / namespace / name)))
         plane.datasets.add(namespace, name, [Partition({"hour": "1"}, f"/{name}/1")])
-    runs = {r.id: r for r in (run("run-1"), run("run-2"), run("run-ended", RunStatus.COMPLETED))}
-    credentials = RunCredentials(b"secret", runs.get)
+    for opened in (run("run-1"), run("run-2"), run("run-ended")):  # as the launcher opens them
+        plane.open_access(opened.id, run_grants(opened))
+    plane.close_access("run-ended", "published")
+    credentials = RunCredentials(b"secret", plane.access)
     server, port = await start_server(datasets_grpc.bindings(plane), "127.0.0.1", 0,
                                       security=GrpcSecurity(token="server-token"), authenticators=[credentials])
     channels = []

@@ -13,11 +13,14 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 pytestmark = pytest.mark.integration
 
+NEEDS = {"launcher": ["--datasets-address", "127.0.0.1:9"]}
+"""It starts without the datasets service up: it is asked only once a run needs it."""
 SERVED = {
     "registry": {"sluice.v1.ScheduleRegistry", "sluice.v1.Notifications"},
     "matcher": set(),
     "checker": {"sluice.v1.Jobs"},
-    "launcher": {"sluice.v1.Runs", "sluice.v1.Partitions"},
+    "datasets": {"sluice.v1.Partitions", "sluice.v1.RunData"},
+    "launcher": {"sluice.v1.Runs"},
     "lineage": {"sluice.v1.Lineage"},
 }
 
@@ -25,7 +28,7 @@ SERVED = {
 @pytest.mark.parametrize("name", sorted(SERVED))
 def test_service_runs_alone_and_answers_health_and_reflection(tmp_path, name):
     process = subprocess.Popen([sys.executable, "-m", f"sluice_services.{name}", "--data-dir", str(tmp_path),
-                                "--port", "0"], stdout=subprocess.PIPE, text=True)
+                                "--port", "0", *NEEDS.get(name, [])], stdout=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()
         assert f"sluice {name} ready on 127.0.0.1:" in line
@@ -44,3 +47,12 @@ def test_service_runs_alone_and_answers_health_and_reflection(tmp_path, name):
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
         process.stdout.close()
+
+
+def test_the_launcher_alone_refuses_to_start_without_the_datasets_service_address(tmp_path):
+    ended = subprocess.run([sys.executable, "-m", "sluice_services.launcher", "--data-dir", str(tmp_path),
+                            "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert ended.returncode == 2
+    assert ended.stderr.strip().splitlines()[-1] == (
+        "sluice: error: datasets_address: the launcher needs the datasets service's address: give "
+        "--datasets-address HOST:PORT (env SLUICE_DATASETS_ADDRESS)")

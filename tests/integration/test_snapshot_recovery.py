@@ -265,7 +265,7 @@ async def test_a_bumped_schema_version_folds_the_whole_log(history, open_log, tm
 
 async def test_the_data_plane_recovers_its_datasets_from_a_snapshot(history, open_log, tmp_path) -> None:
     from sluice.domain.datasets import DatasetSpec, KeySpec
-    from sluice_services.launcher.datasets_service import DatasetsService
+    from sluice_services.datasets.service import DatasetsService
 
     log = open_log()
     first = DatasetsService(log, history.clock)

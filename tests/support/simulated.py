@@ -39,6 +39,7 @@ from sluice_services.matcher.service import MatcherService
 from sluice_services.registry.service import RegistryService
 from tests.support.programs import FakePrograms
 from tests.support.pump import BusPump
+from tests.support.run_data import LocalRunData
 
 LAUNCH_SLOTS = 10_000
 """The launcher's own limit, high: the checker's constraints decide concurrency in the scenarios."""
@@ -75,8 +76,11 @@ class SimulatedScheduler:
                  composition.matcher_spec(self.log, self.clock, producer),
                  composition.checker_spec(self.log, self.clock, capacity)]
         if launcher:
+            datasets = composition.datasets_spec(self.log, self.clock, settings)
             specs.append(composition.launcher_spec(self.log, self.clock, settings, catalog=self.programs,
-                                                   submitter=self.programs))
+                                                   submitter=self.programs,
+                                                   run_data=LocalRunData(_service(datasets), settings.partitions_dir)))
+            specs.append(datasets)
         self.registry: RegistryService = _service(specs[0])
         self.matcher: MatcherService = _service(specs[1])
         self.checker: CheckerService = _service(specs[2])

@@ -54,6 +54,9 @@ def test_the_stack_runs_every_service_on_kafka_postgres_and_a_spark_cluster():
     assert worker["command"][:2] == ["org.apache.spark.deploy.worker.Worker", "spark://spark-master:7077"]
     assert worker["deploy"]["replicas"] == 2
     assert "sluice-data:/data" in worker["volumes"] and "sluice-data:/data" in services["launcher"]["volumes"]
+    # the launcher publishes through the datasets service, which moves the runs' files on the same volume
+    assert build_parser().parse_args(services["launcher"]["command"]).datasets_address == "datasets:50051"
+    assert "datasets" in services["launcher"]["depends_on"] and "sluice-data:/data" in services["datasets"]["volumes"]
 
 
 def test_programs_drivers_are_reached_at_the_launchers_service_name():

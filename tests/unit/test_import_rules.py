@@ -172,6 +172,16 @@ def test_the_library_never_imports_the_services():
     assert not bad, "libs/sluice may not import sluice_services (services extend the library):\n" + _describe(bad, modules)
 
 
+@pytest.mark.parametrize("one, other", [("sluice_services.launcher", "sluice_services.datasets"),
+                                        ("sluice_services.datasets", "sluice_services.launcher")])
+def test_the_launcher_and_the_datasets_service_share_no_code(one, other):
+    """They talk through the datasets service's gRPC API (launcher/run_data.py is the launcher's port);
+    what both need lives in the library (sluice.datasets.files, sluice.domain)."""
+    modules, imports = _graph()
+    bad = [imp for imp in imports if _within(imp.importer, one) and _within(imp.imported, other)]
+    assert not bad, f"{one} may not import {other}:\n" + _describe(bad, modules)
+
+
 @pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_no_import_cycles(package):
     modules, imports = _graph()

@@ -1,8 +1,10 @@
-"""Per-run program credentials (issue 23, least privilege): a token per run, signed with the
-launcher's secret, valid for its run's datasets until the run ends; the run's environment is an
-allowlist; URLs are printed with their password masked."""
+"""Per-run program credentials (issue 23, least privilege): a token per run, issued and verified by
+the datasets service with its own secret, valid for the datasets the launcher opened the run's access
+with until the run ends (published or released); the run's environment is an allowlist; URLs are
+printed with their password masked."""
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 import stat
@@ -12,16 +14,21 @@ from pathlib import Path
 import pytest
 
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef, RunStatus
+from sluice.domain.datasets import run_access
+from sluice.domain.datasets.run_access import AccessGrant, RunAccess
+from sluice.domain.errors import InvalidArgument
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.runs import Run
 from sluice.runtime.access import Grant, Principal, Role
 from sluice.runtime.secrets import mask_text, mask_url
+from sluice_services.datasets.run_credentials import SECRET_FILE, RunCredentials, load_secret
 from sluice_services.launcher.program_api import ProgramApi, program_host
 from sluice_services.launcher.program_env import program_environment
-from sluice_services.launcher.run_credentials import SECRET_FILE, RunCredentials, load_secret
+from sluice_services.launcher.run_data import run_grants
 
 T0 = datetime(2026, 11, 22, 10, tzinfo=timezone.utc)
 SECRET = b"k" * 32
+GRANTS = (AccessGrant("experiments", ("*",)), AccessGrant("shop", ("orders",)))
 
 
 def a_run(run_id: str = "run-1", status: RunStatus = RunStatus.RUNNING, namespace: str = "experiments") -> Run:
@@ -34,22 +41,23 @@ def a_run(run_id: str = "run-1", status: RunStatus = RunStatus.RUNNING, namespac
     return Run(run_id, job, status, T0)
 
 
-class Runs:
-    def __init__(self, *runs: Run) -> None:
-        self.runs = {run.id: run for run in runs}
-
-    def get(self, run_id: str) -> Run | None:
-        return self.runs.get(run_id)
+def opened(run_id: str = "run-1", grants: tuple[AccessGrant, ...] = GRANTS, is_open: bool = True) -> RunAccess:
+    return RunAccess(run_id, grants, is_open)
 
 
-def credentials(*runs: Run, secret: bytes = SECRET, **kwargs) -> RunCredentials:
-    return RunCredentials(secret, Runs(*runs).get, **kwargs)
+def credentials(*accesses: RunAccess, secret: bytes = SECRET, **kwargs) -> RunCredentials:
+    return RunCredentials(secret, {access.run_id: access for access in accesses}.get, **kwargs)
 
 
-def test_a_valid_token_is_its_runs_principal_with_its_namespace_and_the_datasets_that_triggered_it():
+def test_a_runs_grants_are_its_namespace_and_the_datasets_that_triggered_it_elsewhere():
     """PROGRAM on every dataset of its own namespace, and on the other namespaces' datasets that
     triggered it (those only)."""
-    issuer = credentials(a_run())
+    assert run_grants(a_run()) == GRANTS
+    assert run_grants(a_run(namespace="shop")) == (AccessGrant("shop", ("*",)), AccessGrant("experiments", ("clickstream",)))
+
+
+def test_a_valid_token_is_its_runs_principal_with_the_grants_its_access_was_opened_with():
+    issuer = credentials(opened())
     token = issuer.issue("run-1")
     assert token.startswith("sluice-run.run-1.")
     assert issuer.authenticate(token, None) == Principal("run:run-1", (
@@ -64,36 +72,35 @@ def test_a_valid_token_is_its_runs_principal_with_its_namespace_and_the_datasets
     "sluice-run..abc", "other.run-1." + "0" * 64, "sluice-run.run/../1." + "0" * 64,
 ])
 def test_a_malformed_or_forged_token_is_nobody(forged):
-    assert credentials(a_run()).authenticate(forged, None) is None
-    assert credentials(a_run()).authenticate(None, None) is None
+    assert credentials(opened()).authenticate(forged, None) is None
+    assert credentials(opened()).authenticate(None, None) is None
 
 
 def test_a_token_signed_with_another_secret_is_refused():
-    token = credentials(a_run(), secret=b"another secret").issue("run-1")
-    assert credentials(a_run()).authenticate(token, None) is None
+    token = credentials(opened(), secret=b"another secret").issue("run-1")
+    assert credentials(opened()).authenticate(token, None) is None
 
 
 def test_a_token_is_for_its_own_run_only():
-    issuer = credentials(a_run("run-1"), a_run("run-2"))
+    issuer = credentials(opened("run-1"), opened("run-2"))
     digest = issuer.issue("run-1").rsplit(".", 1)[1]
     assert issuer.authenticate(f"sluice-run.run-2.{digest}", None) is None
     assert issuer.authenticate(issuer.issue("run-2"), None).name == "run:run-2"
 
 
-@pytest.mark.parametrize("status", [RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.KILLED, RunStatus.LOST])
-def test_the_credential_ends_with_its_run(status):
-    issuer = credentials(a_run(status=status))
+def test_the_credential_ends_with_its_runs_access():
+    issuer = credentials(opened(is_open=False))
     assert issuer.authenticate(issuer.issue("run-1"), None) is None
 
 
-def test_a_run_the_launcher_does_not_know_is_refused():
-    token = credentials(a_run()).issue("run-1")
+def test_a_run_whose_access_was_never_opened_is_refused():
+    token = credentials(opened()).issue("run-1")
     assert credentials().authenticate(token, None) is None
 
 
-def test_a_starting_run_is_valid_and_so_is_a_launcher_restarted_with_the_same_secret():
-    token = credentials(a_run(status=RunStatus.STARTING)).issue("run-1")
-    assert credentials(a_run(status=RunStatus.STARTING)).authenticate(token, None).name == "run:run-1"
+def test_a_datasets_service_restarted_with_the_same_secret_accepts_the_token():
+    token = credentials(opened()).issue("run-1")
+    assert credentials(opened()).authenticate(token, None).name == "run:run-1"
 
 
 def test_signatures_are_compared_in_constant_time():
@@ -103,11 +110,33 @@ def test_signatures_are_compared_in_constant_time():
         compared.append((a, b))
         return hmac.compare_digest(a, b)
 
-    issuer = credentials(a_run(), compare=compare)
+    issuer = credentials(opened(), compare=compare)
     token = issuer.issue("run-1")
     assert issuer.authenticate(token, None) is not None
     assert compared == [(token.rsplit(".", 1)[1].encode(), token.rsplit(".", 1)[1].encode())]
     assert RunCredentials.__init__.__defaults__[-1] is hmac.compare_digest
+
+
+def test_a_runs_access_opens_again_with_its_grants_and_closes_once():
+    events = run_access.decide(None, run_access.Open("run-1", GRANTS), T0)
+    access = run_access.evolve(None, events[0])
+    assert access == opened() and run_access.decide(access, run_access.Open("run-1", GRANTS), T0) == []
+    closed = run_access.evolve(access, run_access.decide(access, run_access.Close("run-1", "published"), T0)[0])
+    assert not closed.open and run_access.decide(closed, run_access.Close("run-1", "again"), T0) == []
+    assert run_access.evolve(closed, run_access.decide(closed, run_access.Open("run-1", GRANTS), T0)[0]).open
+
+
+@pytest.mark.parametrize("command, field", [
+    (run_access.Open("run/1", GRANTS), "run_id"),
+    (run_access.Open("run-1", ()), "grants"),
+    (run_access.Open("run-1", (AccessGrant("Bad Namespace!", ("*",)),)), "grants[0].namespace"),
+    (run_access.Open("run-1", (AccessGrant("shop", ()),)), "grants[0].datasets"),
+    (run_access.Open("run-1", (AccessGrant("shop", ("../x",)),)), "grants[0].datasets[0]"),
+])
+def test_a_hostile_open_is_refused_naming_the_field(command, field):
+    with pytest.raises(InvalidArgument) as refused:
+        run_access.decide(None, command, T0)
+    assert refused.value.field == field
 
 
 def test_the_secret_is_made_once_in_the_data_dir_readable_by_its_owner_only(tmp_path: Path):
@@ -117,18 +146,29 @@ def test_the_secret_is_made_once_in_the_data_dir_readable_by_its_owner_only(tmp_
     assert load_secret(tmp_path, "given by the operator") == b"given by the operator"
 
 
-def test_a_program_reaches_the_api_on_loopback_when_bound_to_every_address():
+class OpenedRuns:
+    """The RunData port's open_run as a program's context needs it (address and token)."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, tuple[AccessGrant, ...]]] = []
+
+    def address(self) -> str:
+        return "datasets:50051"
+
+    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...]) -> str:
+        self.opened.append((run_id, grants))
+        return f"token of {run_id}"
+
+
+def test_a_program_is_told_the_datasets_service_and_the_token_its_runs_access_was_opened_with():
     assert [program_host(h) for h in ("0.0.0.0", "::", "localhost", "127.0.0.1", "127.0.0.2", "10.1.2.3", "::1")] == [
         "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.2", "10.1.2.3", "[::1]"]
-    api = ProgramApi(credentials(a_run()), "0.0.0.0")
-    with pytest.raises(RuntimeError):
-        api.context_for("run-1")
-    api.listening(50123)
-    assert api.context_for("run-1") == {"api": {"address": "127.0.0.1:50123",
-                                                "token": credentials(a_run()).issue("run-1")}}
-    tls = ProgramApi(credentials(a_run()), "127.0.0.1", Path("/etc/sluice/server.pem"))
-    tls.listening(1)
-    assert tls.context_for("run-1")["api"]["tls_ca"] == "/etc/sluice/server.pem"
+    runs = OpenedRuns()
+    assert asyncio.run(ProgramApi(runs).context_for(a_run())) == {
+        "api": {"address": "datasets:50051", "token": "token of run-1"}}
+    assert runs.opened == [("run-1", GRANTS)]
+    tls = ProgramApi(runs, Path("/etc/sluice/server.pem"))
+    assert asyncio.run(tls.context_for(a_run()))["api"]["tls_ca"] == "/etc/sluice/server.pem"
 
 
 def test_a_program_environment_is_the_allowlist_plus_what_the_operator_adds():

@@ -56,7 +56,7 @@ ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
 ROLE_PERMISSIONS[Role.OPERATOR] = ROLE_PERMISSIONS[Role.READER] | {
     "schedules.write", "apps.deploy", "datasets.write", "partitions.consume", "consumers.write", "lineage.write"}
 ROLE_PERMISSIONS[Role.ADMIN] = ROLE_PERMISSIONS[Role.OPERATOR] | ROLE_PERMISSIONS[Role.PRODUCER] | {
-    "commits.release"}
+    "commits.release", "runs.launch"}
 DATASET_SCOPED = (Role.PRODUCER, Role.PROGRAM)
 """Roles whose grants cover only their named datasets ("*" in datasets: all of the namespace)."""
 
@@ -199,7 +199,7 @@ GRPC_RULES: dict[str, Rule] = {
     # Runs (launcher)
     _method("Runs", "ListRuns"): Rule("runs.read", _by(SCHEDULE, SCHEDULE_RUNS, **_SCHEDULE_ID)),
     _method("Runs", "GetRun"): Rule("runs.read", _by(RUN, field="id")),
-    # Partitions (launcher)
+    # Partitions (datasets)
     _method("Partitions", "CreateDataset"): Rule("datasets.write", _ns("dataset.namespace", "dataset.name")),
     _method("Partitions", "GetDataset"): Rule("datasets.read", _ns("namespace", "name")),
     _method("Partitions", "ListDatasets"): Rule("datasets.read", _list_datasets, _only_readable_datasets),
@@ -214,6 +214,10 @@ GRPC_RULES: dict[str, Rule] = {
     _method("Partitions", "ConsumeWithState"): Rule("consumers.write", _by(CONSUMER_STATE, field="consumer_state")),
     _method("Partitions", "ListCommitSequences"): Rule("commits.read", _every),
     _method("Partitions", "ReleaseCommitSequence"): Rule("commits.release", _by(COMMIT_SEQUENCE, field="id")),
+    # RunData (datasets): the launcher's, an admin of every namespace (its --grpc-token)
+    _method("RunData", "OpenRun"): Rule("runs.launch", _every),
+    _method("RunData", "PublishRun"): Rule("runs.launch", _every),
+    _method("RunData", "ReleaseRun"): Rule("runs.launch", _every),
     # Lineage (lineage)
     _method("Lineage", "ListJobs"): Rule("lineage.read", _ns("namespace")),
     _method("Lineage", "ListRuns"): Rule("lineage.read", _ns("job_namespace")),

@@ -20,8 +20,8 @@ from sluice.wire.datasets import dataset_from_proto
 from sluice_examples.clickstream import datasets as clickstream
 from sluice_examples.clickstream.app import HOURLY_METRICS_ENTRY_POINT, NAMESPACE
 from sluice_examples.clickstream.generate import generate_hour, hours_for
-from sluice_services.launcher.datasets_service import DatasetsService
-from sluice_services.launcher.run_outputs import RunPublisher
+from sluice_services.datasets.run_outputs import RunPublisher
+from sluice_services.datasets.service import DatasetsService
 from tests.support.partitions_api import PartitionsApiServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -42,7 +42,7 @@ def spark_submit(script: str | Path, *args: str, cwd: Path) -> subprocess.Comple
 
 class Launcher:
     """What the launcher does around a run: context.json in, spark-submit, result.json out, publish;
-    its Partitions API serves the program's consumers."""
+    the datasets service's Partitions API serves the program's consumers."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

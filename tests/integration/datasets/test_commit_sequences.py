@@ -25,8 +25,8 @@ from sluice.domain.commits import (
 from sluice.domain.consumer import ConsumerConfig, ConsumerRef, Outcome
 from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
 from sluice.domain.errors import FailedPrecondition
-from sluice_services.launcher.commits import RESERVE, CommitFailed, CommitRunner
-from sluice_services.launcher.publish import LocalFiles, manifest_of
+from sluice_services.datasets.commits import RESERVE, CommitFailed, CommitRunner
+from sluice.datasets.files import LocalFiles, manifest_of
 from tests.integration.datasets.backends import Backend, PostgresBackend, SqliteBackend
 
 pytestmark = pytest.mark.integration

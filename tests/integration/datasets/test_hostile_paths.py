@@ -21,8 +21,8 @@ from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.datasets import DatasetSpec, KeySpec, Partition
 from sluice.domain.names import decode_segment
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice_services.launcher.datasets_service import DatasetsService
-from sluice_services.launcher.run_outputs import RunPublisher
+from sluice_services.datasets.service import DatasetsService
+from tests.support.partitions_api import PartitionsApiServer
 from tests.integration.datasets.test_launcher_runs import launch_job
 
 pytestmark = pytest.mark.integration
@@ -70,7 +70,7 @@ class World:
         self.clock = SimulatedClock(datetime(2026, 11, 22, 10, tzinfo=timezone.utc))
         self.log = SqliteEventLog(root / "events.db", clock=self.clock)
         self.plane = DatasetsService(self.log, self.clock)
-        self.publisher = RunPublisher(self.plane, root / "data")
+        self.api = PartitionsApiServer(self.plane, root / "data")
         data = root / "data" / NS
         for name in ("clickstream", "hourly"):
             self.plane.datasets.create(DatasetSpec(NS, name, (KeySpec("marketplace"),), str(data / name)))
@@ -87,7 +87,7 @@ class World:
         self.plane.datasets.add(NS, "clickstream", [Partition({"marketplace": marketplace}, str(location))])
 
     async def run(self, program: Callable[[Path], int]):
-        return (await launch_job(self.log, self.clock, program, self.root / "data", self.publisher, PROGRAM))[1]
+        return (await launch_job(self.log, self.clock, program, self.root / "data", self.api.run_data(), PROGRAM))[1]
 
     def assert_sentinels_survive(self) -> None:
         for path, text in self.sentinels.items():
@@ -98,7 +98,8 @@ class World:
 @pytest.fixture
 def world(tmp_path: Path):
     w = World(tmp_path)
-    yield w
+    with w.api:
+        yield w
     w.log.close()
 
 

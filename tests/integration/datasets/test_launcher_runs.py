@@ -29,8 +29,9 @@ from sluice.sdk.context import load_context
 from sluice.sdk.partitions import Between, PartitionSource, default_consumer_name
 from sluice.v1 import jobs_pb2
 from sluice.wire.jobs import job_to_proto
-from sluice_services.launcher.datasets_service import DatasetsService
-from sluice_services.launcher.run_outputs import RunPublisher
+from sluice_services.datasets.run_outputs import RunPublisher
+from sluice_services.datasets.service import DatasetsService
+from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.service import LauncherService
 from tests.support.partitions_api import PartitionsApiServer
 
@@ -94,12 +95,13 @@ def counting_program(fail: bool = False, where=None) -> Callable[[Path], int]:
     return run
 
 
-async def launch_job(log, clock, program: Callable[[Path], int], data_dir: Path, publisher, program_ref,
-                     sequence: int = 1, program_api=None):
-    """One launch request for job `sequence` through a real launcher running `program` inline; the
-    launcher and the run, once it ended."""
-    launcher = LauncherService(log, clock, Catalog(), InlineSubmitter(program), data_dir, publisher=publisher,
-                               program_api=program_api)
+async def launch_job(log, clock, program: Callable[[Path], int], data_dir: Path, run_data, program_ref,
+                     sequence: int = 1, with_api: bool = False):
+    """One launch request for job `sequence` through a real launcher running `program` inline, publishing
+    through `run_data` (the datasets service's port); `with_api`: the program is told the Partitions
+    API. The launcher and the run, once it ended."""
+    launcher = LauncherService(log, clock, Catalog(), InlineSubmitter(program), data_dir, run_data=run_data,
+                               program_api=ProgramApi(run_data) if with_api else None)
     job = Job(derived_id("job", str(sequence)), "schedule-1", 1, program_ref, TriggerContext("schedule-1", "hourly"),
               clock.now())
     request = jobs_pb2.LaunchRequested(job=job_to_proto(job)).SerializeToString()
@@ -114,8 +116,8 @@ class Harness:
         self.clock = SimulatedClock(datetime(2026, 11, 22, 10, tzinfo=timezone.utc))
         self.log = SqliteEventLog(root / "events.db", clock=self.clock)
         self.plane = DatasetsService(self.log, self.clock)
-        self.publisher = RunPublisher(self.plane, root / "data")
-        self.api = PartitionsApiServer(self.plane)
+        self.publisher = RunPublisher(self.plane, root / "data")  # the datasets service's own, publishing again
+        self.api = PartitionsApiServer(self.plane, root / "data")
         self.plane.datasets.create(CLICKS)
         self.plane.datasets.create(DatasetSpec("web", "click_counts", (KeySpec("hour", KeyType.INT),),
                                                str(root / "data" / "web" / "click_counts")))
@@ -130,8 +132,8 @@ class Harness:
 
     async def run(self, program: Callable[[Path], int]):
         self.jobs += 1
-        return await launch_job(self.log, self.clock, program, self.root / "data", self.publisher, PROGRAM,
-                                self.jobs, program_api=self.api.api)
+        return await launch_job(self.log, self.clock, program, self.root / "data", self.api.run_data(), PROGRAM,
+                                self.jobs, with_api=True)
 
     def consumer(self):
         return self.plane.consumers.state(ConsumerRef("web", "clicks", default_consumer_name(load_context_for(self))))

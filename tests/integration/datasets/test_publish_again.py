@@ -6,7 +6,7 @@ import pytest
 
 from sluice.datasets import PartitionQuery
 from sluice.domain.common import RunStatus
-from sluice_services.launcher.publish import read_result
+from sluice.datasets.files import read_result
 from tests.integration.datasets.test_launcher_runs import Harness, counting_program, harness  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration

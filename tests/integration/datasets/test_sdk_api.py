@@ -14,7 +14,7 @@ from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.sdk.context import parse_context
 from sluice.sdk.partitions import Between, ConsumeError, PartitionSource
-from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.datasets.service import DatasetsService
 from tests.support.partitions_api import PartitionsApiServer
 
 pytestmark = pytest.mark.integration

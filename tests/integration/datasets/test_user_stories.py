@@ -1,4 +1,4 @@
-"""Seed 004's seven user stories, through the launcher's Partitions gRPC service on loopback, as a
+"""Seed 004's seven user stories, through the datasets service's Partitions gRPC service on loopback, as a
 client outside any program would use it (a worker, a script): datasets on a SQLite log, the
 outbox publishing to the in-process bus. Plus bad input: each a clear error, nothing changed."""
 from __future__ import annotations
@@ -19,8 +19,8 @@ from sluice.v1 import datasets_pb2 as pb
 from sluice.v1 import datasets_pb2_grpc
 from sluice.v1 import notifications_pb2 as npb
 from sluice.wire.common import timestamp_to_proto
-from sluice_services.launcher import datasets_grpc
-from sluice_services.launcher.datasets_service import DatasetsService
+from sluice_services.datasets import grpc_api as datasets_grpc
+from sluice_services.datasets.service import DatasetsService
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ async def client(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db", clock=clock)
     bus = InProcessBus()
     service = DatasetsService(log, clock)
-    spec = ServiceSpec("launcher", route=service.route, grpc=datasets_grpc.bindings(service), recover=service.recover)
+    spec = ServiceSpec("datasets", route=service.route, grpc=datasets_grpc.bindings(service), recover=service.recover)
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     stop = asyncio.Event()
     task = asyncio.create_task(run_services([spec], bus, log, on_ready=ready.set_result, stop=stop))

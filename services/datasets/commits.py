@@ -32,7 +32,7 @@ from sluice.domain.consumer.state import ConsumerRef
 from sluice.eventlog.port import NO_STREAM, EventLog, StreamAppend, WrongExpectedVersion
 from sluice.domain.errors import FailedPrecondition
 from sluice.runtime.unit_of_work import reload_nothing, retry_on_conflict
-from sluice_services.launcher.publish import LocalFiles
+from sluice.datasets.files import LocalFiles
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ A partial copy cannot pass: sizes and sha256 are checked, not mere existence. `L
 MoveFiles step of commit sequences (verify + execute); `publish_outputs` the older direct path for
 outputs to datasets that are not registered.
 
-Every path is checked before a file is touched (sluice_services.launcher.paths): names follow the
+Every path is checked before a file is touched (sluice.paths): names follow the
 identifier rule and key values are encoded (sluice.domain.names), manifest paths are relative and stay
 inside their directory, staged and final directories (symlinks followed) lie under their roots, and
 only files inside the final directory are ever deleted. A violation is a PublishError, never a move."""
@@ -23,7 +23,7 @@ from sluice.domain.common import PartitionRef
 from sluice.domain.names import key_segments, relative_parts, validate_name
 from sluice.domain.runs import InputPartition, OutputPartition
 from sluice.domain.errors import InvalidArgument
-from sluice_services.launcher.paths import inside
+from sluice.paths import inside
 
 
 log = logging.getLogger(__name__)

@@ -1,16 +1,18 @@
-"""Per-run credentials: what a launched program presents to the launcher's Partitions API instead of
-any secret of the server.
+"""Per-run credentials: what a launched program presents to the datasets service's Partitions API
+instead of any secret of the servers.
 
-    credentials = RunCredentials(load_secret(data_dir), launcher.get)
-    token = credentials.issue(run_id)                 # into the run's context.json (system.api.token)
+    credentials = RunCredentials(load_secret(data_dir), access.get)
+    token = credentials.issue(run_id)                 # OpenRun's answer: into the run's context.json
     principal = credentials.authenticate(token, None)  # Principal("run:<run id>", (Grant(PROGRAM, ...), ...))
 
-A token is `sluice-run.<run id>.<hex HMAC-SHA256(secret, run id)>`: stateless, so a program the
-launcher re-attaches to after a restart keeps working, and any launcher sharing the secret (the data
-dir's key file, or --run-credential-secret) verifies it. The HMAC is compared in constant time; then
-the run itself decides: a run that has ended (or that this launcher's log does not know) is refused.
-The grants: PROGRAM on every dataset of its program's namespace ("*") and on the datasets its
-triggering notifications name in other namespaces (those only)."""
+The datasets service both issues and verifies them: the launcher opens a run's access (OpenRun, with the
+grants it computed from the run) and hands the token it gets to the program; the key never leaves the
+datasets service. A token is `sluice-run.<run id>.<hex HMAC-SHA256(secret, run id)>`: stateless, so a
+program keeps working across restarts, and datasets services sharing the key (the data dir's key file,
+or --run-credential-secret) verify it. The HMAC is compared in constant time; then the run's access
+decides: closed (the run published or released) or never opened is refused. Its grants are the ones
+the launcher opened it with: PROGRAM on its program's namespace ("*") and on the datasets its
+triggering notifications name in other namespaces."""
 from __future__ import annotations
 
 import hashlib
@@ -21,17 +23,14 @@ import secrets
 from pathlib import Path
 from typing import Callable
 
-from sluice.domain.common import PartitionCommitted
-from sluice.domain.runs import Run
+from sluice.domain.datasets.run_access import RunAccess
 from sluice.runtime.access import Grant, Principal, Role
 
 PREFIX = "sluice-run"
 SECRET_FILE = "run-credentials.key"
-"""In the data dir, mode 0600: the key every launcher sharing the data dir signs run tokens with."""
+"""In the data dir, mode 0600: the key every datasets service sharing the data dir signs run tokens with."""
 SECRET_ENV = "SLUICE_RUN_CREDENTIAL_SECRET"
 PRINCIPAL_PREFIX = "run:"
-EVERY_DATASET = "*"
-"""In a grant's datasets: all of its namespace (sluice.runtime.authorization.covers)."""
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
@@ -67,15 +66,15 @@ def load_secret(data_dir: Path, given: str = "") -> bytes:
 class RunCredentials:
     """The run credential authenticator (sluice.runtime.access.Authenticator) and issuer.
 
-    `runs`: a run by id (None: unknown); `compare`: the constant-time comparison (injected so a test
-    can see it is the one used)."""
+    `access`: a run's access by run id (None: never opened); `compare`: the constant-time comparison
+    (injected so a test can see it is the one used)."""
 
-    def __init__(self, secret: bytes, runs: Callable[[str], Run | None],
+    def __init__(self, secret: bytes, access: Callable[[str], RunAccess | None],
                  compare: Callable[[bytes, bytes], bool] = hmac.compare_digest) -> None:
         if not secret:
             raise ValueError("a run credential secret must not be empty")
         self._secret = secret
-        self._runs = runs
+        self._access = access
         self._compare = compare
 
     def issue(self, run_id: str) -> str:
@@ -87,10 +86,11 @@ class RunCredentials:
         run_id = self.verified_run(bearer)
         if run_id is None:
             return None
-        run = self._runs(run_id)
-        if run is None or run.status.terminal:
+        access = self._access(run_id)
+        if access is None or not access.open:
             return None  # ended: its credential ends with it
-        return Principal(f"{PRINCIPAL_PREFIX}{run_id}", self.grants(run))
+        return Principal(f"{PRINCIPAL_PREFIX}{run_id}", tuple(
+            Grant(Role.PROGRAM, grant.namespace, frozenset(grant.datasets)) for grant in access.grants))
 
     def verified_run(self, bearer: str | None) -> str | None:
         """The run id of a well-formed token whose signature is this secret's, else None."""
@@ -104,16 +104,6 @@ class RunCredentials:
         if not self._compare(digest.encode(), self._digest(run_id).encode()):
             return None
         return run_id
-
-    def grants(self, run: Run) -> tuple[Grant, ...]:
-        home = run.job.program.namespace
-        named: dict[str, set[str]] = {home: {EVERY_DATASET}}
-        for notification in run.job.context.notifications:
-            payload = notification.payload
-            if isinstance(payload, PartitionCommitted):
-                if payload.namespace != home:
-                    named.setdefault(payload.namespace, set()).add(payload.dataset)
-        return tuple(Grant(Role.PROGRAM, namespace, frozenset(datasets)) for namespace, datasets in named.items())
 
     def _digest(self, run_id: str) -> str:
         return hmac.new(self._secret, run_id.encode(), hashlib.sha256).hexdigest()

@@ -1,18 +1,20 @@
 """A finished run's outputs and consumed inputs, published exactly once through one commit sequence.
 
-    publisher = RunPublisher(data_plane, data_dir)
+    publisher = RunPublisher(data_plane, partitions_dir)
     outputs = publisher.publish(run_id, result)             # on exit code 0 (PublishError otherwise)
-    publisher.release(run_id, run_dir, reason)              # on failure: consumed partitions are retried
+    publisher.release(run_id, consumed, reason)             # on failure: consumed partitions are retried
 
 The sequence: the run's consumed partitions are completed on their consumers (strictly: still held
 by the run), every staged output is moved to its final location (verified by its manifest), and the
 outputs of registered datasets are registered as one transaction per dataset, whose commit is the
 partition notification. Outputs to datasets nobody registered are moved the same way and announced
-by the run's completion, as before datasets existed.
+by the run's completion (OutputPartition.announced says which is which).
+
+The run's staged outputs are read from <partitions dir>/../runs/<run id>: the launcher's and the
+datasets service's data dir are one (a shared volume when they run apart).
 """
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -33,23 +35,17 @@ from sluice.domain.datasets.specs import Partition, validate_partition
 from sluice.domain.names import validate_name
 from sluice.domain.runs import OutputPartition
 from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from sluice_services.launcher.commits import RESERVE, CommitFailed
-from sluice_services.launcher.datasets_service import DatasetsService
-from sluice_services.launcher.publish import PublishError, check_paths, check_staged, final_location
+from sluice.datasets.files import PublishError, check_paths, check_staged, final_location
+from sluice_services.datasets.commits import RESERVE, CommitFailed
+from sluice_services.datasets.service import DatasetsService
 
 log = logging.getLogger(__name__)
-
-CONSUMED_FILE = "consumed.json"
 
 
 class RunPublisher:
     def __init__(self, data_plane: DatasetsService, data_dir: Path) -> None:
         self._plane = data_plane
         self._data_dir = data_dir
-
-    def announces(self, namespace: str, dataset: str) -> bool:
-        """Whether the dataset's transactions announce its partitions (then the run's completion must not)."""
-        return self._plane.datasets.find(namespace, dataset) is not None
 
     def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
         try:
@@ -64,16 +60,13 @@ class RunPublisher:
             raise PublishError(f"the program's result is malformed: {error!r}") from error
         return outputs
 
-    def release(self, run_id: str, run_dir: Path, reason: str) -> None:
-        """The run failed: partitions it took are failed (retried, or discarded past their retries),
-        unless its commit sequence is recorded and not abandoned (then it will complete them)."""
+    def release(self, run_id: str, taken: Any, reason: str) -> None:
+        """The run failed: partitions it took (`taken`: its consumed.json, a list of {namespace, dataset,
+        consumer, ids}) are failed (retried, or discarded past their retries), unless its commit
+        sequence is recorded and not abandoned (then it will complete them)."""
         progress = self._plane.commits.progress(sequence_id_for(run_id))
         if progress is not None and progress.status is not CommitStatus.ABANDONED:
             return
-        try:
-            taken = json.loads((run_dir / CONSUMED_FILE).read_text())
-        except (OSError, ValueError):
-            return  # it took nothing (or died before saying so: the consumer's timeout hands them out again)
         for entry in taken if isinstance(taken, list) else []:
             try:
                 ref = ConsumerRef(entry["namespace"], entry["dataset"], entry["consumer"])
@@ -119,7 +112,8 @@ class RunPublisher:
                 registered.setdefault((namespace, dataset), []).append(partition)
             datasets.append(f"{namespace}.{dataset}")
             outputs.append(OutputPartition(namespace, dataset, PartitionRef(
-                dict(partition.key), final, partition.size_bytes, partition.record_count, dict(partition.metadata))))
+                dict(partition.key), final, partition.size_bytes, partition.record_count, dict(partition.metadata)),
+                announced=spec is not None))
         for (namespace, dataset), partitions in registered.items():
             steps.append(RegisterPartitions(namespace, dataset, RESERVE, tuple(partitions)))
         if not steps:

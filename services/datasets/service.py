@@ -1,8 +1,10 @@
-"""The launcher's data plane: datasets, the partition index, partition consumers and commit sequences.
+"""The datasets service: datasets, the partition index, partition consumers, commit sequences and the
+runs' access to them (the data plane; `sluice serve datasets`).
 
-One object wires the stores on the launcher's event log; `recover` learns the datasets and redoes
+One object wires the stores on the service's event log; `recover` learns the datasets and redoes
 unfinished commit sequences before anything else runs; `route` publishes one partition notification
-per committed transaction through the outbox."""
+per committed transaction through the outbox. The launcher reaches it only through its gRPC API
+(grpc_api.py: Partitions for everyone, RunData for the launcher)."""
 from __future__ import annotations
 
 from sluice.bus.topics import PARTITION_NOTIFICATIONS
@@ -10,20 +12,26 @@ from sluice.clock import Clock
 from sluice.datasets import ConsumerStore, DatasetStore
 from sluice.datasets.events import decode_event
 from sluice.datasets.store import TYPES as DATASET_TYPES
+from sluice.domain.errors import InvalidArgument
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
+from sluice.domain.datasets import run_access
+from sluice.domain.datasets.run_access import RunAccess
 from sluice.domain.datasets.transactions import DatasetCreated, PartitionsCommitted
-from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.eventlog.codec import EventTypes
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
+from sluice.runtime.aggregates import AggregateStore, execute
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.snapshots import Schema, Snapshots
 from sluice.wire.common import notification_to_proto
-from sluice_services.launcher.commits import STREAM_PREFIX as COMMIT_PREFIX
-from sluice_services.launcher.commits import CommitRunner, FileSteps
-from sluice_services.catalogue import LAUNCHER
+from sluice_services.catalogue import DATASETS, LAUNCHER
+from sluice_services.datasets.commits import STREAM_PREFIX as COMMIT_PREFIX
+from sluice_services.datasets.commits import CommitRunner, FileSteps
 
-TRANSACTION_PREFIX = LAUNCHER.stream_prefixes[1]
-SNAPSHOTS = ("launcher-datasets",)
+TRANSACTION_PREFIX = DATASETS.stream_prefixes[0]
+SNAPSHOTS = DATASETS.snapshots
+ACCESS_TYPES = EventTypes(run_access.EVENTS)
 SNAPSHOT_VERSION = 1
 """The schema version of the datasets snapshot (every DatasetCreated, and the ids of the commit
 sequences left unfinished): bump it when DatasetCreated (or anything it holds) changes shape, or
@@ -36,6 +44,31 @@ class DatasetsService:
         self.datasets = DatasetStore(log, clock)
         self.consumers = ConsumerStore(log, self.datasets, clock)
         self.commits = CommitRunner(log, self.datasets, self.consumers, clock, files=files)
+        self._clock = clock
+        self._access: AggregateStore[RunAccess | None] = AggregateStore(log, ACCESS_TYPES, run_access.evolve, None)
+
+    # -- the runs' access ------------------------------------------------------------------------
+
+    def open_access(self, run_id: str, grants: tuple[run_access.AccessGrant, ...]) -> RunAccess:
+        now = self._clock.now()
+        access, _ = execute(self._access, self.log, run_access.stream_name(run_id),
+                            lambda current: run_access.decide(current, run_access.Open(run_id, grants), now))
+        return access
+
+    def close_access(self, run_id: str, reason: str) -> None:
+        now = self._clock.now()
+        stream = run_access.stream_name(run_id)
+        execute(self._access, self.log, stream,
+                lambda current: run_access.decide(current, run_access.Close(run_id, reason), now))
+        self._access.forget(stream)
+
+    def access(self, run_id: str) -> RunAccess | None:
+        """The run's access as the log has it (None: never opened, or not a run id)."""
+        try:
+            stream = run_access.stream_name(run_id)
+        except InvalidArgument:
+            return None
+        return self._access.load(stream).state
 
     def recover(self) -> None:
         """Learn every dataset, then redo unfinished commit sequences (quarantining the ones that keep
@@ -75,3 +108,11 @@ class DatasetsService:
                          notification_to_proto(notification).SerializeToString())]
 
 
+def adopt_relay_position(log: EventLog) -> None:
+    """The datasets service's outbox relay starts where the launcher's stood, the first time: the
+    launcher relayed these transactions before the datasets service was split out of it, and a relay
+    starting at 0 would announce every partition ever committed again."""
+    mine, launchers = f"outbox:{DATASETS.name}", f"outbox:{LAUNCHER.name}"
+    saved = log.read_checkpoints([mine, launchers])
+    if mine not in saved and launchers in saved:
+        log.save_checkpoint(Checkpoint(mine, saved[launchers]))

@@ -1,4 +1,5 @@
-"""gRPC edge of the launcher's data plane: the Partitions service (sluice/v1/datasets.proto)."""
+"""gRPC edge of the datasets service (sluice/v1/datasets.proto): Partitions, for clients and the
+programs (with their run credentials), and RunData, for the launcher."""
 from __future__ import annotations
 
 import json
@@ -9,11 +10,14 @@ from sluice.datasets.store import PartitionQuery
 from sluice.domain import bounds
 from sluice.domain.consumer.serialization import state_to_bytes, state_to_json
 from sluice.domain.consumer.state import ConsumerConfig, ConsumerRef, PartitionId
-from sluice.domain.errors import InvalidArgument, NotFound
+from sluice.domain.datasets.run_access import AccessGrant, validate_run_id
+from sluice.datasets.files import PublishError
+from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from sluice.runtime.grpc_security import CALLER
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import datasets_pb2 as pb
 from sluice.v1 import datasets_pb2_grpc
+from sluice.wire.common import partition_to_proto as partition_ref_to_proto
 from sluice.wire.common import timestamp_from_proto, timestamp_to_proto
 from sluice.wire.datasets import (
     config_from_proto,
@@ -24,8 +28,9 @@ from sluice.wire.datasets import (
     partition_to_proto,
     partitions_from_proto,
 )
-from sluice_services.launcher.datasets_service import DatasetsService
-from sluice_services.launcher.run_credentials import run_of
+from sluice_services.datasets.run_credentials import RunCredentials, run_of
+from sluice_services.datasets.run_outputs import RunPublisher
+from sluice_services.datasets.service import DatasetsService
 
 DEFAULT_LIST_LIMIT = 1000
 
@@ -167,6 +172,59 @@ def _sequence(progress) -> pb.CommitSequenceStatus:
                                    steps_done=len(progress.done), failures=progress.failures, error=progress.error)
 
 
-def bindings(service: DatasetsService) -> list[GrpcBinding]:
-    return [GrpcBinding(pb.DESCRIPTOR.services_by_name["Partitions"].full_name,
-                        datasets_pb2_grpc.add_PartitionsServicer_to_server, PartitionsServicer(service))]
+class RunDataServicer(datasets_pb2_grpc.RunDataServicer):
+    """What the launcher asks for the runs it launches. Publishing and releasing end the run's access."""
+
+    def __init__(self, service: DatasetsService, publisher: RunPublisher, credentials: RunCredentials) -> None:
+        self._service = service
+        self._publisher = publisher
+        self._credentials = credentials
+
+    @grpc_errors
+    async def OpenRun(self, request, context):
+        grants = tuple(AccessGrant(grant.namespace, tuple(grant.datasets)) for grant in request.grants)
+        self._service.open_access(request.run_id, grants)
+        return pb.OpenRunResponse(token=self._credentials.issue(request.run_id))
+
+    @grpc_errors
+    async def PublishRun(self, request, context):
+        validate_run_id(request.run_id)
+        result = _json(request.result_json, "result_json", dict)
+        try:
+            outputs = self._publisher.publish(request.run_id, result)
+        except PublishError as refused:  # the launcher fails the run with this message
+            raise FailedPrecondition(str(refused)) from refused
+        self._service.close_access(request.run_id, "published")
+        return pb.PublishRunResponse(outputs=[
+            pb.PublishedOutput(namespace=o.namespace, dataset=o.dataset, partition=partition_ref_to_proto(o.partition),
+                               announced=o.announced) for o in outputs])
+
+    @grpc_errors
+    async def ReleaseRun(self, request, context):
+        validate_run_id(request.run_id)
+        taken = _json(request.consumed_json, "consumed_json", list) if request.consumed_json else []
+        self._publisher.release(request.run_id, taken, request.reason)
+        self._service.close_access(request.run_id, request.reason or "released")
+        return pb.ReleaseRunResponse()
+
+
+def _json(text: str, field: str, kind: type) -> object:
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise InvalidArgument(field, f"is not JSON: {error}") from None
+    if not isinstance(value, kind):
+        raise InvalidArgument(field, f"must be a JSON {'object' if kind is dict else 'array'}")
+    return value
+
+
+def bindings(service: DatasetsService, publisher: RunPublisher | None = None,
+             credentials: RunCredentials | None = None) -> list[GrpcBinding]:
+    """Partitions; with a publisher and the credentials it issues, RunData too."""
+    found = [GrpcBinding(pb.DESCRIPTOR.services_by_name["Partitions"].full_name,
+                         datasets_pb2_grpc.add_PartitionsServicer_to_server, PartitionsServicer(service))]
+    if publisher is not None and credentials is not None:
+        found.append(GrpcBinding(pb.DESCRIPTOR.services_by_name["RunData"].full_name,
+                                 datasets_pb2_grpc.add_RunDataServicer_to_server,
+                                 RunDataServicer(service, publisher, credentials)))
+    return found
