@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from sluice.domain.errors import InvalidArgument
 from sluice.eventlog.port import EventLog
 from sluice.readmodels.jobs import DEFAULT_FINISHED_PER_SCHEDULE, JobsView
 from sluice.runtime.metrics_scheduler import checker_metrics, launcher_metrics
+from sluice.runtime.access import ANY_NAMESPACE, Grant, Principal, Role
+from sluice.runtime.auth_policy import TokenAuthenticator
 from sluice.runtime.consumer import Subscription
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.http_auth import server_ssl_context
@@ -104,6 +107,9 @@ class Settings:
     run_credential_secret: str = field(default="", repr=False)
     """The key the datasets service signs run credentials with; empty: data_dir's run-credentials.key
     (made once, 0600). Datasets services that do not share a data dir must share this."""
+    datasets_token: str = field(default="", repr=False)
+    """The launcher: its bearer token at the datasets service (an admin of every namespace there); empty:
+    the --grpc-token."""
     datasets_address: str = ""
     """The launcher: host:port of the datasets service (its RunData API, and the Partitions API its programs
     are told); empty: the datasets service served in the same process (standalone)."""
@@ -161,7 +167,9 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
                        instrument=lambda metrics: checker_metrics(metrics, jobs_view, checker))
 
 
-def datasets_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpec:
+def datasets_spec(log: EventLog, clock: Clock, settings: Settings, *, launcher_token: str = "") -> ServiceSpec:
+    """`launcher_token`: the bearer token of a launcher in this process (standalone), an admin of every
+    namespace here, so that it publishes whatever authorization the server asks of others."""
     # outputs are moved only below the partitions dir, from staged directories only below the runs dir
     datasets = DatasetsService(log, clock, files=LocalFiles(settings.partitions_dir, settings.data_dir / "runs"))
     credentials = RunCredentials(load_secret(settings.data_dir, settings.run_credential_secret), datasets.access)
@@ -173,19 +181,26 @@ def datasets_spec(log: EventLog, clock: Clock, settings: Settings) -> ServiceSpe
     return ServiceSpec("datasets", route=datasets.route, route_prefixes=catalogue.DATASETS.stream_prefixes,
                        grpc=datasets_grpc.bindings(datasets, RunPublisher(datasets, settings.partitions_dir),
                                                    credentials),
-                       recover=recover, resolvers=datasets_resolvers(datasets), authenticators=[credentials])
+                       recover=recover, resolvers=datasets_resolvers(datasets),
+                       authenticators=[credentials, *([_in_process_launcher(launcher_token)] if launcher_token else [])])
+
+
+def _in_process_launcher(token: str) -> TokenAuthenticator:
+    return TokenAuthenticator(token, Principal("launcher:in-process", (Grant(Role.ADMIN, ANY_NAMESPACE),)))
 
 
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: ProgramCatalog | None = None,
                   submitter: ProgramSubmitter | None = None, run_data: RunData | None = None,
-                  datasets_in_process: bool = False) -> ServiceSpec:
+                  datasets_in_process: str = "") -> ServiceSpec:
     """`catalog` and `submitter` default to the apps dir and spark-submit, `run_data` to the datasets
-    service's gRPC API at settings.datasets_address (`datasets_in_process`: at this process's own gRPC
-    server, standalone); tests inject fakes of the ports."""
+    service's gRPC API at settings.datasets_address with settings.datasets_token (`datasets_in_process`:
+    the token of the datasets service in this process, at its own gRPC server: standalone); tests inject
+    fakes of the ports."""
     on_listening = None
     if run_data is None:
         security = settings.grpc_security
-        grpc_run_data = GrpcRunData(settings.datasets_address or None, token=security.token, tls_ca=security.tls_cert)
+        token = datasets_in_process or settings.datasets_token or security.token
+        grpc_run_data = GrpcRunData(settings.datasets_address or None, token=token, tls_ca=security.tls_cert)
         if not settings.datasets_address:
             if not datasets_in_process:
                 raise InvalidArgument("datasets_address", "the launcher needs the datasets service's address: give "
@@ -238,12 +253,13 @@ def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -
 
 def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, settings: Settings,
           producer: Producer) -> list[ServiceSpec]:
+    in_process = secrets.token_urlsafe(32) if {"datasets", "launcher"} <= set(names) else ""
     factories = {
         "registry": lambda: registry_spec(log, clock, producer),
         "matcher": lambda: matcher_spec(log, clock, producer),
         "checker": lambda: checker_spec(log, clock, settings.capacity, settings.jobs_history),
-        "datasets": lambda: datasets_spec(log, clock, settings),
-        "launcher": lambda: launcher_spec(log, clock, settings, datasets_in_process="datasets" in names),
+        "datasets": lambda: datasets_spec(log, clock, settings, launcher_token=in_process),
+        "launcher": lambda: launcher_spec(log, clock, settings, datasets_in_process=in_process),
         "lineage": lambda: lineage_spec(log, clock, settings),
     }
     assert factories.keys() == set(catalogue.NAMES)

@@ -138,6 +138,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "program_env": (list, (), _env_names),
     "run_credential_secret": (str, "", _any),
     "datasets_address": (str, "", _address),
+    "datasets_token": (str, "", _any),
     "migrate": (bool, True, _any),
     "web_port": (int, None, _port),
 }
@@ -261,7 +262,7 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     grpc_security=_grpc_security(values), program_env=tuple(values["program_env"]),
                     migrate=bool(values["migrate"]),
                     run_credential_secret=values["run_credential_secret"], web_port=values["web_port"],
-                    datasets_address=values["datasets_address"])
+                    datasets_address=values["datasets_address"], datasets_token=values["datasets_token"])
 
 
 def _grpc_security(values: Mapping[str, Any]) -> GrpcSecurity:

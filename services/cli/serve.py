@@ -102,6 +102,9 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     option("--datasets-address", metavar="HOST:PORT",
            help="launcher: the datasets service, which publishes runs' outputs and serves programs their "
                 "partitions; required by `serve launcher` (env SLUICE_DATASETS_ADDRESS; standalone: its own)")
+    option("--datasets-token", metavar="TOKEN",
+           help="launcher: its bearer token at the datasets service, which needs runs.launch (admin) on every "
+                "namespace; prefer the environment (env SLUICE_DATASETS_TOKEN; default: --grpc-token)")
     option("--high-priority", type=int, metavar="P",
            help="checker: jobs of at least this priority pass the load limit (env SLUICE_HIGH_PRIORITY; default 1)")
     option("--jobs-history", type=int, metavar="JOBS",
