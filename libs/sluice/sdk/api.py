@@ -1,4 +1,4 @@
-"""The program's way to Sluice: the launcher's Partitions gRPC API, with the run's own credential.
+"""The program's way to Sluice: the datasets service's Partitions gRPC API, with the run's own credential.
 
     api = GrpcPartitions(context.system.api)     # system.api of context.json: address, token, tls_ca
     api.consume(ref, run_id, limit, where, config)
@@ -6,7 +6,7 @@
     api.query("experiments", "clickstream", where, limit)
 
 A program never opens Sluice's event store: it holds no URL of it and no server token, only a
-credential for its run's datasets that ends with the run (see services/launcher/run_credentials.py).
+credential for its run's datasets that ends with the run (see services/datasets/run_credentials.py).
 """
 from __future__ import annotations
 

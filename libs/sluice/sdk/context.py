@@ -74,8 +74,8 @@ class ProgramRef:
 
 @dataclass(frozen=True)
 class ApiAccess:
-    """How the program reaches Sluice's Partitions API (datasets, partition consumers): the launcher's
-    gRPC address, the run's own credential (valid until the run ends) and, when the server speaks TLS,
+    """How the program reaches Sluice's Partitions API (datasets, partition consumers): the datasets
+    service's gRPC address, the run's own credential (valid until the run ends) and, when the server speaks TLS,
     the certificate file to trust."""
     address: str
     token: str

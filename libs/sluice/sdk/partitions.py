@@ -4,7 +4,7 @@
     taken = source.take("clickstream", limit=24, where={"marketplace": "US", "hour": Between(8, 12)})
     source.consumed_document()      # what result.json lists under "consumed"
 
-Partitions come from the launcher's Partitions API (context.json system.api: its address and the
+Partitions come from the datasets service's Partitions API (context.json system.api: its address and the
 run's own credential; see sluice.sdk.api), never from Sluice's event store directly.
 The run is the taker (its run id), the consumer is named after the program unless given. What was
 taken is also written at once to consumed.json beside result.json: if the program dies, the launcher
