@@ -34,6 +34,8 @@ LEDGER_PROGRAM = Path(__file__).resolve().parent / "ledger_program.py"
 NAMESPACE, APP, PROGRAM, DATASET = "faults", "faults", "record", "events"
 TABLESPACE = "eventlog_disk"
 DATABASE = "faults"
+START_TIMEOUT = 240.0
+"""For a broker or a service to come up: the default 90 s is short on a 2-core machine that runs other tests."""
 
 
 class NotRoot(RuntimeError):
@@ -105,7 +107,7 @@ class Stack:
         self.lease_seconds = lease_seconds
         self.postgres = PostgresServer()
         self.disk = EventLogDisk(disk_mb)
-        self.kafka = KafkaCluster(brokers=3)
+        self.kafka = KafkaCluster(brokers=3, start_timeout=START_TIMEOUT)
         self.ledger = root / "ledger.jsonl"
         self.apps = root / "apps"
         self.run_credential_secret = secrets.token_hex(32)  # launchers on other data dirs must share it
@@ -189,7 +191,8 @@ class Stack:
     def start_service(self, name: str) -> ServiceProcess:
         if name == "launcher":
             self.launcher_incarnation += 1
-        service = ServiceProcess(name, self.ports[name], self.service_args(name), self.root / f"{name}.log", self.env)
+        service = ServiceProcess(name, self.ports[name], self.service_args(name), self.root / f"{name}.log", self.env,
+                                 ready_timeout=START_TIMEOUT)
         if name in self.services:
             service.starts = self.services[name].starts
         self.services[name] = service

@@ -14,7 +14,7 @@ import pytest
 from tests.faults import campaign
 from tests.faults.kinds import KINDS, SHORT
 
-pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]  # as the kill test: a loaded 2-core machine
 
 
 def test_one_fault_of_each_kind_loses_duplicates_and_dead_letters_nothing(tmp_path):
