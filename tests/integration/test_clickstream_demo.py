@@ -28,20 +28,22 @@ def test_each_runs_line_is_what_it_consumed_and_later_partitions_join_the_waitin
             SluiceClient(server.address) as client, grpc.insecure_channel(server.address) as channel:
         client.wait_ready()
         partitions = datasets_pb2_grpc.PartitionsStub(channel)
-        for request in clickstream_datasets.datasets_requests(tmp_path / "data"):
+        data = tmp_path / "sluice" / "data"  # the datasets under the server's data dir, where outputs are published
+        for request in clickstream_datasets.datasets_requests(data):
             partitions.CreateDataset(request, timeout=30)
         client.schedules.DeployApp(demo.deploy_request(), timeout=30)
         hourly = next(s for s in client.list_schedules(app.NAMESPACE) if s.name == app.HOURLY_METRICS_ON_ARRIVAL.name)
         assert [c.concurrency.max_running for c in hourly.constraints] == [1]
-        published = demo.publish_hours(partitions, tmp_path / "data", "2026-11-22", [9, 10], ROWS)
+        published = demo.publish_hours(partitions, data, "2026-11-22", [9, 10], ROWS)
         runs = demo.wait_for_runs(client, hourly.id, len(published), timeout=800)
         jobs = client.list_jobs(hourly.id)
-        lines = report.run_lines(runs, {j.id: j for j in jobs}, demo.consumed_by_run(partitions),
-                                 demo.input_records(partitions))
+        records = demo.input_records(partitions)  # the dataset's keys, as it normalized them (hour 09 -> 9)
+        lines = report.run_lines(runs, {j.id: j for j in jobs}, demo.consumed_by_run(partitions), records)
 
     assert all(r.status == notifications_pb2.COMPLETED for r in runs), [r.error for r in runs]
     assert len(runs) < len(published) and any(j.state == jobs_pb2.JOINED for j in jobs)
-    every = [report.key_text(p["key"]) for p in published]
+    every = ["/".join(values) for values in records]
+    assert len(every) == len(published)
     consumed = [key for line in lines for key in line.consumed]
     assert sorted(consumed) == sorted(every)  # each partition consumed once, none left over
     for run, line in zip(runs, lines):
