@@ -18,6 +18,7 @@ def test_distributed_mode_runs_the_services_as_processes_and_prints_its_figures(
     captured = capsys.readouterr()
     lines = [json.loads(line) for line in captured.out.splitlines()]
     assert {line["metric"] for line in lines} == {"kafka_latency_p50@100/s", "kafka_latency_p99@100/s",
-                                                 "kafka_throughput@100/s"}
+                                                 "kafka_throughput@100/s", "kafka_cpu_per_notification@100/s",
+                                                 "kafka_p99_ratio_to_floor@100/s"}
     assert all(line["value"] > 0 for line in lines)
     assert "registry pid" in captured.err and "matcher process" in captured.err

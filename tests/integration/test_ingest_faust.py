@@ -139,7 +139,7 @@ async def test_object_events_become_partition_notifications_and_the_rest_is_dead
         created = subprocess.run(
             [sys.executable, "-m", "sluice_services.cli", "--server", server.address, "--json", "schedules", "create",
              "--name", "hourly", "--namespace", "clickstream", "--app", "clickstream", "--program", "hourly_metrics",
-             "--dataset", "clickstream.events", "--enabled",
+             "--dataset", "clickstream.events", "--enabled", "--waiting-job", "separate",  # a job per notification
              "--window", f"{opens:%H:%M}-{opens + timedelta(minutes=1):%H:%M}"],
             capture_output=True, text=True, timeout=60, env={**os.environ, "SLUICE_TOKEN": ADMIN})
         assert created.returncode == 0, created.stderr

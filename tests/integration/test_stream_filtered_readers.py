@@ -45,7 +45,7 @@ def test_every_route_publishes_nothing_from_the_streams_its_relay_does_not_read(
         settings = composition.Settings(data_dir=tmp_path)
         specs = composition.build(composition.SERVICES, log, bus, clock, settings, bus.producer())
         routed = [spec for spec in specs if spec.route is not None]
-        assert {spec.name for spec in routed} == {"registry", "matcher", "checker", "launcher"}
+        assert {spec.name for spec in routed} == {"registry", "matcher", "checker", "datasets", "launcher"}
         for spec in routed:
             assert spec.route_prefixes, spec.name
             for stream in STREAMS:
