@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 from sluice.cli import render
 from sluice.client import SluiceClient
 from sluice.eventlog.postgres import PostgresEventLog
-from sluice.v1 import datasets_pb2, datasets_pb2_grpc, jobs_pb2, notifications_pb2
+from sluice.v1 import datasets_pb2, datasets_pb2_grpc, notifications_pb2
 from sluice_examples.clickstream import app, report
 from sluice_examples.clickstream import datasets as clickstream_datasets
 from sluice_examples.clickstream.demo import (
@@ -135,11 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                              runs_client=clients["launcher"])
         names = {s.id: s.name for s in schedules}
         jobs = clients["checker"].list_jobs()
-        print("\n== Jobs (a partition committed while a run goes joins the job waiting for the next run; "
-              "the daily ones wait for 24 hours of their marketplace, or 02:00 local time)")
-        print(render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "REASON"),
-                           [(j.id[:8], names.get(j.schedule_id, j.schedule_id[:8]), jobs_pb2.JobState.Name(j.state),
-                             render.when(j.created_at), render.when(j.updated_at), j.reason or "-") for j in jobs]))
+        report.print_jobs(jobs, names)
         hourly = partitions.ListPartitions(datasets_pb2.ListPartitionsRequest(
             namespace=app.NAMESPACE, dataset=clickstream_datasets.HOURLY_DATASET), timeout=30).partitions
         print(f"\n== {clickstream_datasets.HOURLY_DATASET}: {len(hourly)} partition(s) published by commit sequences")

@@ -71,3 +71,11 @@ def run_lines(runs: Iterable[runs_pb2.Run], jobs: Mapping[str, jobs_pb2.Job],
 
 def _listed(keys: tuple[str, ...]) -> str:
     return f"{len(keys)}: {' '.join(keys)}" if keys else "0"
+
+
+def print_jobs(jobs: Iterable[jobs_pb2.Job], schedule_names: Mapping[str, str]) -> None:
+    print("\n== Jobs (a partition committed while a run goes joins the job waiting for the next run; "
+          "the daily ones wait for 24 hours of their marketplace, or 02:00 local time)")
+    print(render.table(("JOB", "SCHEDULE", "STATE", "CREATED", "UPDATED", "REASON"),
+                       [(j.id[:8], schedule_names.get(j.schedule_id, j.schedule_id[:8]), jobs_pb2.JobState.Name(j.state),
+                         render.when(j.created_at), render.when(j.updated_at), j.reason or "-") for j in jobs]))

@@ -13,7 +13,7 @@ import pytest
 
 from sluice.client import SluiceClient
 from sluice.v1 import notifications_pb2 as npb
-from sluice_services.composition import SERVICES
+from sluice_examples.clickstream.demo_cluster import start_services
 from sluice_services.localserver import LocalServer
 from tests.e2e.conftest import eventually
 from tests.e2e.test_distributed import FINISHED, NAMESPACE, inputs, postgres_url, schedule, wait_until_matcher_observed
@@ -77,17 +77,6 @@ def publish_and_collect(publisher: SluiceClient, runs_client: SluiceClient, data
     assert [npb.RunStatus.Name(r.status) for r in runs] == ["COMPLETED"] * 2, [r.error for r in runs]
     frame = spark.read.parquet(*[o.partition.location for r in runs for o in r.outputs])
     return sorted(tuple(row) for row in frame.drop("p50_latency_ms", "p95_latency_ms").collect())
-
-
-def start_services(stack: contextlib.ExitStack, data_dir, common: list[str], launcher: list[str]) -> dict:
-    """Every service its own process, in the catalogue's order; the launcher told where the datasets service is."""
-    servers: dict[str, LocalServer] = {}
-    for name in SERVICES:
-        extra = []
-        if name == "launcher":
-            extra = [*launcher, *(("--datasets-address", servers["datasets"].address) if "datasets" in servers else ())]
-        servers[name] = stack.enter_context(LocalServer(data_dir, command=("serve", name), args=[*common, *extra]))
-    return servers
 
 
 def test_a_launcher_serving_on_another_address_drives_its_programs_from_there(tmp_path, spark, cluster):
