@@ -7,18 +7,16 @@ import argparse
 import asyncio
 import json
 import sys
-import uuid
 from collections import Counter
 from typing import Any
 
 from sluice.bus.port import Record
-from sluice.bus.topics import DEAD_LETTER
 from sluice.cli import render
-from sluice.eventlog.port import ANY_VERSION, NewEvent, RecordedEvent
+from sluice.eventlog.port import RecordedEvent
 from sluice_services.cli.offline import OperatorError, add_sources, offline, open_bus, open_log
+from sluice_services.sre import dead_letters
+from sluice_services.sre.dead_letters import header as _header, letter_id as _letter_id, letter_json as _letter_json
 
-REPLAYS_STREAM = "dlq-replays"
-"""Each replayed dead letter is recorded here, so a second replay is refused unless forced."""
 DRAIN_IDLE_SECONDS = 2.0
 
 
@@ -188,13 +186,12 @@ def _dlq_replay(settings, args) -> int:
     chosen = [_find(letters, letter_id) for letter_id in args.ids]
     log = open_log(settings)
     try:
-        done = {json.loads(e.data)["id"] for e in log.read_stream(REPLAYS_STREAM)}
+        done = dead_letters.replayed_ids(log)
         again = [_letter_id(r) for r in chosen if _letter_id(r) in done]
         if again and not args.force:
             raise OperatorError(f"already replayed: {', '.join(again)} (--force replays them again)")
         asyncio.run(_republish(settings, chosen))
-        log.append(REPLAYS_STREAM, [NewEvent(str(uuid.uuid4()), "DeadLetterReplayed", json.dumps(
-            {"id": _letter_id(r), "topic": _header(r, "source-topic")}).encode()) for r in chosen], ANY_VERSION)
+        dead_letters.record_replays(log, chosen)
     finally:
         log.close()
     for record in chosen:
@@ -203,50 +200,25 @@ def _dlq_replay(settings, args) -> int:
 
 
 async def _dead_letters(settings) -> list[Record]:
-    """Every record of the dead-letter topic, read under a throwaway group (nothing is committed)."""
     bus = open_bus(settings)
-    consumer = bus.consumer(f"sluice-dlq-{uuid.uuid4().hex[:12]}", [DEAD_LETTER])
-    records: list[Record] = []
     try:
-        idle = 0.0
-        while idle < DRAIN_IDLE_SECONDS:
-            batch = await consumer.poll(timeout=0.5)
-            records += batch
-            idle = 0.0 if batch else idle + 0.5
+        return await dead_letters.drain(bus, DRAIN_IDLE_SECONDS)
     finally:
-        await consumer.close()
         await bus.close()
-    return sorted(records, key=lambda r: (r.partition, r.offset))
 
 
 async def _republish(settings, records: list[Record]) -> None:
     bus = open_bus(settings)
     producer = bus.producer()
     try:
-        for record in records:
-            headers = [(name, value) for name, value in record.headers
-                       if name not in ("reason", "source-topic", "source-partition", "source-offset", "consumer-group")]
-            await producer.send(_header(record, "source-topic"), record.value, key=record.key, headers=headers)
+        await dead_letters.republish(producer, records)
     finally:
         await producer.close()
         await bus.close()
 
 
 def _find(records: list[Record], letter_id: str) -> Record:
-    for record in records:
-        if _letter_id(record) == letter_id:
-            return record
-    raise OperatorError(f"no dead letter {letter_id!r} (see `sluice dlq list`)")
-
-
-def _letter_id(record: Record) -> str:
-    return f"{record.partition}/{record.offset}"
-
-
-def _header(record: Record, name: str) -> str:
-    return next((value.decode("utf-8", errors="replace") for key, value in record.headers if key == name), "")
-
-
-def _letter_json(record: Record) -> dict[str, Any]:
-    return {"id": _letter_id(record), "headers": {k: v.decode("utf-8", errors="replace") for k, v in record.headers},
-            "key": record.key.decode("utf-8", errors="replace") if record.key else None, "value_hex": record.value.hex()}
+    found = dead_letters.find(records, letter_id)
+    if found is None:
+        raise OperatorError(f"no dead letter {letter_id!r} (see `sluice dlq list`)")
+    return found

@@ -1,0 +1,69 @@
+"""The dead-letter topic's records as operators see them: ids, headers, replays. Used offline by
+`sluice dlq` (services/cli/sre.py) and online by the DeadLetters gRPC service (dead_letters_grpc.py)."""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Sequence
+
+from sluice.bus.port import Bus, Producer, Record
+from sluice.bus.topics import DEAD_LETTER
+from sluice.eventlog.port import ANY_VERSION, EventLog, NewEvent
+
+REPLAYS_STREAM = "dlq-replays"
+"""Each replayed dead letter is recorded here, so a second replay is refused unless forced."""
+ADDED_HEADERS = ("reason", "source-topic", "source-partition", "source-offset", "consumer-group")
+"""What the dead-lettering consumer added; a replay publishes the message without them."""
+
+
+def letter_id(record: Record) -> str:
+    return f"{record.partition}/{record.offset}"
+
+
+def header(record: Record, name: str) -> str:
+    return next((value.decode("utf-8", errors="replace") for key, value in record.headers if key == name), "")
+
+
+def headers_text(record: Record) -> dict[str, str]:
+    return {name: value.decode("utf-8", errors="replace") for name, value in record.headers}
+
+
+def letter_json(record: Record) -> dict[str, Any]:
+    return {"id": letter_id(record), "headers": headers_text(record),
+            "key": record.key.decode("utf-8", errors="replace") if record.key else None, "value_hex": record.value.hex()}
+
+
+def find(records: Sequence[Record], wanted: str) -> Record | None:
+    return next((record for record in records if letter_id(record) == wanted), None)
+
+
+async def drain(bus: Bus, idle_seconds: float) -> list[Record]:
+    """Every record of the dead-letter topic, read under a throwaway group (nothing is committed),
+    until none came for `idle_seconds`."""
+    consumer = bus.consumer(f"sluice-dlq-{uuid.uuid4().hex[:12]}", [DEAD_LETTER])
+    records: list[Record] = []
+    try:
+        idle = 0.0
+        while idle < idle_seconds:
+            batch = await consumer.poll(timeout=0.5)
+            records += batch
+            idle = 0.0 if batch else idle + 0.5
+    finally:
+        await consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+def replayed_ids(log: EventLog) -> set[str]:
+    return {json.loads(event.data)["id"] for event in log.read_stream(REPLAYS_STREAM)}
+
+
+async def republish(producer: Producer, records: Sequence[Record]) -> None:
+    """Each record again to its source topic, without the headers dead-lettering added."""
+    for record in records:
+        kept = [(name, value) for name, value in record.headers if name not in ADDED_HEADERS]
+        await producer.send(header(record, "source-topic"), record.value, key=record.key, headers=kept)
+
+
+def record_replays(log: EventLog, records: Sequence[Record]) -> None:
+    log.append(REPLAYS_STREAM, [NewEvent(str(uuid.uuid4()), "DeadLetterReplayed", json.dumps(
+        {"id": letter_id(r), "topic": header(r, "source-topic")}).encode()) for r in records], ANY_VERSION)
