@@ -9,6 +9,7 @@ from typing import Callable
 from google.protobuf import duration_pb2, json_format
 
 from sluice.cli import describe, ids, render
+from sluice.cli.durations import parse_seconds
 from sluice.cli.output import UsageError, pairs, print_many, print_message
 from sluice.client import SluiceClient
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY
@@ -106,6 +107,9 @@ def _options(parser: argparse.ArgumentParser, defaults: dict) -> None:
     add("--waiting-job", choices=("join", "separate"),
         help="what a fire does while an earlier job of this schedule waits for its constraints: join it, so "
              "that one run gets all the notifications (create's default), or wait as a job and run of its own")
+    add("--max-run-time", metavar="DURATION",
+        help="kill a run still going after DURATION (90s, 45m, 2h, 1d; at most 30 days): it ends KILLED "
+             "(create's default: no limit; update: 0 removes the limit)")
     add("--description")
 
 
@@ -143,7 +147,8 @@ def _create(client: SluiceClient, args) -> int:
         misfire_policy=_misfire(args.misfire),
         catch_up=duration_pb2.Duration(seconds=args.catch_up) if args.catch_up is not None else None,
         waiting_job_policy=_waiting_job(args.waiting_job),
-        retry_policy=_retry_policy(args, None), spark_conf=pairs(args.spark_conf or [], "--spark-conf"))
+        retry_policy=_retry_policy(args, None), spark_conf=pairs(args.spark_conf or [], "--spark-conf"),
+        max_run_seconds=_max_run_seconds(args.max_run_time) or 0)
     return _show(args, "created", client.create_schedule(schedule))
 
 
@@ -203,6 +208,8 @@ def _merged(current: schedules_pb2.Schedule, args) -> schedules_pb2.Schedule:
         schedule.catch_up.CopyFrom(duration_pb2.Duration(seconds=args.catch_up))
     if args.waiting_job is not None:
         schedule.waiting_job_policy = _waiting_job(args.waiting_job)
+    if args.max_run_time is not None:
+        schedule.max_run_seconds = _max_run_seconds(args.max_run_time)
     retry = _retry_policy(args, current.retry_policy if current.HasField("retry_policy") else None)
     if retry is not None:
         schedule.retry_policy.CopyFrom(retry)
@@ -249,6 +256,11 @@ def _with_current_trigger(args, current: schedules_pb2.Trigger) -> argparse.Name
         if getattr(args, option) is None:
             setattr(merged, option, known.get(option, CREATE_DEFAULTS.get(option)))
     return merged
+
+
+def _max_run_seconds(text: str | None) -> int | None:
+    """None when not given; the range (1 s to 30 days) is the server's to check, naming the field."""
+    return None if text is None else parse_seconds(text, "--max-run-time")
 
 
 def _timeout_policy(text: str) -> int:

@@ -63,6 +63,8 @@ MAX_FILTER_VALUES = 1_000
 MAX_TRIGGER_LEAVES = 256
 """Triggers in one schedule's AND/OR tree (nesting depth: triggers.validation.MAX_DEPTH)."""
 MAX_CONSTRAINTS = 64
+MAX_RUN_SECONDS = 30 * 86_400
+"""A schedule's run time limit: 1 s to 30 days (0: none); a longer run is better left unlimited."""
 MAX_PAGE_SIZE = 1_000
 
 

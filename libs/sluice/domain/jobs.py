@@ -115,6 +115,8 @@ class Job:
     """The schedule's, when its trigger fired: whether this job may join an earlier one still waiting."""
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     """The schedule's Spark settings, when its trigger fired (the launcher checks them again)."""
+    max_run_seconds: int = 0
+    """The schedule's run time limit, when its trigger fired: the launcher kills a run going longer; 0: none."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))

@@ -275,7 +275,7 @@ def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime) -
               schedule.priority, schedule.constraints, schedule.timeout_seconds, schedule.timeout_policy,
               sequence=pending.sequence, triggered_at=now, retry_policy=schedule.retry_policy,
               waiting_job_policy=schedule.waiting_job_policy,
-              spark_conf=schedule.spark_conf)
+              spark_conf=schedule.spark_conf, max_run_seconds=schedule.max_run_seconds)
     return [JobTriggered(job, now)]
 
 

@@ -61,6 +61,8 @@ class Schedule:
     """What a fire does while an earlier job of the schedule waits for its constraints: join it or not."""
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     """Spark settings of its runs, over the launcher's: resources and tuning only (sluice.domain.spark_conf)."""
+    max_run_seconds: int = 0
+    """A run going longer is killed by the launcher (ends KILLED); 0: no limit."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))
@@ -249,6 +251,8 @@ def validate(schedule: Schedule) -> None:
     bounds.check_seconds("schedule.catch_up", schedule.catch_up_seconds, 1)
     validate_retry_policy(schedule.retry_policy, "schedule.retry_policy")
     check_schedule_spark_conf(schedule.spark_conf, "schedule.spark_conf")
+    if schedule.max_run_seconds != 0:
+        bounds.check_seconds("schedule.max_run_seconds", schedule.max_run_seconds, 1, bounds.MAX_RUN_SECONDS)
 
 
 def _check_properties(properties: Mapping[str, str]) -> None:

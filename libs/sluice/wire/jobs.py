@@ -76,6 +76,7 @@ def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> p
         retry_policy=retry_policy_to_proto(job.retry_policy),
         waiting_job_policy=waiting_job_policy_to_proto(job.waiting_job_policy),
         spark_conf=dict(job.spark_conf),
+        max_run_seconds=job.max_run_seconds,
     )
 
 
@@ -105,6 +106,7 @@ def _job_from_proto(message: pb.Job) -> Job:
         retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy") else DEFAULT_RETRY_POLICY,
         waiting_job_policy=_waiting_job_policy(message.waiting_job_policy),
         spark_conf=dict(message.spark_conf),
+        max_run_seconds=message.max_run_seconds,
     )
 
 

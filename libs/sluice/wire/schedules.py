@@ -57,6 +57,7 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
         retry_policy=retry_policy_to_proto(schedule.retry_policy),
         waiting_job_policy=waiting_job_policy_to_proto(schedule.waiting_job_policy),
         spark_conf=dict(schedule.spark_conf),
+        max_run_seconds=schedule.max_run_seconds,
     )
 
 
@@ -81,6 +82,7 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "sch
         else DEFAULT_RETRY_POLICY,
         waiting_job_policy=waiting_job_policy_from_proto(message.waiting_job_policy),
         spark_conf=dict(message.spark_conf),
+        max_run_seconds=message.max_run_seconds,
     )
     try:
         validate(schedule)
