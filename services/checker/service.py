@@ -37,7 +37,7 @@ from sluice_services.catalogue import CHECKER
 
 TYPES = EventTypes(checking.EVENTS)
 SNAPSHOTS = CHECKER.snapshots
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 """The schema version of this service's snapshots (the queue stream's Loaded[CheckerState]): bump it when
 CheckerState (or anything it holds) changes shape; a snapshot of another version is ignored and the
 log folded instead."""

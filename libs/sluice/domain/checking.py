@@ -25,7 +25,18 @@ from typing import Mapping
 
 import immutables
 
+from sluice.domain import backfills
+from sluice.domain.backfills import (
+    BackfillCancelled,
+    BackfillRequested,
+    CancelBackfill,
+    ManualJobRequested,
+    RequestBook,
+    RunScheduleNow,
+    StartBackfill,
+)
 from sluice.domain.common import Notification, ProgramRef, RunStatus
+from sluice.domain.errors import NotFound
 from sluice.domain.constraints import (
     UNLIMITED,
     AdmissionDecision,
@@ -66,7 +77,7 @@ class ObserveRun:
     at: datetime
 
 
-CheckerCommand = EnqueueJob | ObserveRun | ObserveSchedule | CheckTime
+CheckerCommand = EnqueueJob | ObserveRun | ObserveSchedule | CheckTime | RunScheduleNow | StartBackfill | CancelBackfill
 """What the aggregate's `decide` takes."""
 
 
@@ -142,6 +153,8 @@ class ScheduleTracked:
     enabled: bool
     constraints: tuple[Constraint, ...]
     at: datetime
+    schedule: Schedule | None = None
+    """The whole definition: run-now and backfill jobs are built from it (None in events before it was kept)."""
 
 
 @dataclass(frozen=True)
@@ -158,9 +171,10 @@ class LoadLimited:
 
 
 EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobWithdrawn, RunObserved, ScheduleTracked, ScheduleUntracked,
-          LoadLimited, NotificationsJoined)
+          LoadLimited, NotificationsJoined, ManualJobRequested, BackfillRequested, BackfillCancelled)
 CheckerEvent = (JobQueued | JobDeferred | JobAdmitted | JobWithdrawn | RunObserved | ScheduleTracked
-                | ScheduleUntracked | LoadLimited | NotificationsJoined)
+                | ScheduleUntracked | LoadLimited | NotificationsJoined | ManualJobRequested | BackfillRequested
+                | BackfillCancelled)
 
 
 @dataclass(frozen=True)
@@ -185,6 +199,8 @@ class TrackedSchedule:
     last_sequence: int = 0
     """The highest job sequence queued: a job at or below it is a redelivery."""
     deleted: bool = False
+    schedule: Schedule | None = None
+    """The definition last observed (run now and backfill build jobs from it)."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +222,8 @@ class CheckerState:
     """A load limit counts every program's runs."""
     joinable: Mapping[str, str] = field(default_factory=immutables.Map)
     """Schedule id -> its waiting job that the schedule's next fires join (deferred, `Job.joinable`)."""
+    requested: RequestBook = field(default_factory=RequestBook)
+    """Run-now jobs and backfills (sluice.domain.backfills)."""
 
     def __post_init__(self) -> None:
         for name in ("queue", "queued_by_program", "schedules", "joinable"):
@@ -308,7 +326,43 @@ def _own_events(state: CheckerState, command: CheckerCommand, now: datetime) -> 
             return _observe_schedule(state, schedule_id, schedule, now)
         case CheckTime():
             return []
+        case RunScheduleNow() | StartBackfill() | CancelBackfill():
+            return _requested(state, command, now)
     raise TypeError(f"unknown command {command!r}")
+
+
+def _requested(state: CheckerState, command: RunScheduleNow | StartBackfill | CancelBackfill,
+               now: datetime) -> list[CheckerEvent]:
+    """A person's request (sluice.domain.backfills): nothing when its request id was seen before."""
+    book = state.requested
+    match command:
+        case CancelBackfill(backfill_id):
+            backfill = book.backfills.get(backfill_id)
+            if backfill is None:
+                raise NotFound(f"backfill {backfill_id} not found")
+            if backfill.cancelled_at is not None or backfill.waiting == 0:
+                return []
+            return [BackfillCancelled(backfill_id, now),
+                    *(JobWithdrawn(job_id, backfill.schedule_id, f"backfill {backfill_id} cancelled", now)
+                      for job_id in book.waiting_jobs(backfill_id))]
+        case RunScheduleNow(schedule_id):
+            if book.requested("run", schedule_id, command.request_id) is not None:
+                return []
+            schedule = backfills.require_runnable(schedule_id, _definition(state, schedule_id))
+            job_id = backfills.manual_job_id(schedule_id, command.request_id, book.manual_jobs + 1)
+            return [backfills.decide_run_now(schedule, command, job_id, now)]
+        case StartBackfill(schedule_id):
+            if book.requested("backfill", schedule_id, command.request_id) is not None:
+                return []
+            schedule = backfills.require_runnable(schedule_id, _definition(state, schedule_id))
+            backfill_id = backfills.backfill_id_for(schedule_id, command.request_id, book.count + 1)
+            return [backfills.decide_backfill(schedule, command, backfill_id, now)]
+    raise TypeError(f"unknown command {command!r}")
+
+
+def _definition(state: CheckerState, schedule_id: str) -> Schedule | None:
+    tracked = state.schedules.get(schedule_id)
+    return None if tracked is None or tracked.deleted else tracked.schedule
 
 
 def next_check(state: CheckerState, now: datetime, capacity: Capacity = UNLIMITED) -> AdmissionDecision:
@@ -343,7 +397,7 @@ def _observe_schedule(state: CheckerState, schedule_id: str, schedule: Schedule 
     if tracked is not None and schedule.generation < tracked.generation:
         return []  # an older change delivered late
     change = ScheduleTracked(schedule_id, schedule.program, schedule.generation, schedule.enabled,
-                             schedule.constraints, now)
+                             schedule.constraints, now, schedule)
     if tracked is not None and _tracked(change, tracked) == tracked:
         return []
     withdrawn = _withdraw(state, schedule_id, "schedule updated", now, below=schedule.generation)
@@ -403,17 +457,20 @@ def _job_to_join(state: CheckerState, job: Job, leaving: set[str], deferred_now:
 def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
     match event:
         case JobQueued(job, at):
-            queue = state.queue.set(job.id, QueuedJob(job, job.triggered_at or at))
             tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
             schedules = state.schedules.set(job.schedule_id,
                                             replace(tracked, last_sequence=max(tracked.last_sequence, job.sequence)))
-            # Its program joins the groups it names, tracked schedule or not (a job can arrive first):
-            # its runs count for them from now on, also in a pass that checks only newer jobs.
-            world = join_groups(state.world, job.program, job.constraints)
-            return replace(state, queue=queue, queued_by_program=_indexed(state.queued_by_program, job.program, job.id),
-                           schedules=schedules, world=world,
-                           horizon=max(state.horizon, history_needed(job.constraints)),
-                           watched=_watch(state.watched, job.program, job.constraints))
+            return _queued(replace(state, schedules=schedules), job, at)
+        case ManualJobRequested(job, _, at):
+            return replace(_queued(state, job, at), requested=state.requested.with_manual_job(event))
+        case BackfillRequested():
+            state = replace(state, requested=state.requested.with_backfill(event),
+                            watched=state.watched | {event.template.program})  # its runs' ends are its progress
+            for job in backfills.jobs_of(event):
+                state = _queued(state, job, event.at)
+            return state
+        case BackfillCancelled(backfill_id, at):
+            return replace(state, requested=state.requested.cancelled(backfill_id, at))
         case JobDeferred(job_id):
             queued = state.queue[job_id]
             state = replace(state, queue=state.queue.set(job_id, replace(queued, checked=True)))
@@ -433,17 +490,19 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
         case JobAdmitted(job, at) if job.id not in state.queue:  # admitted on arrival: queued by the same event
             return evolve(evolve(state, JobQueued(job, at)), event)
         case JobAdmitted(job, at):
-            state = _dequeued(state, job.id)
+            state = replace(_dequeued(state, job.id), requested=state.requested.admitted(job.id, run_id_for(job.id)))
             if not state.watches(job.program):
                 return state
             return replace(state, world=state.world.reserve(job.program, run_id_for(job.id), at))
         case JobWithdrawn(job_id):
-            return _dequeued(state, job_id)
+            return replace(_dequeued(state, job_id), requested=state.requested.withdrawn(job_id))
         case RunObserved(program, run_id, status, at):
             world = state.world.observe(program, run_id, status, at)
+            requested = state.requested
             if status.terminal:
                 world = world.forget(at - state.horizon, (program,))
-            return replace(state, world=world)
+                requested = requested.run_ended(run_id, status is RunStatus.COMPLETED)
+            return replace(state, world=world, requested=requested)
         case ScheduleTracked(schedule_id):
             old = state.schedules.get(schedule_id)
             new = _tracked(event, old)
@@ -454,9 +513,19 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             return replace(state, watch_all=True)
         case ScheduleUntracked(schedule_id):
             old = state.schedules[schedule_id]
-            new = replace(old, active=False, groups=frozenset(), deleted=True)
+            new = replace(old, active=False, groups=frozenset(), deleted=True, schedule=None)
             return _regroup(replace(state, schedules=state.schedules.set(schedule_id, new)), old, new)
     raise TypeError(f"unknown event {event!r}")
+
+
+def _queued(state: CheckerState, job: Job, at: datetime) -> CheckerState:
+    queue = state.queue.set(job.id, QueuedJob(job, job.triggered_at or at))
+    # Its program joins the groups it names, tracked schedule or not (a job can arrive first):
+    # its runs count for them from now on, also in a pass that checks only newer jobs.
+    world = join_groups(state.world, job.program, job.constraints)
+    return replace(state, queue=queue, queued_by_program=_indexed(state.queued_by_program, job.program, job.id),
+                   world=world, horizon=max(state.horizon, history_needed(job.constraints)),
+                   watched=_watch(state.watched, job.program, job.constraints))
 
 
 def _dequeued(state: CheckerState, job_id: str) -> CheckerState:
@@ -506,7 +575,7 @@ def _watch(watched: frozenset[ProgramRef], program: ProgramRef, constraints: tup
 def _tracked(change: ScheduleTracked, old: TrackedSchedule | None) -> TrackedSchedule:
     groups = frozenset(c.group for c in change.constraints if isinstance(c, ConcurrencyConstraint) and c.group)
     return TrackedSchedule(change.program, change.generation, change.enabled, groups,
-                           old.last_sequence if old else 0)
+                           old.last_sequence if old else 0, schedule=change.schedule)
 
 
 def _regroup(state: CheckerState, old: TrackedSchedule | None, new: TrackedSchedule) -> CheckerState:

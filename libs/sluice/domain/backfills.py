@@ -1,0 +1,341 @@
+"""Jobs a person asks for rather than a trigger: run a schedule now, or backfill a range of it.
+
+Both become ordinary jobs in the checker's queue (`sluice.domain.checking`), so they wait for the
+schedule's run constraints like any fired job. A backfill is one `BackfillRequested` event that
+carries its whole expansion (one item per job); folding it queues every job, so a restart replays
+the same jobs, never fewer or more. Its progress is kept as counters updated by the checker's own
+events (a job admitted, withdrawn, its run ended).
+
+    decide_run_now(schedule, command, job_id, now)            -> ManualJobRequested
+    expand(schedule, start, end, partitions)                 -> the backfill's items (pure)
+    decide_backfill(schedule, command, backfill_id, now)      -> BackfillRequested
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Mapping
+
+import immutables
+
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
+from sluice.domain.constraints import ConcurrencyConstraint
+from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from sluice.domain.jobs import Job, TriggerContext, WaitingJobPolicy
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import PartitionTrigger, TimeTrigger, leaves, next_fire
+from sluice.domain.triggers.specs import partition_matches, require_aware
+from sluice.ids import derived_id
+
+MAX_BACKFILL_JOBS = 10_000
+"""A backfill of more jobs is refused: each is a queued job in the checker's memory and an item of one event."""
+
+
+# Commands
+@dataclass(frozen=True)
+class RunScheduleNow:
+    """Make one manual job of the schedule, through its constraints (the timing ones skipped when
+    `ignore_constraints`; concurrency always holds)."""
+
+    schedule_id: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """Over the schedule's own properties."""
+    logical_time: datetime | None = None
+    """None: the clock's now."""
+    ignore_constraints: bool = False
+    request_id: str = ""
+    """A client's id for the request: the same id again gives the same job, not a second one."""
+
+
+@dataclass(frozen=True)
+class CandidatePartition:
+    """A partition the datasets service listed for a partition-trigger backfill."""
+
+    partition: PartitionRef
+    committed_at: datetime
+
+
+@dataclass(frozen=True)
+class StartBackfill:
+    """One job per fire time of the schedule's time trigger in [start, end), or, when `partitions` is
+    given (listed by the caller from the datasets service), one job per partition its partition
+    trigger admits."""
+
+    schedule_id: str
+    start: datetime | None
+    end: datetime | None
+    partitions: tuple[CandidatePartition, ...] | None = None
+    request_id: str = ""
+    keys: str = ""
+    """The key ranges the partitions were listed by, as the user gave them (shown, not interpreted)."""
+
+
+@dataclass(frozen=True)
+class CancelBackfill:
+    backfill_id: str
+
+
+# Events
+@dataclass(frozen=True)
+class ManualJobRequested:
+    """A run-now job entered PENDING_CONSTRAINT."""
+
+    job: Job
+    request_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class BackfillItem:
+    job_id: str
+    logical_time: datetime
+    partition: PartitionRef | None = None
+
+
+@dataclass(frozen=True)
+class BackfillRequested:
+    """A backfill and its expansion: every item is a job built from `template` (`jobs_of`)."""
+
+    backfill_id: str
+    template: Job
+    items: tuple[BackfillItem, ...]
+    start: datetime | None
+    end: datetime | None
+    keys: str
+    request_id: str
+    at: datetime
+    dataset: tuple[str, str] | None = None
+    """(namespace, dataset) of the partitions of a partition-trigger backfill."""
+
+
+@dataclass(frozen=True)
+class BackfillCancelled:
+    """The backfill's waiting jobs are withdrawn (JobWithdrawn follows for each); its running runs go on."""
+
+    backfill_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """A backfill's progress: counters the checker's events move (`sluice.domain.checking`)."""
+
+    id: str
+    schedule_id: str
+    start: datetime | None
+    end: datetime | None
+    keys: str
+    requested_at: datetime
+    total: int
+    waiting: int
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    """Of `done`: runs that ended other than COMPLETED."""
+    discarded: int = 0
+    cancelled_at: datetime | None = None
+    request_id: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.waiting == 0 and self.running == 0
+
+
+def manual_job_id(schedule_id: str, request_id: str, counter: int) -> str:
+    if request_id:
+        return derived_id("job", schedule_id, "manual", request_id)
+    return derived_id("job", schedule_id, "manual", str(counter))
+
+
+def backfill_id_for(schedule_id: str, request_id: str, counter: int) -> str:
+    if request_id:
+        return derived_id("backfill", schedule_id, request_id)
+    return derived_id("backfill", schedule_id, str(counter))
+
+
+def require_runnable(schedule_id: str, schedule: Schedule | None) -> Schedule:
+    if schedule is None:
+        raise NotFound(f"schedule {schedule_id} not found")
+    if not schedule.enabled:
+        raise FailedPrecondition(f"schedule {schedule_id} ({schedule.name}) is disabled: enable it to run it")
+    return schedule
+
+
+def decide_run_now(schedule: Schedule, command: RunScheduleNow, job_id: str, now: datetime) -> ManualJobRequested:
+    if command.logical_time is not None:
+        require_aware(command.logical_time)
+    properties = {**schedule.properties, **command.properties}
+    job = _job(schedule, job_id, now, command.logical_time or now, (), properties, sequence=0)
+    if command.ignore_constraints:
+        job = replace(job, constraints=tuple(c for c in job.constraints if isinstance(c, ConcurrencyConstraint)))
+    return ManualJobRequested(job, command.request_id, now)
+
+
+def decide_backfill(schedule: Schedule, command: StartBackfill, backfill_id: str, now: datetime) -> BackfillRequested:
+    dataset = None
+    if command.partitions is None:
+        items = _time_items(schedule, command.start, command.end, backfill_id)
+    else:
+        trigger = partition_trigger_of(schedule)
+        dataset = (trigger.namespace, trigger.dataset)
+        items = _partition_items(trigger, command.partitions, backfill_id)
+    if not items:
+        raise InvalidArgument("--from" if command.partitions is None else "--keys",
+                              f"no {'fire time' if command.partitions is None else 'existing partition'} of "
+                              f"schedule {schedule.name} in the range: nothing to backfill")
+    template = _job(schedule, backfill_id, now, now, (), dict(schedule.properties), sequence=0)
+    return BackfillRequested(backfill_id, template, items, command.start, command.end, command.keys,
+                             command.request_id, now, dataset)
+
+
+def partition_trigger_of(schedule: Schedule) -> PartitionTrigger:
+    """The schedule's one partition trigger, which a partition backfill lists partitions for."""
+    found = [leaf for leaf in leaves(schedule.trigger) if isinstance(leaf, PartitionTrigger)]
+    if len(found) != 1:
+        raise InvalidArgument("--keys", f"schedule {schedule.name} has {len(found)} partition triggers: a "
+                                        "partition backfill needs exactly one")
+    return found[0]
+
+
+def time_triggers_of(schedule: Schedule) -> list[TimeTrigger]:
+    return [leaf for leaf in leaves(schedule.trigger) if isinstance(leaf, TimeTrigger)]
+
+
+def _time_items(schedule: Schedule, start: datetime | None, end: datetime | None,
+                backfill_id: str) -> tuple[BackfillItem, ...]:
+    if start is None or end is None:
+        raise InvalidArgument("--from" if start is None else "--to", "a time backfill needs both --from and --to")
+    require_aware(start)
+    require_aware(end)
+    if end <= start:
+        raise InvalidArgument("--to", f"{end.isoformat()} is not after --from {start.isoformat()}")
+    triggers = time_triggers_of(schedule)
+    if not triggers:
+        raise InvalidArgument("--keys", f"schedule {schedule.name} has no time trigger: backfill its partitions "
+                                        "with --keys")
+    times: set[datetime] = set()
+    for trigger in triggers:
+        fire = next_fire(trigger, start - timedelta(microseconds=1))
+        while fire < end:
+            times.add(fire)
+            if len(times) > MAX_BACKFILL_JOBS:
+                raise InvalidArgument("--to", f"the range holds more than {MAX_BACKFILL_JOBS} fire times of "
+                                              f"schedule {schedule.name}: bring --to closer")
+            fire = next_fire(trigger, fire)
+    return tuple(BackfillItem(derived_id("job", backfill_id, str(index)), at)
+                 for index, at in enumerate(sorted(times), start=1))
+
+
+def _partition_items(trigger: PartitionTrigger, partitions: tuple[CandidatePartition, ...],
+                     backfill_id: str) -> tuple[BackfillItem, ...]:
+    admitted = [p for p in partitions if partition_matches(trigger.filter, p.partition)]
+    if len(admitted) > MAX_BACKFILL_JOBS:
+        raise InvalidArgument("--to", f"the range holds more than {MAX_BACKFILL_JOBS} partitions: narrow --keys "
+                                      "or bring --to closer")
+    admitted.sort(key=lambda p: (p.committed_at, sorted(p.partition.key.items())))
+    return tuple(BackfillItem(derived_id("job", backfill_id, str(index)), p.committed_at, p.partition)
+                 for index, p in enumerate(admitted, start=1))
+
+
+def jobs_of(event: BackfillRequested) -> list[Job]:
+    """The backfill's jobs, in order: each with the logical time (and partition) its item gives."""
+    template = event.template
+    jobs = []
+    for sequence, item in enumerate(event.items, start=1):
+        notifications = ()
+        if item.partition is not None and event.dataset is not None:
+            namespace, dataset = event.dataset
+            notifications = (Notification(derived_id("notification", item.job_id), item.logical_time,
+                                          PartitionCommitted(namespace, dataset, (item.partition,))),)
+        context = replace(template.context, notifications=notifications, logical_time=item.logical_time)
+        jobs.append(replace(template, id=item.job_id, context=context, sequence=sequence))
+    return jobs
+
+
+def _job(schedule: Schedule, job_id: str, now: datetime, logical_time: datetime,
+         notifications: tuple[Notification, ...], properties: Mapping[str, str], sequence: int) -> Job:
+    context = TriggerContext(schedule.id, schedule.name, properties, notifications, logical_time)
+    return Job(job_id, schedule.id, schedule.generation, schedule.program, context, now, schedule.priority,
+               schedule.constraints, schedule.timeout_seconds, schedule.timeout_policy, sequence=sequence,
+               triggered_at=now, retry_policy=schedule.retry_policy,
+               waiting_job_policy=WaitingJobPolicy.SEPARATE, spark_conf=schedule.spark_conf)
+
+
+@dataclass(frozen=True)
+class RequestBook:
+    """What the checker keeps of requested jobs: each backfill's progress, which backfill a queued
+    job or a running run belongs to, and the ids given to request ids (idempotent requests)."""
+
+    backfills: Mapping[str, Backfill] = field(default_factory=immutables.Map)
+    queued: Mapping[str, str] = field(default_factory=immutables.Map)
+    """Job id -> its backfill, while the job waits in the queue."""
+    running: Mapping[str, str] = field(default_factory=immutables.Map)
+    """Run id -> its backfill, from the job's admission to the run's end."""
+    requests: Mapping[str, str] = field(default_factory=immutables.Map)
+    """Request id (per schedule) -> the job or backfill it made."""
+    manual_jobs: int = 0
+    count: int = 0
+    """Backfills requested: numbers the ids of those without a request id."""
+
+    def __post_init__(self) -> None:
+        for name in ("backfills", "queued", "running", "requests"):
+            if not isinstance(getattr(self, name), immutables.Map):
+                object.__setattr__(self, name, immutables.Map(getattr(self, name)))
+
+    def requested(self, kind: str, schedule_id: str, request_id: str) -> str | None:
+        return self.requests.get(f"{kind}/{schedule_id}/{request_id}") if request_id else None
+
+    def with_manual_job(self, event: ManualJobRequested) -> RequestBook:
+        requests = self.requests
+        if event.request_id:
+            requests = requests.set(f"run/{event.job.schedule_id}/{event.request_id}", event.job.id)
+        return replace(self, requests=requests, manual_jobs=self.manual_jobs + 1)
+
+    def with_backfill(self, event: BackfillRequested) -> RequestBook:
+        template = event.template
+        backfill = Backfill(event.backfill_id, template.schedule_id, event.start, event.end, event.keys, event.at,
+                            len(event.items), len(event.items), request_id=event.request_id)
+        queued = self.queued
+        with queued.mutate() as editing:
+            for item in event.items:
+                editing[item.job_id] = event.backfill_id
+            queued = editing.finish()
+        requests = self.requests
+        if event.request_id:
+            requests = requests.set(f"backfill/{template.schedule_id}/{event.request_id}", event.backfill_id)
+        return replace(self, backfills=self.backfills.set(event.backfill_id, backfill), queued=queued,
+                       requests=requests, count=self.count + 1)
+
+    def admitted(self, job_id: str, run_id: str) -> RequestBook:
+        backfill_id = self.queued.get(job_id)
+        if backfill_id is None:
+            return self
+        backfill = self.backfills[backfill_id]
+        return replace(self, queued=self.queued.delete(job_id), running=self.running.set(run_id, backfill_id),
+                       backfills=self.backfills.set(backfill_id, replace(backfill, waiting=backfill.waiting - 1,
+                                                                         running=backfill.running + 1)))
+
+    def withdrawn(self, job_id: str) -> RequestBook:
+        backfill_id = self.queued.get(job_id)
+        if backfill_id is None:
+            return self
+        backfill = self.backfills[backfill_id]
+        return replace(self, queued=self.queued.delete(job_id),
+                       backfills=self.backfills.set(backfill_id, replace(backfill, waiting=backfill.waiting - 1,
+                                                                         discarded=backfill.discarded + 1)))
+
+    def run_ended(self, run_id: str, completed: bool) -> RequestBook:
+        backfill_id = self.running.get(run_id)
+        if backfill_id is None:
+            return self
+        backfill = self.backfills[backfill_id]
+        ended = replace(backfill, running=backfill.running - 1, done=backfill.done + 1,
+                        failed=backfill.failed + (0 if completed else 1))
+        return replace(self, running=self.running.delete(run_id), backfills=self.backfills.set(backfill_id, ended))
+
+    def cancelled(self, backfill_id: str, at: datetime) -> RequestBook:
+        backfill = self.backfills[backfill_id]
+        return replace(self, backfills=self.backfills.set(backfill_id, replace(backfill, cancelled_at=at)))
+
+    def waiting_jobs(self, backfill_id: str) -> list[str]:
+        return [job_id for job_id, owner in self.queued.items() if owner == backfill_id]
