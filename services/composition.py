@@ -59,6 +59,8 @@ from sluice_services.matcher.lookup import ScheduleLookup
 from sluice_services.matcher.service import MatcherService
 from sluice_services.registry import grpc_api as registry_grpc
 from sluice_services.registry.service import RegistryService
+from sluice_services.sre import dead_letters_grpc, event_log_grpc
+from sluice_services.sre.dead_letters_grpc import DeadLetterFollower
 from sluice_services.resolvers import checker_resolvers, datasets_resolvers, launcher_resolvers, registry_resolvers
 
 SERVICES = NAMES
@@ -124,11 +126,17 @@ class Settings:
         return self.data_dir / "data"
 
 
-def registry_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
+def registry_spec(log: EventLog, clock: Clock, producer: Producer, bus: Bus | None = None) -> ServiceSpec:
+    """With `bus`, the registry also serves the SREs' DeadLetters and EventLog APIs."""
     registry = RegistryService(log, clock)
-    return ServiceSpec("registry", route=registry.route, route_prefixes=catalogue.REGISTRY.stream_prefixes,
+    spec = ServiceSpec("registry", route=registry.route, route_prefixes=catalogue.REGISTRY.stream_prefixes,
                        grpc=registry_grpc.bindings(registry, producer), recover=registry.recover,
                        resolvers=registry_resolvers(registry))
+    if bus is not None:
+        follower = DeadLetterFollower(bus)
+        spec.grpc += dead_letters_grpc.bindings(follower, log, producer) + event_log_grpc.bindings(log)
+        spec.background.append(follower.follow)
+    return spec
 
 
 def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
@@ -255,7 +263,7 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
           producer: Producer) -> list[ServiceSpec]:
     in_process = secrets.token_urlsafe(32) if {"datasets", "launcher"} <= set(names) else ""
     factories = {
-        "registry": lambda: registry_spec(log, clock, producer),
+        "registry": lambda: registry_spec(log, clock, producer, bus),
         "matcher": lambda: matcher_spec(log, clock, producer),
         "checker": lambda: checker_spec(log, clock, settings.capacity, settings.jobs_history),
         "datasets": lambda: datasets_spec(log, clock, settings, launcher_token=in_process),

@@ -25,13 +25,15 @@ from sluice.runtime.metrics import Registry
 from sluice.runtime.metrics_http import metrics_app
 from sluice.runtime.permissions import OPEN_ROUTES
 from sluice.v1 import access_pb2, datasets_pb2, jobs_pb2, lineage_pb2, notifications_pb2, runs_pb2, schedules_pb2
+from sluice.v1 import dead_letters_pb2, event_log_pb2
 from sluice_services.lineage import http_api
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = [role.value for role in Role]
-PROTOS = (schedules_pb2, notifications_pb2, jobs_pb2, runs_pb2, datasets_pb2, lineage_pb2, access_pb2)
+PROTOS = (schedules_pb2, notifications_pb2, jobs_pb2, runs_pb2, datasets_pb2, lineage_pb2, access_pb2,
+          dead_letters_pb2, event_log_pb2)
 NS, DATASET = "ns", "d"
 SCHEDULE = {"name": "s", "program": {"namespace": NS, "app": "a", "program": "p"},
             "trigger": {"time": {"cron": "0 * * * *", "zone": "UTC"}}}
@@ -132,6 +134,10 @@ def grpc_requests(schedule_id: str) -> dict[str, dict]:
         "Lineage.RecordEvent": {"event": base64.b64encode(json.dumps(lineage_event()).encode()).decode()},
         "Lineage.GetJob": {"namespace": NS, "name": "x"},
         "Lineage.GetLineage": {"nodeId": f"job:{NS}:x"},
+        "DeadLetters.ListDeadLetters": {},
+        "DeadLetters.ReplayDeadLetter": {"id": "0/999999"},
+        "EventLog.ListStreams": {"prefix": "schedule-"},
+        "EventLog.ReadStream": {"stream": "no-such-stream"},
         "Access.WhoAmI": {},
     }
 

@@ -49,12 +49,13 @@ RESOLVERS = (SCHEDULE, SCHEDULE_JOBS, SCHEDULE_RUNS, RUN, CONSUMER_STATE, COMMIT
 
 ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
     Role.READER: frozenset({"schedules.read", "jobs.read", "runs.read", "datasets.read", "commits.read",
-                            "lineage.read", "metrics.read"}),
+                            "lineage.read", "metrics.read", "deadletters.read"}),
     Role.PRODUCER: frozenset({"datasets.read", "partitions.write", "notifications.publish"}),
     Role.PROGRAM: frozenset({"datasets.read", "partitions.consume"}),
 }
 ROLE_PERMISSIONS[Role.OPERATOR] = ROLE_PERMISSIONS[Role.READER] | {
-    "schedules.write", "apps.deploy", "datasets.write", "partitions.consume", "consumers.write", "lineage.write"}
+    "schedules.write", "apps.deploy", "datasets.write", "partitions.consume", "consumers.write", "lineage.write",
+    "deadletters.replay", "log.read"}
 ROLE_PERMISSIONS[Role.ADMIN] = ROLE_PERMISSIONS[Role.OPERATOR] | ROLE_PERMISSIONS[Role.PRODUCER] | {
     "commits.release", "runs.launch"}
 DATASET_SCOPED = (Role.PRODUCER, Role.PROGRAM)
@@ -224,6 +225,11 @@ GRPC_RULES: dict[str, Rule] = {
     _method("Lineage", "RecordEvent"): Rule("lineage.write", _lineage_event),
     _method("Lineage", "GetJob"): Rule("lineage.read", _ns("namespace")),
     _method("Lineage", "GetLineage"): Rule("lineage.read", _lineage_node),
+    # DeadLetters and EventLog (registry): the bus and the log are every namespace's
+    _method("DeadLetters", "ListDeadLetters"): Rule("deadletters.read", _every),
+    _method("DeadLetters", "ReplayDeadLetter"): Rule("deadletters.replay", _every),
+    _method("EventLog", "ListStreams"): Rule("log.read", _every),
+    _method("EventLog", "ReadStream"): Rule("log.read", _every),
     # Access (every server)
     _method("Access", "WhoAmI"): Rule(None, _nothing),
 }
