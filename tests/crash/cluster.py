@@ -30,11 +30,15 @@ from sluice.runtime.service import ServiceSpec
 from tests.support.faults import Crash, CrashPoint, FaultPlan, FaultyConsumer, FaultyEventLog, FaultyProducer, \
     FaultySubmitter
 from sluice.wire.common import notification_to_proto
-from sluice_services import composition
+from sluice_services import catalogue, composition
+from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.service import LauncherService
 from tests.crash.programs import EveryProgramDeployed, ProgramWorld
+from tests.crash.run_data import CrashingRunData
 
-SERVICES = ("registry", "matcher", "checker", "launcher")
+NOT_CRASHED = ("lineage",)
+"""Lineage only records what the other services did; the oracle judges none of it."""
+SERVICES = tuple(name for name in catalogue.NAMES if name not in NOT_CRASHED)
 MAX_STEPS_PER_INSTANT = 20_000
 LAUNCH_SLOTS = 10_000
 """The launcher's own limit, high: the checker's constraints decide concurrency, and which waiting
@@ -63,7 +67,7 @@ class Cluster:
         self.world = world
         self.plan = plan
         self._rng = random.Random(order_seed)
-        self._work_dir = work_dir
+        self._settings = composition.Settings(data_dir=work_dir)
         self._supervised = supervised_programs
         self.nodes: dict[str, Node] = {}
         self.restarts: list[tuple[str, CrashPoint]] = []
@@ -128,7 +132,7 @@ class Cluster:
         return progress
 
     async def _crashed(self, point: CrashPoint) -> None:
-        name = point.boundary.split(".", 1)[0]
+        name = service_of(point)
         self.restarts.append((name, point))
         await self._discard(name)
         await self._boot(name)
@@ -151,7 +155,10 @@ class Cluster:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _boot(self, name: str) -> None:
-        """Build the node and recover it from the log; a crash while recovering boots it again."""
+        """Build the node and recover it from the log; a crash while recovering boots it again. A
+        crash of another service meanwhile (the datasets service, called by a launch resumed at
+        start) restarts that one once this one is up."""
+        others: list[CrashPoint] = []
         while True:
             fired = len(self.plan.fired)
             node = Node(name)
@@ -160,11 +167,15 @@ class Cluster:
                                                       FaultyProducer(self.bus.producer(), self.plan, name))
             except Crash:
                 pass
-            if len(self.plan.fired) == fired:
+            own = [point for point in self.plan.fired[fired:] if service_of(point) == name]
+            others += [point for point in self.plan.fired[fired:] if service_of(point) != name]
+            if not own:
                 self.nodes[name] = node
-                return
-            self.restarts.append((name, self.plan.fired[fired]))  # e.g. a launch resumed at start crashed
+                break
+            self.restarts.append((name, own[0]))  # e.g. a launch resumed at start crashed
             await self._stop(node)
+        for point in others:
+            await self._crashed(point)
 
     def _member(self, node: Node, subscription: Subscription, producer: FaultyProducer) -> None:
         consumer = FaultyConsumer(self.bus.consumer(subscription.group, list(subscription.handlers)), self.plan,
@@ -223,10 +234,14 @@ class Cluster:
     async def _build_checker(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
         await self._from_spec(node, composition.checker_spec(log, self.clock), log, producer)
 
+    async def _build_datasets(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
+        await self._from_spec(node, composition.datasets_spec(log, self.clock, self._settings), log, producer)
+
     async def _build_launcher(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
-        data_dir = self._work_dir / "data"
+        run_data = CrashingRunData(lambda: self.nodes.get("datasets"), self._settings.partitions_dir)
         launcher = LauncherService(log, self.clock, EveryProgramDeployed(),
-                                   FaultySubmitter(self.world.submitter(self._supervised), self.plan), data_dir, LAUNCH_SLOTS)
+                                   FaultySubmitter(self.world.submitter(self._supervised), self.plan),
+                                   self._settings.partitions_dir, LAUNCH_SLOTS, run_data, program_api=ProgramApi(run_data))
         launcher.recover()
         node.service = launcher
         self._member(node, Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested}), producer)
@@ -248,4 +263,8 @@ class Cluster:
     async def close(self) -> None:
         for name in list(self.nodes):
             await self._discard(name)
+
+
+def service_of(point: CrashPoint) -> str:
+    return point.boundary.split(".", 1)[0]
 
