@@ -1,0 +1,206 @@
+"""The alerts service: keeps each schedule's alert policy, watches its SLA deadlines on the injected clock,
+and delivers webhooks from the log (WebhookDeliveryRequested -> attempts -> WebhookDelivered).
+
+Consumes the schedules topic (names, deletions), the jobs topic (trigger times, for within-N-minutes
+SLAs) and the program-status topic (run ends). Publishes nothing on the bus. One process per log: a
+second one would deliver the same requests too (receivers deduplicate by Idempotency-Key)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from datetime import datetime
+from typing import Callable
+
+from sluice.bus.port import Record
+from sluice.bus.topics import JOBS, PROGRAM_NOTIFICATIONS, SCHEDULES
+from sluice.clock import Clock
+from sluice.domain.alerts import watch
+from sluice.domain.alerts.policy import AlertPolicy, redacted, validate_policy
+from sluice.domain.alerts.watch import (
+    STREAM,
+    AlertsCommand,
+    AlertsState,
+    CheckDeadlines,
+    DeleteAlertPolicy,
+    ObserveJobTriggered,
+    ObserveRunStatus,
+    ObserveScheduleName,
+    RecordAttempt,
+    SetAlertPolicy,
+    WebhookDelivered,
+)
+from sluice.domain.common import ProgramStatusChanged
+from sluice.domain.errors import NotFound
+from sluice.eventlog.codec import EventTypes
+from sluice.eventlog.port import Checkpoint, EventLog, WrongExpectedVersion
+from sluice.runtime.aggregates import AggregateStore, attempt_batch, execute, forget_conflicting
+from sluice.runtime.consumer import BatchHandler
+from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.metrics import Registry
+from sluice.runtime.offsets import ConsumedOffsets
+from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
+from sluice.runtime.unit_of_work import ConsumingUnitOfWork
+from sluice.v1 import jobs_pb2
+from sluice.waiting import wait_set
+from sluice.wire.common import notification_from_bytes, parse_bus_message
+from sluice.wire.jobs import job_from_proto
+from sluice.wire.schedules import parse_schedule_change
+from sluice_services.alerts.webhooks import AiohttpSender, WebhookSender
+
+TYPES = EventTypes(watch.EVENTS)
+log = logging.getLogger(__name__)
+
+
+class AlertsService:
+    def __init__(self, event_log: EventLog, clock: Clock, sender: WebhookSender | None = None,
+                 jitter: Callable[[], float] = random.random) -> None:
+        self._log = event_log
+        self._clock = clock
+        self._sender = sender or AiohttpSender()
+        self._jitter = jitter
+        self._store: AggregateStore[AlertsState] = AggregateStore(event_log, TYPES, watch.evolve, AlertsState())
+        self._offsets = ConsumedOffsets(event_log, "alerts")
+        self._unit_of_work: ConsumingUnitOfWork[AlertsCommand] = ConsumingUnitOfWork(
+            self._offsets, self._decide, self._reload, what=STREAM)
+        self._changed = asyncio.Event()
+        self._deliveries_changed = asyncio.Event()
+        self._outcomes = Registry().counter("sluice_webhook_deliveries", "Webhook delivery attempts, by outcome.",
+                                            ("outcome",))
+
+    def instrument(self, metrics: Registry) -> list:
+        """Counts attempts in the service's registry: delivered, failed (to be retried), abandoned."""
+        self._outcomes = metrics.counter("sluice_webhook_deliveries", "Webhook delivery attempts, by outcome.",
+                                         ("outcome",))
+        return []
+
+    def recover(self) -> None:
+        self._store.forget(STREAM)
+        self._offsets.clear()
+        self._wake()
+
+    @property
+    def state(self) -> AlertsState:
+        return self._store.load(STREAM).state
+
+    # -- policies (gRPC) -----------------------------------------------------------------------
+
+    def set_policy(self, policy: AlertPolicy) -> watch.Watch:
+        self._execute(SetAlertPolicy(validate_policy(policy)))
+        return self.get(policy.schedule_id)
+
+    def get(self, schedule_id: str) -> watch.Watch:
+        found = self.state.watches.get(schedule_id)
+        if found is None:
+            raise NotFound(f"schedule {schedule_id} has no alert policy")
+        return found
+
+    def delete(self, schedule_id: str) -> None:
+        self._execute(DeleteAlertPolicy(schedule_id))
+
+    def namespace_of(self, schedule_id: str) -> str | None:
+        named = self.state.names.get(schedule_id)
+        return named[0] if named else None
+
+    # -- the bus ------------------------------------------------------------------------------
+
+    def handlers(self) -> dict[str, BatchHandler]:
+        return {SCHEDULES: BatchHandler(self.parse_schedule_change, self.apply),
+                JOBS: BatchHandler(self.parse_job_triggered, self.apply),
+                PROGRAM_NOTIFICATIONS: BatchHandler(self.parse_program_status, self.apply)}
+
+    @staticmethod
+    def parse_schedule_change(record: Record) -> ObserveScheduleName:
+        change = parse_schedule_change(record)
+        schedule = change.schedule
+        return ObserveScheduleName(change.schedule_id, schedule.program.namespace if schedule else "",
+                                   schedule.name if schedule else None)
+
+    @staticmethod
+    def parse_job_triggered(record: Record) -> ObserveJobTriggered:
+        message = parse_bus_message(jobs_pb2.JobTriggered, record.value)
+        if not message.job.id or not message.job.schedule_id:
+            raise MalformedMessage("job.id and job.schedule_id are required")
+        job = job_from_proto(message.job)
+        return ObserveJobTriggered(job.schedule_id, job.id, job.triggered_at or job.created_at, job.joinable)
+
+    @staticmethod
+    def parse_program_status(record: Record) -> ObserveRunStatus:
+        notification = notification_from_bytes(record.value)
+        status = notification.payload
+        if not isinstance(status, ProgramStatusChanged):
+            raise MalformedMessage(f"expected a program status notification, got {type(status).__name__}")
+        return ObserveRunStatus(status.schedule_id, status.job_id, status.run_id, status.program.qualified(),
+                                status.status, notification.time)
+
+    async def apply(self, items: list[tuple[Record, AlertsCommand]]) -> None:
+        self._unit_of_work.handle(items)
+
+    # -- deadlines ----------------------------------------------------------------------------
+
+    def fire_due(self) -> int:
+        """Pass the deadlines the clock reached; the SLA misses appended."""
+        due = self.next_deadline_at()
+        if due is None or due > self._clock.now():
+            return 0
+        return sum(isinstance(e, watch.SlaMissed) for e in self._execute(CheckDeadlines()))
+
+    def next_deadline_at(self) -> datetime | None:
+        state = self.state
+        times = [w.next_deadline for w in state.watches.values() if w.next_deadline is not None]
+        times += [job.due_at for w in state.watches.values() for job in w.jobs.values()]
+        return min(times, default=None)
+
+    async def run_timers(self) -> None:
+        await run_timer_loop(self._clock, self.fire_due, self.next_deadline_at, self._changed)
+
+    # -- deliveries ---------------------------------------------------------------------------
+
+    async def deliver_due(self) -> int:
+        """POST every delivery due now, recording each attempt; the deliveries acknowledged."""
+        delivered = 0
+        for delivery in watch.due_deliveries(self.state, self._clock.now()):
+            outcome = await self._sender.post(delivery.url, delivery.body, delivery.id)
+            events = self._execute(RecordAttempt(delivery.id, outcome.delivered, outcome.outcome, self._jitter()))
+            for event in events:
+                kind = type(event).__name__
+                label = {"WebhookDelivered": "delivered", "WebhookAbandoned": "abandoned"}.get(kind, "failed")
+                self._outcomes.labels(label).inc()
+                if not isinstance(event, WebhookDelivered):
+                    log.warning("webhook %s to %s: %s (%s)", delivery.id, redacted(delivery.url), outcome.outcome,
+                                kind)
+            delivered += sum(isinstance(e, WebhookDelivered) for e in events)
+        return delivered
+
+    async def run_deliveries(self) -> None:
+        try:
+            while True:
+                self._deliveries_changed.clear()
+                await self.deliver_due()
+                pending = [d.next_attempt_at or d.requested_at for d in self.state.deliveries.values()]
+                delay = (min(pending) - self._clock.now()).total_seconds() if pending else MAX_TIMER_SLEEP
+                await wait_set(self._deliveries_changed, max(0.0, min(delay, MAX_TIMER_SLEEP)))
+        finally:
+            await self._sender.close()
+
+    # -- the aggregate ------------------------------------------------------------------------
+
+    def _execute(self, command: AlertsCommand) -> list[watch.AlertsEvent]:
+        now = self._clock.now()
+        _, events = execute(self._store, self._log, STREAM, lambda state: watch.decide(state, command, now))
+        self._wake()
+        return events
+
+    def _decide(self, commands: list[AlertsCommand], checkpoints: list[Checkpoint] = ()) -> bool:
+        now = self._clock.now()
+        decided = attempt_batch(self._store, self._log, [STREAM],
+                                lambda _, state: watch.decide_many(state, commands, now), checkpoints=checkpoints)
+        self._wake()
+        return bool(decided)
+
+    def _reload(self, conflict: WrongExpectedVersion) -> None:
+        forget_conflicting(self._store, conflict)
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._deliveries_changed.set()
