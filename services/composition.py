@@ -30,6 +30,8 @@ from sluice.runtime.service import ServiceSpec
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services import catalogue
 from sluice_services.catalogue import NAMES
+from sluice_services.alerts import grpc_api as alerts_grpc
+from sluice_services.alerts.service import AlertsService
 from sluice_services.checker import grpc_api as checker_grpc
 from sluice_services.checker.service import CheckerService
 from sluice_services.datasets import grpc_api as datasets_grpc
@@ -259,6 +261,14 @@ def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -
                        recover=lineage.recover, background=[serve_http] if settings.lineage_port is not None else [])
 
 
+def alerts_spec(log: EventLog, clock: Clock) -> ServiceSpec:
+    """SLA deadlines on the clock (timers), webhook deliveries from the log (its outbox of requests)."""
+    alerts = AlertsService(log, clock)
+    return ServiceSpec("alerts", [Subscription("alerts", alerts.handlers())], grpc=alerts_grpc.bindings(alerts),
+                       recover=alerts.recover, background=[alerts.run_timers, alerts.run_deliveries],
+                       resolvers=alerts_grpc.resolvers(alerts), instrument=alerts.instrument)
+
+
 def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, settings: Settings,
           producer: Producer) -> list[ServiceSpec]:
     in_process = secrets.token_urlsafe(32) if {"datasets", "launcher"} <= set(names) else ""
@@ -269,6 +279,7 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
         "datasets": lambda: datasets_spec(log, clock, settings, launcher_token=in_process),
         "launcher": lambda: launcher_spec(log, clock, settings, datasets_in_process=in_process),
         "lineage": lambda: lineage_spec(log, clock, settings),
+        "alerts": lambda: alerts_spec(log, clock),
     }
     assert factories.keys() == set(catalogue.NAMES)
     return [factories[name]() for name in names]

@@ -25,7 +25,7 @@ from sluice.runtime.metrics import Registry
 from sluice.runtime.metrics_http import metrics_app
 from sluice.runtime.permissions import OPEN_ROUTES
 from sluice.v1 import access_pb2, datasets_pb2, jobs_pb2, lineage_pb2, notifications_pb2, runs_pb2, schedules_pb2
-from sluice.v1 import dead_letters_pb2, event_log_pb2
+from sluice.v1 import alerts_pb2, dead_letters_pb2, event_log_pb2
 from sluice_services.lineage import http_api
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = [role.value for role in Role]
 PROTOS = (schedules_pb2, notifications_pb2, jobs_pb2, runs_pb2, datasets_pb2, lineage_pb2, access_pb2,
-          dead_letters_pb2, event_log_pb2)
+          dead_letters_pb2, event_log_pb2, alerts_pb2)
 NS, DATASET = "ns", "d"
 SCHEDULE = {"name": "s", "program": {"namespace": NS, "app": "a", "program": "p"},
             "trigger": {"time": {"cron": "0 * * * *", "zone": "UTC"}}}
@@ -138,6 +138,11 @@ def grpc_requests(schedule_id: str) -> dict[str, dict]:
         "DeadLetters.ReplayDeadLetter": {"id": "0/999999"},
         "EventLog.ListStreams": {"prefix": "schedule-"},
         "EventLog.ReadStream": {"stream": "no-such-stream"},
+        "Alerts.SetAlertPolicy": {"policy": {"scheduleId": schedule_id, "webhooks": ["https://example.com/hook"]}},
+        "Alerts.GetAlertPolicy": {"scheduleId": schedule_id},
+        "Alerts.ListAlertPolicies": {},
+        "Alerts.DeleteAlertPolicy": {"scheduleId": schedule_id},
+        "Alerts.ListSlaMisses": {"scheduleId": schedule_id},
         "Access.WhoAmI": {},
     }
 

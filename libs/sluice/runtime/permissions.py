@@ -44,7 +44,8 @@ RUN = "run"                            # a run id -> its program's namespace
 CONSUMER_STATE = "consumer_state"      # ConsumeWithState's state -> its dataset
 COMMIT_SEQUENCE = "commit_sequence"    # a commit sequence id -> the datasets it publishes
 LINEAGE_BODY = "lineage_body"          # POST /api/v1/lineage's body -> its job's namespace
-RESOLVERS = (SCHEDULE, SCHEDULE_JOBS, SCHEDULE_RUNS, RUN, CONSUMER_STATE, COMMIT_SEQUENCE, LINEAGE_BODY)
+ALERT_SCHEDULE = "alert_schedule"      # a schedule id -> its namespace as the alerts service saw it
+RESOLVERS = (SCHEDULE, SCHEDULE_JOBS, SCHEDULE_RUNS, RUN, CONSUMER_STATE, COMMIT_SEQUENCE, LINEAGE_BODY, ALERT_SCHEDULE)
 
 
 ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
@@ -230,6 +231,12 @@ GRPC_RULES: dict[str, Rule] = {
     _method("DeadLetters", "ReplayDeadLetter"): Rule("deadletters.replay", _every),
     _method("EventLog", "ListStreams"): Rule("log.read", _every),
     _method("EventLog", "ReadStream"): Rule("log.read", _every),
+    # Alerts (alerts): a policy is part of its schedule's configuration
+    _method("Alerts", "SetAlertPolicy"): Rule("schedules.write", _by(SCHEDULE, ALERT_SCHEDULE, field="policy.schedule_id")),
+    _method("Alerts", "GetAlertPolicy"): Rule("schedules.read", _by(SCHEDULE, ALERT_SCHEDULE, field="schedule_id")),
+    _method("Alerts", "ListAlertPolicies"): Rule("schedules.read", _every),
+    _method("Alerts", "DeleteAlertPolicy"): Rule("schedules.write", _by(SCHEDULE, ALERT_SCHEDULE, field="schedule_id")),
+    _method("Alerts", "ListSlaMisses"): Rule("schedules.read", _by(SCHEDULE, ALERT_SCHEDULE, **_SCHEDULE_ID)),
     # Access (every server)
     _method("Access", "WhoAmI"): Rule(None, _nothing),
 }
