@@ -1,7 +1,9 @@
 """`sluice rebuild PROJECTION`: drop a projection's snapshots and fold it again from the whole log,
 offline, then save fresh snapshots. PROJECTION is `jobs` (the jobs read model), `lineage`, a
-service (`registry`, `matcher`, `checker`, `launcher`: its aggregate stores' snapshots) or
-`snapshots` (every service and the jobs view).
+service (`registry`, `matcher`, `checker`, `launcher`: its aggregate stores' snapshots), `datasets`
+(the datasets and unfinished commit sequences, written by the datasets service's recovery, which
+redoes those sequences as `sluice serve datasets` does at start) or `snapshots` (every service and
+the jobs view).
 
 The configuration is read as the process that hosts the projection reads it (`sluice serve NAME`:
 the checker hosts the jobs view; `sluice standalone` for `snapshots`), or as `--service` says: the
@@ -19,14 +21,14 @@ from typing import TYPE_CHECKING, Any, Callable
 from sluice.cli import render
 from sluice.clock import SystemClock
 from sluice.eventlog.port import EventLog
-from sluice_services.catalogue import SECTIONS, WITH_AGGREGATE_SNAPSHOTS
+from sluice_services.catalogue import DATASETS, SECTIONS, WITH_AGGREGATE_SNAPSHOTS
 from sluice_services.cli.offline import add_sources, offline, open_log
 
 if TYPE_CHECKING:
     from sluice_services.composition import Settings
 
 SERVICES = WITH_AGGREGATE_SNAPSHOTS
-PROJECTIONS = ("jobs", "lineage", *SERVICES, "snapshots")
+PROJECTIONS = ("jobs", "lineage", *SERVICES, DATASETS.name, "snapshots")
 HOSTS = {"jobs": "checker", "snapshots": "standalone"}
 """The process whose configuration a projection is rebuilt with, where it is not the projection's own name."""
 
@@ -65,7 +67,7 @@ def _rebuild(settings, args) -> int:
     settings = load_settings(args, args.service or HOSTS.get(args.projection, args.projection))
     log = open_log(settings)
     try:
-        names = [*SERVICES, "jobs"] if args.projection == "snapshots" else [args.projection]
+        names = [*SERVICES, DATASETS.name, "jobs"] if args.projection == "snapshots" else [args.projection]
         results = [rebuild(name, log, settings) for name in names]
     finally:
         log.close()
@@ -103,6 +105,8 @@ def rebuild(projection: str, log: EventLog, settings: "Settings | None" = None) 
         lineage = LineageService(log, SystemClock())
         lineage.rebuild()
         return Rebuilt("lineage", (LINEAGE_SNAPSHOT,), position, len(lineage.state.runs), time.perf_counter() - started)
+    if projection == DATASETS.name:
+        return _rebuild_datasets(log, settings, position, started)
     service, names, entities = _service(projection, log, settings)
     for name in names:
         delete_map_snapshot(log, name)
@@ -113,6 +117,19 @@ def rebuild(projection: str, log: EventLog, settings: "Settings | None" = None) 
             value.snapshot()
     written = tuple(name for name in names if log.read_snapshot(name) is not None)
     return Rebuilt(projection, written, position, count, time.perf_counter() - started)
+
+
+def _rebuild_datasets(log: EventLog, settings: "Settings", position: int, started: float) -> Rebuilt:
+    from sluice.datasets.files import LocalFiles
+    from sluice_services.datasets.service import DatasetsService
+
+    for name in DATASETS.snapshots:
+        log.delete_snapshot(name)
+    # the files the server's recovery may move: staged outputs below the runs dir, into the partitions dir
+    datasets = DatasetsService(log, SystemClock(), files=LocalFiles(settings.partitions_dir, settings.data_dir / "runs"))
+    datasets.recover(save_snapshot=True)
+    written = tuple(name for name in DATASETS.snapshots if log.read_snapshot(name) is not None)
+    return Rebuilt(DATASETS.name, written, position, len(datasets.datasets.list()), time.perf_counter() - started)
 
 
 def _service(name: str, log: EventLog, settings: "Settings") -> tuple[Any, tuple[str, ...], Callable[[Any], int]]:

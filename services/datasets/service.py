@@ -70,10 +70,11 @@ class DatasetsService:
             return None
         return self._access.load(stream).state
 
-    def recover(self) -> None:
+    def recover(self, *, save_snapshot: bool = False) -> None:
         """Learn every dataset, then redo unfinished commit sequences (quarantining the ones that keep
         failing) before the launcher takes new work. Starts from the snapshot of the datasets and the
-        sequences left unfinished at a position, and saves a new one after a long read."""
+        sequences left unfinished at a position, and saves a new one after a long read (or always:
+        `save_snapshot`, for `sluice rebuild datasets`)."""
         store = Snapshots(self.log, SNAPSHOTS[0],
                           Schema(tuple[tuple[DatasetCreated, ...], tuple[str, ...]], SNAPSHOT_VERSION))
         after, created, sequence_ids = 0, [], []
@@ -92,7 +93,7 @@ class DatasetsService:
                     sequence_ids.append(recorded.stream.removeprefix(COMMIT_PREFIX))
             after = records[-1].position
         unfinished = self.commits.recover(sequence_ids)
-        if read >= snapshots.SNAPSHOT_EVERY:
+        if read >= snapshots.SNAPSHOT_EVERY or save_snapshot:
             store.save(after, (tuple(created), tuple(p.sequence.id for p in unfinished)))
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:

@@ -12,12 +12,15 @@ import pytest
 
 from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef
+from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.snapshots import Snapshot
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.readmodels.jobs import JobsView
+from sluice_services.catalogue import DATASETS
 from sluice_services.checker.service import CheckerService
+from sluice_services.datasets.service import DatasetsService
 from sluice_services.matcher.service import MatcherService
 from tests.scenarios.conftest import T0
 from tests.support.simulated import SimulatedScheduler
@@ -68,7 +71,7 @@ def test_rebuild_snapshots_rebuilds_every_service_as_a_table(data_dir: Path) -> 
     header, *rows = result.stdout.splitlines()
     assert header.split()[:4] == ["PROJECTION", "POSITION", "ENTITIES", "SECONDS"]
     by_name = {row.split()[0]: row.split() for row in rows if row.strip() and not set(row.strip()) <= {"-", " "}}
-    assert set(by_name) >= {"registry", "matcher", "checker", "launcher", "jobs"}
+    assert set(by_name) >= {"registry", "matcher", "checker", "launcher", "datasets", "jobs"}
     assert by_name["matcher"][2] == "4" and by_name["jobs"][2] == "12"
     log = SqliteEventLog(data_dir / "events.db")
     try:
@@ -91,6 +94,30 @@ def test_rebuild_lineage_and_one_service(data_dir: Path) -> None:
     assert json.loads(matcher.stdout)[0] | {"seconds": 0} == {
         "projection": "matcher", "snapshots": ["matcher"], "position": json.loads(matcher.stdout)[0]["position"],
         "entities": 4, "seconds": 0}
+
+
+def test_rebuild_datasets_writes_the_snapshot_the_datasets_service_recovers_from(tmp_path: Path) -> None:
+    log = SqliteEventLog(tmp_path / "events.db", clock=SimulatedClock(T0))
+    plane = DatasetsService(log, SimulatedClock(T0))
+    for name in ("clicks", "views"):
+        plane.datasets.create(DatasetSpec("web", name, (KeySpec("hour", KeyType.INT),), str(tmp_path / name)))
+    plane.datasets.add("web", "clicks", [Partition({"hour": "1"}, str(tmp_path / "clicks" / "hour=1"))])
+    (snapshot_name,) = DATASETS.snapshots
+    log.save_snapshot(Snapshot(snapshot_name, 1, "stale", b"stale"))
+    log.close()
+    result = sluice("--json", "rebuild", "datasets", "--data-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(result.stdout)
+    assert report["projection"] == "datasets" and report["entities"] == 2 and report["snapshots"] == [snapshot_name]
+    log = SqliteEventLog(tmp_path / "events.db")
+    try:
+        snapshot = log.read_snapshot(snapshot_name)
+        assert snapshot.schema != "stale" and snapshot.position == log.head_position() == report["position"]
+        recovered = DatasetsService(log, SimulatedClock(T0))
+        recovered.recover()
+        assert sorted(spec.name for spec in recovered.datasets.list()) == ["clicks", "views"]
+    finally:
+        log.close()
 
 
 def test_unknown_projection_is_one_line_and_exit_2(data_dir: Path) -> None:
