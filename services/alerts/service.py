@@ -172,6 +172,9 @@ class AlertsService:
             delivered += sum(isinstance(e, WebhookDelivered) for e in events)
         return delivered
 
+    async def close(self) -> None:
+        await self._sender.close()
+
     async def run_deliveries(self) -> None:
         try:
             while True:
@@ -181,7 +184,7 @@ class AlertsService:
                 delay = (min(pending) - self._clock.now()).total_seconds() if pending else MAX_TIMER_SLEEP
                 await wait_set(self._deliveries_changed, max(0.0, min(delay, MAX_TIMER_SLEEP)))
         finally:
-            await self._sender.close()
+            await self.close()
 
     # -- the aggregate ------------------------------------------------------------------------
 
