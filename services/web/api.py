@@ -5,25 +5,22 @@ on the one server) and `sluice serve web` (each API on its own service's address
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
-
-import grpc
-from google.protobuf import descriptor_pool, message_factory
+from typing import Any, Iterator, Mapping
 
 from sluice.client import SluiceClient
 from sluice.runtime.access import ANY_NAMESPACE, Role
 from sluice.runtime.permissions import ROLE_PERMISSIONS
-from sluice.v1 import access_pb2, access_pb2_grpc, datasets_pb2_grpc
+from sluice.v1 import (
+    access_pb2,
+    access_pb2_grpc,
+    alerts_pb2_grpc,
+    datasets_pb2_grpc,
+    dead_letters_pb2_grpc,
+    event_log_pb2_grpc,
+)
 from sluice_services.web.options import APIS
 
 TIMEOUT = 10.0
-
-OPTIONAL_ACTIONS = {
-    # action -> (gRPC service, candidate method names): shown only when the server's API has one.
-    "run_now": ("sluice.v1.ScheduleRegistry", ("RunNow", "RunSchedule", "TriggerSchedule")),
-    "cancel_run": ("sluice.v1.Runs", ("CancelRun", "KillRun")),
-    "replay_dead_letter": ("sluice.v1.DeadLetters", ("ReplayDeadLetter", "Replay")),
-}
 
 
 @dataclass(frozen=True)
@@ -64,13 +61,14 @@ class ConsoleApi:
         self._stubs = {
             "ScheduleRegistry": registry.schedules,
             "Access": access_pb2_grpc.AccessStub(registry.channel),
+            "DeadLetters": dead_letters_pb2_grpc.DeadLettersStub(registry.channel),
+            "EventLog": event_log_pb2_grpc.EventLogStub(registry.channel),
             "Jobs": checker.jobs,
             "Runs": launcher.runs,
             "Partitions": datasets_pb2_grpc.PartitionsStub(clients[addresses["datasets"]].channel),
             "Lineage": lineage.lineage,
+            "Alerts": alerts_pb2_grpc.AlertsStub(clients[addresses["alerts"]].channel),
         }
-        self._channels = {"sluice.v1.ScheduleRegistry": registry.channel, "sluice.v1.Runs": launcher.channel,
-                          "sluice.v1.DeadLetters": launcher.channel}
 
     def close(self) -> None:
         for client in self._clients.values():
@@ -84,31 +82,10 @@ class ConsoleApi:
         answer = self.call(token, "Access", "WhoAmI", access_pb2.WhoAmIRequest())
         return Identity(answer.principal, answer.authorization, tuple(answer.grants))
 
-    def optional_method(self, action: str) -> str | None:
-        """The full method name serving `action` when the wire contract has one, else None."""
-        service_name, candidates = OPTIONAL_ACTIONS[action]
-        try:
-            service = descriptor_pool.Default().FindServiceByName(service_name)
-        except KeyError:
-            return None
-        for name in candidates:
-            if name in service.methods_by_name:
-                return f"/{service_name}/{name}"
-        return None
-
-    def call_optional(self, token: str, action: str, ids: Mapping[str, str]) -> Any:
-        """Call the method serving `action` with a request whose fields `ids` sets (e.g. {"id": run_id})."""
-        path = self.optional_method(action)
-        if path is None:
-            raise LookupError(action)
-        service_name, _, method_name = path[1:].partition("/")
-        method = descriptor_pool.Default().FindServiceByName(service_name).methods_by_name[method_name]
-        request = message_factory.GetMessageClass(method.input_type)(**ids)
-        response_class = message_factory.GetMessageClass(method.output_type)
-        callable_ = self._channels[service_name].unary_unary(
-            path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=response_class.FromString)
+    def stream(self, token: str, service: str, method: str, request: Any) -> Iterator[Any]:
+        """A server-streaming call's messages (the caller stops reading when it has enough)."""
         metadata = (("authorization", f"Bearer {token}"),) if token else None
-        return callable_(request, timeout=TIMEOUT, metadata=metadata)
+        return getattr(self._stubs[service], method)(request, timeout=TIMEOUT, metadata=metadata)
 
 
 class NotConnected(Exception):

@@ -18,8 +18,8 @@ import grpc
 import jinja2
 from aiohttp import web
 
-from sluice.v1 import datasets_pb2, schedules_pb2
 from sluice_services.web import pages
+from sluice_services.web.actions import ACTIONS, Action, permission_of
 from sluice_services.web.api import ConsoleApi, Identity, NotConnected
 
 HERE = Path(__file__).resolve().parent
@@ -32,16 +32,6 @@ HTTP_STATUS = {grpc.StatusCode.PERMISSION_DENIED: 403, grpc.StatusCode.NOT_FOUND
                grpc.StatusCode.UNAVAILABLE: 503, grpc.StatusCode.DEADLINE_EXCEEDED: 504}
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
-ACTIONS = {
-    # name -> (title, verb, permission, gRPC call building its request from the form's id)
-    "enable": ("Enable schedule", "Enable", "schedules.write",
-               ("ScheduleRegistry", "EnableSchedule", lambda i: schedules_pb2.EnableScheduleRequest(id=i))),
-    "disable": ("Disable schedule", "Disable", "schedules.write",
-                ("ScheduleRegistry", "DisableSchedule", lambda i: schedules_pb2.DisableScheduleRequest(id=i))),
-    "release": ("Release quarantined commit sequence", "Release", "commits.release",
-                ("Partitions", "ReleaseCommitSequence", lambda i: datasets_pb2.ReleaseCommitSequenceRequest(id=i))),
-}
-OPTIONAL = {"run-now": "run_now", "cancel": "cancel_run", "replay": "replay_dead_letter"}
 
 
 def build_app(api: ConsoleApi, *, secure_cookie: bool = False) -> web.Application:
@@ -50,6 +40,7 @@ def build_app(api: ConsoleApi, *, secure_cookie: bool = False) -> web.Applicatio
     app[SECRET_KEY] = secrets.token_bytes(32)
     app[TEMPLATES_KEY] = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                             autoescape=True, undefined=jinja2.StrictUndefined)
+    app[TEMPLATES_KEY].globals["permission"] = lambda name: permission_of(ACTIONS[name])
     app["secure_cookie"] = secure_cookie
     app.add_routes([
         web.get("/", lambda request: _redirect("/schedules")),
@@ -62,9 +53,14 @@ def build_app(api: ConsoleApi, *, secure_cookie: bool = False) -> web.Applicatio
         web.get("/datasets", _page("datasets.html", pages.datasets)),
         web.get("/datasets/{namespace}/{name}", _dataset),
         web.get("/lineage", _page("lineage.html", pages.lineage)),
-        web.get("/dead-letters", _dead_letters),
-        web.get("/confirm/{action}/{id}", _confirm),
-        web.post("/actions/{action}/{id}", _act),
+        web.get("/runs/{id}/log", _run_log),
+        web.get("/dead-letters", _page("dead_letters.html", pages.dead_letters)),
+        web.get("/events", _page("events.html", pages.streams)),
+        web.get("/sla-misses", _page("sla_misses.html", pages.sla_misses)),
+        web.get("/backfills", _page("backfills.html", pages.backfills)),
+        web.get("/events/{stream}", _stream),
+        web.get("/confirm/{action}/{id:.+}", _confirm),
+        web.post("/actions/{action}/{id:.+}", _act),
         web.static("/static", HERE / "static"),
     ])
     return app
@@ -129,10 +125,19 @@ async def _dataset(request: web.Request) -> web.Response:
     return _render(request, "dataset.html", me=me, **context)
 
 
-async def _dead_letters(request: web.Request) -> web.Response:
+async def _run_log(request: web.Request) -> web.Response:
+    """The log after `from` (htmx polls this fragment to follow a run going)."""
+    await _identity(request)
+    context = await asyncio.to_thread(pages.run_log, request.app[API_KEY], _token(request), request.match_info["id"],
+                                      dict(request.query))
+    return _render(request, "run_log.html", log=context)
+
+
+async def _stream(request: web.Request) -> web.Response:
     me = await _identity(request)
-    return _render(request, "dead_letters.html", me=me,
-                   replay=request.app[API_KEY].optional_method("replay_dead_letter") is not None)
+    context = await asyncio.to_thread(pages.stream, request.app[API_KEY], _token(request),
+                                      request.match_info["stream"], dict(request.query))
+    return _render(request, "stream.html", me=me, **context)
 
 
 async def _login_form(request: web.Request) -> web.Response:
@@ -172,30 +177,25 @@ async def _check_csrf(request: web.Request) -> Any:
 
 async def _confirm(request: web.Request) -> web.Response:
     me = await _identity(request)
-    action, target = request.match_info["action"], request.match_info["id"]
-    if action in ACTIONS:
-        title, verb, permission, _ = ACTIONS[action]
-    elif action in OPTIONAL and request.app[API_KEY].optional_method(OPTIONAL[action]):
-        title, verb, permission = action.replace("-", " ").capitalize(), action.replace("-", " ").capitalize(), ""
-    else:
-        raise web.HTTPNotFound(text=f"404: no action {action!r} (its gRPC method does not exist)")
-    return _render(request, "confirm.html", me=me, title=title, verb=verb, permission=permission, action=action,
-                   target=target, back=_local(request.query.get("back", "")))
+    action, target = _action(request.match_info["action"]), request.match_info["id"]
+    return _render(request, "confirm.html", me=me, title=action.title, verb=action.verb,
+                   permission=permission_of(action), action=request.match_info["action"], target=target,
+                   back=_local(request.query.get("back", "")))
 
 
 async def _act(request: web.Request) -> web.Response:
     form = await _check_csrf(request)
     await _identity(request)
-    action, target = request.match_info["action"], request.match_info["id"]
-    api, token = request.app[API_KEY], _token(request)
-    if action in ACTIONS:
-        service, method, build = ACTIONS[action][3]
-        await asyncio.to_thread(api.call, token, service, method, build(target))
-    elif action in OPTIONAL and api.optional_method(OPTIONAL[action]):
-        await asyncio.to_thread(api.call_optional, token, OPTIONAL[action], {"id": target})
-    else:
-        raise web.HTTPNotFound(text=f"404: no action {action!r}")
+    action, target = _action(request.match_info["action"]), request.match_info["id"]
+    await asyncio.to_thread(request.app[API_KEY].call, _token(request), action.service, action.method,
+                            action.request(target))
     raise web.HTTPSeeOther(_local(str(form.get("back", ""))))
+
+
+def _action(name: str) -> Action:
+    if name not in ACTIONS:
+        raise web.HTTPNotFound(text=f"404: no action {name!r}")
+    return ACTIONS[name]
 
 
 def _local(path: str) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-APIS = ("registry", "checker", "datasets", "launcher", "lineage")
-"""Where each API lives: registry (ScheduleRegistry, Access), checker (Jobs), datasets (Partitions),
-launcher (Runs), lineage (Lineage)."""
-WHAT = {"registry": "ScheduleRegistry and Access", "checker": "Jobs", "datasets": "Partitions", "launcher": "Runs",
-        "lineage": "Lineage"}
+APIS = ("registry", "checker", "datasets", "launcher", "lineage", "alerts")
+"""Where each API lives: registry (ScheduleRegistry, Access, DeadLetters, EventLog), checker (Jobs),
+datasets (Partitions), launcher (Runs), lineage (Lineage), alerts (Alerts)."""
+WHAT = {"registry": "ScheduleRegistry, Access, DeadLetters and EventLog", "checker": "Jobs", "datasets": "Partitions",
+        "launcher": "Runs", "lineage": "Lineage", "alerts": "Alerts"}
 
 
 def add_web_options(parser: argparse.ArgumentParser) -> None:

@@ -9,8 +9,19 @@ from typing import Any, Callable, Mapping
 
 import grpc
 
-from sluice.v1 import datasets_pb2, jobs_pb2, lineage_pb2, runs_pb2, schedules_pb2
+from sluice.runtime.access import ANY_NAMESPACE
+from sluice.v1 import (
+    alerts_pb2,
+    datasets_pb2,
+    dead_letters_pb2,
+    event_log_pb2,
+    jobs_pb2,
+    lineage_pb2,
+    runs_pb2,
+    schedules_pb2,
+)
 from sluice_services.web import present
+from sluice_services.web.actions import allowed
 from sluice_services.web.api import ConsoleApi, Identity
 
 DEFAULT_PAGE_SIZE = 50
@@ -55,9 +66,9 @@ def schedules(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str
     now = datetime.now(timezone.utc)
     rows = [{"schedule": s, "program": present.program_name(s.program), "trigger": present.trigger_words(s.trigger),
              "next_fire": present.next_fire_text(s, now),
-             "may_write": me.may("schedules.write", s.program.namespace)} for s in found]
-    return {"rows": rows, "next_token": next_token, "q": q, "namespace": namespace,
-            "run_now": api.optional_method("run_now") is not None}
+             "may_write": allowed(me, "enable", s.program.namespace),
+             "may_run": allowed(me, "run-now", s.program.namespace)} for s in found]
+    return {"rows": rows, "next_token": next_token, "q": q, "namespace": namespace}
 
 
 def last_runs(api: ConsoleApi, token: str, schedule_id: str, count: int = 3) -> dict[str, Any]:
@@ -127,10 +138,67 @@ def run(api: ConsoleApi, token: str, me: Identity, run_id: str) -> dict[str, Any
                        "records": o.partition.record_count} for o in found.outputs]
     row["attempts"] = [{"number": a.number, "status": present.status_name(a.status), "started": present.when(a.started_at),
                         "ended": present.when(a.ended_at), "error": a.error} for a in found.attempts]
-    going = not found.ended_at.seconds
-    row["may_cancel"] = going and api.optional_method("cancel_run") is not None and me.may(
-        "schedules.write", found.program.namespace)
+    row["going"] = not found.ended_at.seconds
+    row["may_cancel"] = allowed(me, "cancel", found.program.namespace)
+    row["log"] = run_log(api, token, run_id, {})
     return row
+
+
+LOG_TAIL_BYTES = 64 * 1024
+"""The most of a run's log one page (or one poll of it) shows: the end of it."""
+
+
+def run_log(api: ConsoleApi, token: str, run_id: str, query: Mapping[str, str]) -> dict[str, Any]:
+    """The current attempt's log from offset `from` to its end as of now (StreamRunLog without
+    follow), keeping its last LOG_TAIL_BYTES; the offset to go on from, and whether the run is going."""
+    try:
+        start = max(0, int(query.get("from") or 0))
+    except ValueError:
+        start = 0
+    found = api.call(token, "Runs", "GetRun", runs_pb2.GetRunRequest(id=run_id))
+    text, end, note = b"", start, ""
+    try:
+        for chunk in api.stream(token, "Runs", "StreamRunLog", runs_pb2.StreamRunLogRequest(
+                id=run_id, from_offset=start)):
+            text = (text + chunk.data)[-LOG_TAIL_BYTES:]
+            end = chunk.offset + len(chunk.data)
+    except grpc.RpcError as error:
+        if error.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
+                                grpc.StatusCode.FAILED_PRECONDITION):
+            raise
+        note = error.details() or ""
+    cut = end - start > len(text)
+    return {"run_id": run_id, "text": text.decode("utf-8", errors="replace"), "next": end, "cut": cut,
+            "going": not found.ended_at.seconds, "note": note, "first": start == 0}
+
+
+def dead_letters(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) -> dict[str, Any]:
+    topic, reason = query.get("topic", "").strip(), query.get("q", "").strip()
+    answer = api.call(token, "DeadLetters", "ListDeadLetters", dead_letters_pb2.ListDeadLettersRequest(
+        topic=topic, reason=reason, page_size=page_size(query), page_token=query.get("page_token", "")))
+    rows = [{"letter": letter, "value": present.bytes_text(letter.value), "key": present.bytes_text(letter.key)}
+            for letter in answer.dead_letters]
+    return {"rows": rows, "next_token": answer.next_page_token, "q": reason, "topic": topic,
+            "may_replay": allowed(me, "replay", ANY_NAMESPACE)}
+
+
+def streams(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) -> dict[str, Any]:
+    prefix = query.get("q", "").strip()
+    answer = api.call(token, "EventLog", "ListStreams", event_log_pb2.ListStreamsRequest(
+        prefix=prefix, page_size=page_size(query), page_token=query.get("page_token", "")))
+    return {"rows": list(answer.streams), "next_token": answer.next_page_token, "q": prefix}
+
+
+def stream(api: ConsoleApi, token: str, name: str, query: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        start = max(0, int(query.get("from") or 0))
+    except ValueError:
+        start = 0
+    answer = api.call(token, "EventLog", "ReadStream", event_log_pb2.ReadStreamRequest(
+        stream=name, from_version=start, page_size=page_size(query)))
+    rows = [{"event": e, "recorded": present.when(e.recorded_at), "data": present.bytes_text(e.data),
+             "metadata": ", ".join(f"{k}={v}" for k, v in sorted(e.metadata.items()))} for e in answer.events]
+    return {"name": name, "rows": rows, "next_version": answer.next_version, "start": start}
 
 
 def datasets(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) -> dict[str, Any]:
@@ -215,3 +283,29 @@ def lineage(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str])
             note = error.details()
     return {"jobs": found, "next_token": next_token, "q": q, "namespace": namespace, "node": node, "graph": graph,
             "note": note, "box": {"w": present.NODE_WIDTH, "h": present.NODE_HEIGHT}}
+
+
+def sla_misses(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) -> dict[str, Any]:
+    schedule_id = query.get("schedule", "").strip()
+    answer = api.call(token, "Alerts", "ListSlaMisses", alerts_pb2.ListSlaMissesRequest(
+        schedule_id=schedule_id, page_size=page_size(query), page_token=query.get("page_token", "")))
+    rows = [{"miss": m, "deadline": present.when(m.deadline), "recorded": present.when(m.recorded_at)}
+            for m in answer.misses]
+    return {"rows": rows, "next_token": answer.next_page_token, "schedule": schedule_id}
+
+
+def backfills(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) -> dict[str, Any]:
+    """Every backfill (ListBackfills answers them all, oldest first: the console pages them, newest first)."""
+    schedule_id = query.get("schedule", "").strip()
+    answer = api.call(token, "Jobs", "ListBackfills", jobs_pb2.ListBackfillsRequest(schedule_id=schedule_id))
+    newest_first = list(reversed(answer.backfills))
+    size = page_size(query)
+    try:
+        start = max(0, int(query.get("page_token") or 0))
+    except ValueError:
+        start = 0
+    rows = [{"backfill": b, "range": f"{present.when(b.start) or '…'} to {present.when(b.end) or '…'}",
+             "requested": present.when(b.requested_at), "cancelled": present.when(b.cancelled_at)}
+            for b in newest_first[start:start + size]]
+    return {"rows": rows, "next_token": str(start + size) if start + size < len(newest_first) else "",
+            "schedule": schedule_id}

@@ -59,6 +59,18 @@ def key_text(key: Iterable[notifications_pb2.KeyValue]) -> str:
     return ", ".join(f"{kv.name}={kv.value}" for kv in key)
 
 
+BYTES_SHOWN = 2000
+
+
+def bytes_text(data: bytes) -> str:
+    """Bytes as UTF-8 text where they are (JSON events, messages), else hex; cut at BYTES_SHOWN characters."""
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        text = "0x" + bytes(data).hex()
+    return text if len(text) <= BYTES_SHOWN else text[:BYTES_SHOWN - 1] + "…"
+
+
 def _filter_text(filter_) -> str:
     if not filter_:
         return ""
