@@ -5,6 +5,7 @@ import asyncio
 import logging
 import secrets
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from sluice.bus.port import Bus, Producer
@@ -42,6 +43,7 @@ from sluice_services.launcher import grpc_api as launcher_grpc
 from sluice_services.launcher import service as launcher_service
 from sluice_services.launcher.lease import DEFAULT_LEASE_SECONDS, LeaseKeeper, LeaseTerms, launcher_home
 from sluice_services.launcher.program_api import ProgramApi
+from sluice_services.launcher.run_control import DEFAULT_RUN_DIR_RETENTION
 from sluice_services.launcher.run_data import RunData
 from sluice_services.launcher.run_data_grpc import GrpcRunData
 from sluice_services.launcher.programs import (
@@ -111,6 +113,8 @@ class Settings:
     run_credential_secret: str = field(default="", repr=False)
     """The key the datasets service signs run credentials with; empty: data_dir's run-credentials.key
     (made once, 0600). Datasets services that do not share a data dir must share this."""
+    run_dir_retention: timedelta = DEFAULT_RUN_DIR_RETENTION
+    """The launcher: how long an ended run's directory (its context and driver logs) is kept."""
     datasets_token: str = field(default="", repr=False)
     """The launcher: its bearer token at the datasets service (an admin of every namespace there); empty:
     the --grpc-token."""
@@ -222,7 +226,8 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: P
                                submitter or SparkSubmitter(settings.spark, program_env=settings.program_env),
                                settings.partitions_dir, settings.max_parallel_runs, run_data, settings.runs_history,
                                program_api, LeaseKeeper(log, clock, launcher_home(settings.data_dir),
-                                                        LeaseTerms(settings.lease_seconds)))
+                                                        LeaseTerms(settings.lease_seconds)),
+                               run_dir_retention=settings.run_dir_retention)
     return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
                        route=launcher.route, route_prefixes=catalogue.LAUNCHER.stream_prefixes,
                        grpc=launcher_grpc.bindings(launcher), recover=launcher.recover,

@@ -19,6 +19,7 @@ import argparse
 import os
 import re
 import tomllib
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -31,6 +32,7 @@ from sluice_services.catalogue import SECTIONS
 from sluice_services.composition import DEFAULT_APPS_DIR, Settings
 from sluice.domain.spark_conf import parse_pair
 from sluice_services.launcher.programs import SparkConfig
+from sluice_services.launcher.run_control import DEFAULT_RUN_DIR_RETENTION, parse_retention
 from sluice_services.launcher.service import DEFAULT_FINISHED_RUNS_PER_SCHEDULE
 
 ENV_PREFIX = "SLUICE_"
@@ -52,6 +54,13 @@ def _at_least_one(value: int) -> int:
     if value < 1:
         raise ValueError(f"must be at least 1, got {value}")
     return value
+
+
+def _retention(value: str) -> timedelta:
+    retention = parse_retention(value)
+    if retention < timedelta(minutes=1):
+        raise ValueError(f"must be at least 1m, got {value!r}")
+    return retention
 
 
 def _log_format(value: str) -> str:
@@ -141,6 +150,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "datasets_token": (str, "", _any),
     "migrate": (bool, True, _any),
     "web_port": (int, None, _port),
+    "run_dir_retention": (str, DEFAULT_RUN_DIR_RETENTION, _retention),
 }
 
 
@@ -262,7 +272,8 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     grpc_security=_grpc_security(values), program_env=tuple(values["program_env"]),
                     migrate=bool(values["migrate"]),
                     run_credential_secret=values["run_credential_secret"], web_port=values["web_port"],
-                    datasets_address=values["datasets_address"], datasets_token=values["datasets_token"])
+                    datasets_address=values["datasets_address"], datasets_token=values["datasets_token"],
+                    run_dir_retention=values["run_dir_retention"])
 
 
 def _grpc_security(values: Mapping[str, Any]) -> GrpcSecurity:

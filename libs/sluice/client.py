@@ -155,8 +155,8 @@ class _CallDetails(namedtuple("_CallDetails", ("method", "timeout", "metadata", 
     pass
 
 
-class _BearerToken(grpc.UnaryUnaryClientInterceptor):
-    """Adds `authorization: Bearer <token>` to every call (Sluice's API is unary throughout)."""
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds `authorization: Bearer <token>` to every call (unary, and server-streaming: Runs.StreamRunLog)."""
 
     def __init__(self, token: str) -> None:
         self._header = ("authorization", f"Bearer {token}")
@@ -165,3 +165,5 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor):
         metadata = (*(details.metadata or ()), self._header)
         return continuation(_CallDetails(details.method, details.timeout, metadata, details.credentials,
                                          details.wait_for_ready, details.compression), request)
+
+    intercept_unary_stream = intercept_unary_unary

@@ -117,6 +117,9 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
            help="launcher: how long its lease on the runs lasts unless renewed (every third of it); another "
                 "launcher on the same event log takes them over only after it expired (env SLUICE_LEASE_SECONDS; "
                 "default 30)")
+    option("--run-dir-retention", metavar="DURATION",
+           help="launcher: how long an ended run's directory (context, driver logs of every attempt) is kept "
+                "before it is deleted: 7d, 12h, 30m (env SLUICE_RUN_DIR_RETENTION; default 7d)")
     option("--runs-history", type=int, metavar="RUNS",
            help="launcher: ended runs kept in memory and listed per schedule, the newest; older ones are still "
                 "found by id (GetRun) in the event log (env SLUICE_RUNS_HISTORY; default 1000)")

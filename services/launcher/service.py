@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
 
@@ -17,12 +17,13 @@ from sluice.domain import runs
 from sluice.domain.lease import LeaseLost
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification, PartitionCommitted, ProgramStatusChanged, RunStatus
-from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkSparkApplication, MarkStarted, RequestRun, Run
+from sluice.domain.runs import (MarkCompleted, MarkFailed, MarkLost, MarkSparkApplication, MarkStarted, RequestCancel,
+                                RequestRun, Run)
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import derived_id
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
-from sluice.domain.errors import InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from sluice.runtime.consumer import Pauses
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
@@ -30,7 +31,7 @@ from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto, parse_bus_message
 from sluice.wire.jobs import job_from_proto
-from sluice_services.launcher import lineage_events, spark_application
+from sluice_services.launcher import lineage_events, run_control, spark_application
 from sluice_services.launcher.context_file import build_context, private_dir, write_context
 from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
@@ -46,7 +47,7 @@ log = logging.getLogger(__name__)
 STREAM_PREFIX = LAUNCHER.stream_prefixes[0]
 TYPES = EventTypes(runs.EVENTS)
 SNAPSHOTS = LAUNCHER.snapshots
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4
 """The schema version of this service's snapshots (Loaded[Run | None] per run stream): bump it when
 Run (or anything it holds) changes shape; a snapshot of another version is ignored and the
 log folded instead."""
@@ -66,13 +67,21 @@ class LauncherService:
     def __init__(self, log: EventLog, clock: Clock, catalog: ProgramCatalog, submitter: ProgramSubmitter,
                  data_dir: Path, max_parallel: int = 2, run_data: RunData | None = None,
                  runs_history: int | None = DEFAULT_FINISHED_RUNS_PER_SCHEDULE, program_api: ProgramApi | None = None,
-                 lease: LeaseKeeper | None = None) -> None:
+                 lease: LeaseKeeper | None = None,
+                 run_dir_retention: timedelta = run_control.DEFAULT_RUN_DIR_RETENTION,
+                 kill_grace_seconds: float = run_control.KILL_GRACE_SECONDS) -> None:
         """`runs_history`: ended runs kept per schedule (None: all); older ones are read from the log when asked for.
         `run_data`: the datasets service, which publishes a run's outputs and gives back what a failed run
         took (None: outputs are moved as files, announced by the run's completion; tests and offline tools).
         `program_api`: what programs are told to reach the Partitions API with (None: nothing).
         `lease`: the launcher lease this launcher owns runs through (None: it owns every run, unfenced,
-        as a launcher alone on its log; tests and offline tools)."""
+        as a launcher alone on its log; tests and offline tools).
+        `run_dir_retention`: how long the directory (context, driver logs) of an ended run is kept.
+        `kill_grace_seconds`: between SIGTERM and SIGKILL of a cancelled run's program."""
+        self._run_dir_retention = run_dir_retention
+        self._kill_grace_seconds = kill_grace_seconds
+        self._next_sweep_at: datetime | None = None
+        self._stopping: set[asyncio.Task] = set()
         self._lease = lease
         self._stepping_down: asyncio.Task | None = None
         self._infrastructure = Pauses("launcher's runs")
@@ -189,9 +198,81 @@ class LauncherService:
         for run in self._waiting():
             if run.due_at <= now:
                 self._spawn(run)
+        self._enforce_time_limits(now)
+        if self._next_sweep_at is None or self._next_sweep_at <= now:
+            self.delete_old_run_dirs()
 
     def next_wake_at(self) -> datetime | None:
-        return min((run.due_at for run in self._waiting()), default=None)
+        wakes = [run.due_at for run in self._waiting()]
+        wakes += [run.time_limit_at for run in self._unfinished() if run.time_limit_at is not None]
+        return min([*wakes, *([self._next_sweep_at] if self._next_sweep_at else [])], default=None)
+
+    def _unfinished(self) -> list[Run]:
+        found = (self.get(run_id) for _, run_id in self._kept.listing(unfinished_only=True))
+        return [run for run in found if run is not None and not run.status.terminal]
+
+    # -- cancel, time limits, run dirs --------------------------------------------------------------
+
+    @property
+    def runs_root(self) -> Path:
+        return self._data_dir.parent / "runs"
+
+    async def cancel(self, run_id: str, reason: str, requested_by: str, wait_seconds: float | None = None) -> Run:
+        """Record the cancel, then kill the program (SIGTERM, SIGKILL after the grace); the run as it is once
+        it ended KILLED, or after `wait_seconds` (default: the grace and 2 s more). NotFound, FailedPrecondition
+        (the run ended: its status named)."""
+        if self.get(run_id) is None:
+            raise NotFound(f"run {run_id} does not exist")
+        try:
+            self._decide(run_id, RequestCancel(reason, requested_by))
+        except LeaseLost as lost:
+            raise FailedPrecondition(f"this launcher does not hold the launcher lease: {lost}") from lost
+        self._stop(self.get(run_id))
+        deadline = asyncio.get_running_loop().time() + (self._kill_grace_seconds + 2 if wait_seconds is None
+                                                        else wait_seconds)
+        while not (run := self.get(run_id)).status.terminal and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        return run
+
+    def _stop(self, run: Run) -> None:
+        """Kill the program of a run being cancelled, if this launcher knows it: one a task follows, or (a
+        run ended KILLED before its start was recorded) one its wrapper started before a restart."""
+        process = self._processes.get(run.id)
+        if process is None and run.status.terminal and run.id not in self._following and self._finder is not None:
+            found = self._finder.find(self.attempt_dir(run))
+            process = ProcessIdentity(found.pid, found.process_start) if found is not None else None
+        if process is None:
+            return  # a task that attaches to it later kills it (_attached)
+        task = asyncio.get_running_loop().create_task(run_control.terminate(process, self._kill_grace_seconds))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    def _attached(self, run_id: str, process: ProcessIdentity) -> None:
+        """This launcher follows the run's program now: killed at once if the run is being cancelled."""
+        self._processes[run_id] = process
+        self._timers_changed.set()  # its time limit may be the next thing due
+        run = self.get(run_id)
+        if run is not None and run.cancel is not None:
+            self._stop(run)
+
+    def _enforce_time_limits(self, now: datetime) -> None:
+        for run in self._unfinished():
+            if (cancel := runs.time_limit_cancel(run, now)) is None or run.id not in self._following:
+                continue
+            try:
+                self._decide(run.id, cancel)
+            except LeaseLost:
+                return
+            self._stop(self.get(run.id))
+
+    def delete_old_run_dirs(self) -> list[str]:
+        """Delete the directories of runs ended longer than the retention ago; the run ids."""
+        now = self._clock.now()
+        self._next_sweep_at = now + run_control.SWEEP_EVERY
+        deleted = run_control.delete_expired(self.runs_root, self.get, now, self._run_dir_retention)
+        if deleted:
+            log.info("deleted the directories of %d run(s) ended before %s", len(deleted), now - self._run_dir_retention)
+        return deleted
 
     def _waiting(self) -> list[Run]:
         """Unfinished runs no task follows, oldest first."""
@@ -273,7 +354,7 @@ class LauncherService:
         attempt_dir = self.attempt_dir(run)
         found = await self._find(run, attempt_dir)
         if found is not None:  # started before the launcher restarted
-            self._processes[run.id] = ProcessIdentity(found.pid, found.process_start)
+            self._attached(run.id, ProcessIdentity(found.pid, found.process_start))
             if run.status is RunStatus.STARTING:  # ... and it stopped before recording that
                 self._decide(run.id, MarkStarted(found.pid, found.process_start))
             exit_code = await self._wait(run.id, attempt_dir, found)
@@ -283,9 +364,12 @@ class LauncherService:
             process = await self._start(run, attempt_dir)
             if process is None:
                 return
-            self._processes[run.id] = ProcessIdentity(process.pid, process.process_start)
+            self._attached(run.id, ProcessIdentity(process.pid, process.process_start))
             exit_code = await self._wait(run.id, attempt_dir, process)
-        if exit_code is None:
+        cancel = (self.get(run.id) or run).cancel
+        if cancel is not None:  # whatever its exit, the run ends KILLED (its outputs are not published)
+            await self._failed(run.id, attempt_dir, f"killed: {cancel.reason}")
+        elif exit_code is None:
             await self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
                              else f"its process {found.pid} ended without an exit status")
         elif exit_code != 0:
@@ -350,10 +434,13 @@ class LauncherService:
             self._decide(run.id, MarkFailed(f"Spark settings refused: {refused}", retryable=False))
             return None
         try:
-            self._decide(run.id, MarkStarted(process.pid, process.process_start))
+            started = self._decide(run.id, MarkStarted(process.pid, process.process_start))
         except LeaseLost:  # the new owner takes the attempt for LOST and retries it: this copy must not run
             kill_group(ProcessIdentity(process.pid, process.process_start))
             raise
+        if not started and (self.get(run.id) or run).status.terminal:  # cancelled while it was being started
+            await run_control.terminate(ProcessIdentity(process.pid, process.process_start), self._kill_grace_seconds)
+            return None
         return process
 
     async def _publish(self, run: Run, attempt_dir: Path) -> None:
@@ -424,6 +511,9 @@ class LauncherService:
                         *_lineage(run, lineage_events.run_ended(run, RunState.FAIL, at, self.attempt_dir(run)))]
             case runs.RunLost(_, _, at):
                 return [*self._status(run, RunStatus.LOST, recorded),
+                        *_lineage(run, lineage_events.run_ended(run, RunState.ABORT, at, self.attempt_dir(run)))]
+            case runs.RunKilled(_, _, _, at):
+                return [*self._status(run, RunStatus.KILLED, recorded),
                         *_lineage(run, lineage_events.run_ended(run, RunState.ABORT, at, self.attempt_dir(run)))]
         return []
 

@@ -67,8 +67,14 @@ def main(argv: list[str]) -> int:
         except OSError as error:
             print(f"supervise: cannot start {command[0]}: {error}", file=sys.stderr)
         os._exit(127)
+    def forward(number: int, _frame: object) -> None:
+        try:
+            os.kill(child, number)
+        except ProcessLookupError:  # already reaped: a signal to its whole group (a cancel) got it first
+            pass
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda number, _frame: os.kill(child, number))
+        signal.signal(signum, forward)
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     _write_atomically(os.path.join(attempt_dir, EXIT_CODE), f"{code}\n", exclusive=False)

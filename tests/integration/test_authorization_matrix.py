@@ -111,6 +111,8 @@ def grpc_requests(schedule_id: str) -> dict[str, dict]:
         "Jobs.ListJobs": {"scheduleId": schedule_id},
         "Runs.ListRuns": {"scheduleId": schedule_id},
         "Runs.GetRun": {"id": "no-such-run"},
+        "Runs.CancelRun": {"id": "no-such-run", "reason": "matrix"},
+        "Runs.StreamRunLog": {"id": "no-such-run"},
         "Partitions.CreateDataset": {"dataset": {"namespace": NS, "name": DATASET, "baseLocation": "/nowhere",
                                                  "partitionKeys": [{"name": "k", "type": "KEY_TYPE_STRING"}]}},
         "Partitions.GetDataset": {"namespace": NS, "name": DATASET},

@@ -6,7 +6,7 @@ import argparse
 
 from google.protobuf import json_format
 
-from sluice.cli import describe, ids, render
+from sluice.cli import describe, ids, render, run_control
 from sluice.cli.output import UsageError, print_many, print_message
 from sluice.client import SluiceClient
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
@@ -42,6 +42,7 @@ def register(commands) -> None:
     runs_get = runs.add_parser("get", help="one run in full (JSON): inputs, outputs, attempts")
     runs_get.add_argument("id", help="the run's id or a unique prefix of it")
     runs_get.set_defaults(handler=_get_run)
+    run_control.register(runs)
 
 
 def _deploy_app(client: SluiceClient, args) -> int:

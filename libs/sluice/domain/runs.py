@@ -1,13 +1,19 @@
 """The launcher's aggregate, one per run: a job's single execution of its program, made of one
 attempt or more. An attempt that ends LOST (or FAILED, when the job's retry policy says so) with
 retries left is followed by another attempt of the same run, due after the policy's delay; the run
-ends once, with the status of its last attempt."""
+ends once, with the status of its last attempt.
+
+A cancel (asked by a caller, or by the launcher when the attempt passed the job's time limit) is
+recorded first; a run that has not started its program ends KILLED at once, a running one once its
+program ended: whatever the program's exit then (except a completion that came first), the run ends
+KILLED with the cancel's reason, and is never retried."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sluice.domain.common import PartitionRef, RunStatus
+from sluice.domain.errors import FailedPrecondition
 from sluice.domain.jobs import Job
 from sluice.ids import run_id_for  # noqa: F401  (the launcher's run ids, re-exported)
 
@@ -74,7 +80,15 @@ class MarkLost:
     reason: str
 
 
-RunCommand = RequestRun | MarkStarted | MarkSparkApplication | MarkCompleted | MarkFailed | MarkLost
+@dataclass(frozen=True)
+class RequestCancel:
+    """Stop the run: `reason` as the caller gave it (or the time limit's), `requested_by` who asked."""
+
+    reason: str
+    requested_by: str
+
+
+RunCommand = RequestRun | MarkStarted | MarkSparkApplication | MarkCompleted | MarkFailed | MarkLost | RequestCancel
 """What the aggregate's `decide` takes."""
 
 
@@ -146,8 +160,35 @@ class RunRetryScheduled:
     """The lease epoch of the launcher that decided the retry: the next attempt's owner until one starts it."""
 
 
-EVENTS = (RunRequested, RunStarted, SparkApplicationStarted, RunCompleted, RunFailed, RunLost, RunRetryScheduled)
-RunEvent = RunRequested | RunStarted | SparkApplicationStarted | RunCompleted | RunFailed | RunLost | RunRetryScheduled
+@dataclass(frozen=True)
+class RunCancelRequested:
+    """Recorded before the program is killed, so that a launcher restarted in between still kills it."""
+
+    run_id: str
+    reason: str
+    requested_by: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RunKilled:
+    run_id: str
+    reason: str
+    requested_by: str
+    at: datetime
+
+
+EVENTS = (RunRequested, RunStarted, SparkApplicationStarted, RunCompleted, RunFailed, RunLost, RunRetryScheduled,
+          RunCancelRequested, RunKilled)
+RunEvent = RunRequested | RunStarted | SparkApplicationStarted | RunCompleted | RunFailed | RunLost | RunRetryScheduled \
+    | RunCancelRequested | RunKilled
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    reason: str
+    requested_by: str
+    at: datetime
 
 
 @dataclass(frozen=True)
@@ -186,6 +227,8 @@ class Run:
     inputs: tuple[InputPartition, ...] = ()
     attempts: tuple[Attempt, ...] = ()
     """Every attempt, oldest first; the last one is the current one."""
+    cancel: CancelRequest | None = None
+    """Asked to stop: its program is killed, the run ends KILLED."""
 
     @property
     def duration_seconds(self) -> float | None:
@@ -208,6 +251,36 @@ class Run:
         """When the current attempt may be started (a retry waits for its delay)."""
         return self.attempt.due_at
 
+    @property
+    def time_limit_at(self) -> datetime | None:
+        """When the running attempt passes the job's time limit (None: no limit, not running, or cancelled)."""
+        attempt = self.attempt
+        if not self.job.max_run_seconds or attempt.status is not RunStatus.RUNNING or attempt.started_at is None \
+                or self.cancel is not None:
+            return None
+        return attempt.started_at + timedelta(seconds=self.job.max_run_seconds)
+
+
+def time_limit_cancel(run: Run, now: datetime) -> RequestCancel | None:
+    """The cancel the launcher asks for once the running attempt passed the job's time limit."""
+    limit_at = run.time_limit_at
+    if limit_at is None or now < limit_at:
+        return None
+    return RequestCancel(f"time limit {describe_seconds(run.job.max_run_seconds)} exceeded", TIME_LIMIT)
+
+
+TIME_LIMIT = "launcher (time limit)"
+
+
+def describe_seconds(seconds: int) -> str:
+    """7200 -> "2h", 5400 -> "1h30m", 90 -> "1m30s": the largest units, none of them zero."""
+    parts, left = [], seconds
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
 
 def decide(run: Run | None, command: RunCommand, now: datetime, epoch: int = 0) -> list[RunEvent]:
     """`epoch`: the deciding launcher's lease epoch, recorded as the owner of the attempt it requests or starts."""
@@ -216,8 +289,12 @@ def decide(run: Run | None, command: RunCommand, now: datetime, epoch: int = 0) 
             return [] if run is not None else [RunRequested(run_id_for(job.id), job, now, epoch)]
     if run is None:
         raise ValueError(f"no run for command {command!r}")
+    if isinstance(command, RequestCancel):
+        return _cancel(run, command, now)
     if run.status.terminal:
         return []
+    if run.cancel is not None and isinstance(command, (MarkFailed, MarkLost)):
+        return [RunKilled(run.id, run.cancel.reason, run.cancel.requested_by, now)]
     match command:
         case MarkStarted(pid, process_start):
             return [RunStarted(run.id, pid, now, run.attempt.number, process_start, epoch)] \
@@ -238,6 +315,19 @@ def decide(run: Run | None, command: RunCommand, now: datetime, epoch: int = 0) 
         case MarkLost(reason):
             return [_retry(run, RunStatus.LOST, reason, now, epoch)] if _retries_left(run) else [RunLost(run.id, reason, now)]
     raise TypeError(f"unknown command {command!r}")
+
+
+def _cancel(run: Run, command: RequestCancel, now: datetime) -> list[RunEvent]:
+    """FailedPrecondition for an ended run; nothing more for one already being cancelled. A run whose
+    program has not started (queued, or a retry waiting for its delay) ends KILLED at once."""
+    if run.status.terminal:
+        raise FailedPrecondition(f"run {run.id} has ended: it is {run.status.value}")
+    if run.cancel is not None:
+        return []
+    requested = RunCancelRequested(run.id, command.reason, command.requested_by, now)
+    if run.status is RunStatus.RUNNING:
+        return [requested]
+    return [requested, RunKilled(run.id, command.reason, command.requested_by, now)]
 
 
 def _retries_left(run: Run) -> bool:
@@ -269,6 +359,11 @@ def evolve(run: Run | None, event: RunEvent) -> Run:
             return _ended(run, RunStatus.FAILED, error, at)
         case RunLost(_, reason, at):
             return _ended(run, RunStatus.LOST, reason, at)
+        case RunCancelRequested(_, reason, requested_by, at):
+            return replace(run, cancel=CancelRequest(reason, requested_by, at))
+        case RunKilled(_, reason, requested_by, at):
+            return _ended(run, RunStatus.KILLED, f"killed by {requested_by}: {reason}" if reason
+                          else f"killed by {requested_by}", at)
         case RunRetryScheduled(_, attempt, status, error, due_at, at, epoch):
             ended = replace(run.attempt, status=status, error=error, ended_at=at)
             return replace(run, status=RunStatus.STARTING, pid=None, error=error,

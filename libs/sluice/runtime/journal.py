@@ -42,6 +42,8 @@ LINES: dict[str, tuple[str, Callable[[dict], dict[str, str]], str]] = {
     "RunCompleted": ("run completed", _ids("run_id"), ""),
     "RunFailed": ("run attempt failed: {error}", _ids("run_id"), ""),
     "RunLost": ("run attempt lost: {reason}", _ids("run_id"), ""),
+    "RunCancelRequested": ("run cancel requested by {requested_by}: {reason}", _ids("run_id"), ""),
+    "RunKilled": ("run killed, as {requested_by} asked: {reason}", _ids("run_id"), ""),
     "RunRetryScheduled": ("run attempt {attempt} ended {status}; the next one is due at {due_at}",
                           _ids("run_id", "attempt"), ""),
 }

@@ -75,7 +75,8 @@ def checker_metrics(registry: Registry, jobs_view: Any, checker: Any) -> list:
 # -- the launcher -----------------------------------------------------------------------------------
 
 RUN_TYPES = EventTypes(runs.EVENTS)
-ENDED = {"RunCompleted": RunStatus.COMPLETED, "RunFailed": RunStatus.FAILED, "RunLost": RunStatus.LOST}
+ENDED = {"RunCompleted": RunStatus.COMPLETED, "RunFailed": RunStatus.FAILED, "RunLost": RunStatus.LOST,
+         "RunKilled": RunStatus.KILLED}
 
 
 class RunMetrics:

@@ -56,7 +56,7 @@ ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
 }
 ROLE_PERMISSIONS[Role.OPERATOR] = ROLE_PERMISSIONS[Role.READER] | {
     "schedules.write", "apps.deploy", "datasets.write", "partitions.consume", "consumers.write", "lineage.write",
-    "deadletters.replay", "log.read"}
+    "deadletters.replay", "log.read", "runs.cancel"}
 ROLE_PERMISSIONS[Role.ADMIN] = ROLE_PERMISSIONS[Role.OPERATOR] | ROLE_PERMISSIONS[Role.PRODUCER] | {
     "commits.release", "runs.launch"}
 DATASET_SCOPED = (Role.PRODUCER, Role.PROGRAM)
@@ -201,6 +201,8 @@ GRPC_RULES: dict[str, Rule] = {
     # Runs (launcher)
     _method("Runs", "ListRuns"): Rule("runs.read", _by(SCHEDULE, SCHEDULE_RUNS, **_SCHEDULE_ID)),
     _method("Runs", "GetRun"): Rule("runs.read", _by(RUN, field="id")),
+    _method("Runs", "CancelRun"): Rule("runs.cancel", _by(RUN, field="id")),
+    _method("Runs", "StreamRunLog"): Rule("runs.read", _by(RUN, field="id")),
     # Partitions (datasets)
     _method("Partitions", "CreateDataset"): Rule("datasets.write", _ns("dataset.namespace", "dataset.name")),
     _method("Partitions", "GetDataset"): Rule("datasets.read", _ns("namespace", "name")),

@@ -1,0 +1,93 @@
+"""Stopping a run's program, and deleting old run directories.
+
+A program's supervise wrapper leads a session (and process group) of its own, which spark-submit, the
+driver (the JVM in client deploy mode, with its Python driver and workers) and whatever the program
+started inherit: the whole group is sent SIGTERM, then SIGKILL after a grace. On a standalone master
+the application ends with its client-mode driver, so no call to the master is needed."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import signal
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Callable, Iterator
+
+from sluice.domain.runs import Run
+from sluice_services.launcher.tracking import ProcessIdentity, kill_group, kill_leftovers, wait_ended
+
+log = logging.getLogger(__name__)
+
+KILL_GRACE_SECONDS = 3.0
+"""Between SIGTERM (Spark stops its context, the driver says goodbye to the master) and SIGKILL."""
+DEFAULT_RUN_DIR_RETENTION = timedelta(days=7)
+SWEEP_EVERY = timedelta(hours=1)
+RUN_DIR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,199}")
+"""What a run id (its directory's name) looks like; nothing else under runs/ is a run's."""
+
+
+async def terminate(process: ProcessIdentity, grace_seconds: float = KILL_GRACE_SECONDS,
+                    poll_seconds: float = 0.1) -> None:
+    """SIGTERM to the program's process group, SIGKILL to what is left of it after `grace_seconds`."""
+    _signal_group(process, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(wait_ended(process, poll_seconds), grace_seconds)
+    except asyncio.TimeoutError:
+        pass
+    if process.alive():
+        kill_group(process)
+    else:
+        kill_leftovers(process)  # the wrapper ended; anything it started that ignored SIGTERM goes now
+
+
+def _signal_group(process: ProcessIdentity, signum: int) -> None:
+    if process.pid and (not process.process_start or process.alive()):
+        try:
+            os.killpg(process.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def parse_retention(text: str | int) -> timedelta:
+    """`7d`, `12h`, `30m`, `45s`, combined (`1d12h`), or whole seconds; ValueError saying what is expected."""
+    given = str(text).strip().lower()
+    if given.isdigit():
+        return timedelta(seconds=int(given))
+    parts = re.findall(r"(\d+)([smhd])", given)
+    if not given or "".join(f"{number}{unit}" for number, unit in parts) != given:
+        raise ValueError(f"must be a duration such as 7d, 12h or 30m, got {text!r}")
+    sizes = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+    return timedelta(seconds=sum(int(number) * sizes[unit] for number, unit in parts))
+
+
+def expired_run_dirs(runs_root: Path, get_run: Callable[[str], Run | None], now: datetime,
+                     retention: timedelta) -> Iterator[Path]:
+    """Directories of runs that ended at least `retention` before `now`. A directory of a run not
+    ended, of no run in the log, a link or anything not named like a run is left alone."""
+    try:
+        entries = list(os.scandir(runs_root))
+    except OSError:
+        return
+    for entry in entries:
+        if not RUN_DIR_NAME.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        run = get_run(entry.name)
+        if run is not None and run.status.terminal and run.ended_at is not None and run.ended_at + retention <= now:
+            yield Path(entry.path)
+
+
+def delete_expired(runs_root: Path, get_run: Callable[[str], Run | None], now: datetime,
+                   retention: timedelta) -> list[str]:
+    """Delete the expired run directories (links inside are removed, never followed); their run ids."""
+    deleted = []
+    for run_dir in expired_run_dirs(runs_root, get_run, now, retention):
+        try:
+            shutil.rmtree(run_dir)
+        except OSError as error:
+            log.warning("run dir %s not deleted: %r", run_dir, error)
+            continue
+        deleted.append(run_dir.name)
+    return deleted

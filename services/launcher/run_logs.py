@@ -1,0 +1,92 @@
+"""A run attempt's driver log (the program's stdout and stderr, as its wrapper wrote them), read in
+chunks from an offset, and followed while the attempt goes on. Every input is hostile: the run id
+must look like one, the attempt must be one of the run's, the offset not negative; the file is
+opened below the runs directory only, never through a link."""
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+from sluice.domain.errors import InvalidArgument, NotFound
+from sluice.domain.runs import Run
+from sluice.paths import inside
+from sluice_services.launcher.run_control import RUN_DIR_NAME
+
+DRIVER_LOG = "driver.log"
+CHUNK_BYTES = 64 * 1024
+FOLLOW_POLL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    attempt: int
+    offset: int
+    """Where `data` starts in the attempt's log."""
+    data: bytes
+
+
+def attempt_dir(runs_root: Path, run_id: str, attempt: int) -> Path:
+    """runs/<run id> for the first attempt, runs/<run id>/attempt-<n> after (as the launcher lays them out)."""
+    run_dir = runs_root / run_id
+    return run_dir if attempt == 1 else run_dir / f"attempt-{attempt}"
+
+
+def checked_request(get_run: Callable[[str], Run | None], run_id: str, attempt: int, from_offset: int) -> tuple[Run, int]:
+    """The run and the attempt's number (0: the current one); InvalidArgument naming the field, NotFound."""
+    if not run_id:
+        raise InvalidArgument("id", "must not be empty")
+    if not RUN_DIR_NAME.fullmatch(run_id):
+        raise InvalidArgument("id", f"not a run id: {run_id[:80]!r}")
+    if from_offset < 0:
+        raise InvalidArgument("from_offset", f"must not be negative, got {from_offset}")
+    if attempt < 0:
+        raise InvalidArgument("attempt", f"must be 1 or more (0: the current one), got {attempt}")
+    run = get_run(run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} does not exist")
+    latest = run.attempt.number
+    if attempt > latest:
+        raise InvalidArgument("attempt", f"run {run_id} has {latest} attempt(s), got {attempt}")
+    return run, attempt or latest
+
+
+def _open(runs_root: Path, run_id: str, attempt: int) -> int | None:
+    directory = inside(runs_root, attempt_dir(runs_root, run_id, attempt), "id")
+    try:
+        return os.open(directory / DRIVER_LOG, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise InvalidArgument("id", f"the run's log cannot be read: {error.strerror}") from error
+
+
+def _attempt_ended(get_run: Callable[[str], Run | None], run_id: str, attempt: int) -> bool:
+    run = get_run(run_id)
+    if run is None or run.status.terminal:
+        return True
+    return run.attempt.number > attempt or run.attempt.ended_at is not None
+
+
+async def read_log(runs_root: Path, get_run: Callable[[str], Run | None], run_id: str, attempt: int = 0,
+                   from_offset: int = 0, follow: bool = False) -> AsyncIterator[LogChunk]:
+    """The attempt's log from `from_offset` in chunks; with `follow`, what is written next too, until the
+    attempt has ended (and its last bytes were read)."""
+    _, number = checked_request(get_run, run_id, attempt, from_offset)
+    offset, fd = from_offset, None
+    try:
+        while True:
+            ended = not follow or _attempt_ended(get_run, run_id, number)  # looked at before reading: no last line lost
+            if fd is None:
+                fd = _open(runs_root, run_id, number)
+            while fd is not None and (data := os.pread(fd, CHUNK_BYTES, offset)):
+                yield LogChunk(number, offset, data)
+                offset += len(data)
+            if ended:
+                return
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+    finally:
+        if fd is not None:
+            os.close(fd)
