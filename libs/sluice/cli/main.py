@@ -12,6 +12,7 @@ from typing import Callable
 
 import grpc
 
+from sluice.cli import alerts as alerts_cli
 from sluice.cli import auth as auth_cli
 from sluice.cli import datasets as datasets_cli
 from sluice.cli import render
@@ -121,6 +122,7 @@ def build_parser(first: AddCommands | None = None, last: AddCommands | None = No
     lineage_show.set_defaults(handler=_show_lineage)
     datasets_cli.register(commands)
     auth_cli.register(commands)
+    alerts_cli.register(commands)
     if last is not None:
         last(commands)
     _finish(commands)
