@@ -1,4 +1,4 @@
-"""gRPC edge of the constraint-checker: job inspection."""
+"""gRPC edge of the constraint-checker: job inspection, run now and backfills (run_control_grpc)."""
 from __future__ import annotations
 
 from sluice.domain.constraints import Waiting
@@ -9,13 +9,16 @@ from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import jobs_pb2, jobs_pb2_grpc
 from sluice.wire.common import timestamp_to_proto
 from sluice.wire.jobs import job_to_proto
+from sluice_services.checker.partitions import PartitionSource
+from sluice_services.checker.run_control_grpc import RunControlRpcs
 from sluice_services.checker.service import CheckerService
 
 
-class JobsServicer(jobs_pb2_grpc.JobsServicer):
-    def __init__(self, view: JobsView, checker: CheckerService) -> None:
+class JobsServicer(RunControlRpcs, jobs_pb2_grpc.JobsServicer):
+    def __init__(self, view: JobsView, checker: CheckerService, partitions: PartitionSource) -> None:
         self._view = view
         self._checker = checker
+        self._partitions = partitions
 
     @grpc_errors
     async def ListJobs(self, request, context):
@@ -51,6 +54,6 @@ def _to_proto(view: JobView, waiting: Waiting | None) -> jobs_pb2.Job:
     return message
 
 
-def bindings(view: JobsView, checker: CheckerService) -> list[GrpcBinding]:
+def bindings(view: JobsView, checker: CheckerService, partitions: PartitionSource) -> list[GrpcBinding]:
     return [GrpcBinding(jobs_pb2.DESCRIPTOR.services_by_name["Jobs"].full_name,
-                        jobs_pb2_grpc.add_JobsServicer_to_server, JobsServicer(view, checker))]
+                        jobs_pb2_grpc.add_JobsServicer_to_server, JobsServicer(view, checker, partitions))]

@@ -20,7 +20,9 @@ from sluice.domain.checking import (
 )
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import ProgramStatusChanged
+from sluice.domain.backfills import CancelBackfill, RunScheduleNow, StartBackfill
 from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
+from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
 from sluice.runtime.aggregates import AggregateStore, attempt_batch, forget_conflicting
 from sluice.runtime.consumer import BatchHandler
@@ -36,6 +38,7 @@ from sluice.wire.schedules import parse_schedule_change
 from sluice_services.catalogue import CHECKER
 
 TYPES = EventTypes(checking.EVENTS)
+Requested = RunScheduleNow | StartBackfill | CancelBackfill
 SNAPSHOTS = CHECKER.snapshots
 SNAPSHOT_VERSION = 3
 """The schema version of this service's snapshots (the queue stream's Loaded[CheckerState]): bump it when
@@ -63,6 +66,8 @@ class CheckerService:
         self._settled: checking.Settled | None = None
         """What the passes since the last full one settled (decide_admitting); None: the next is full."""
         self._timers_changed = asyncio.Event()
+        self._decided: list[checking.CheckerEvent] = []
+        """The events of the last decision appended (`request` answers from them)."""
 
     def recover(self) -> None:
         self._store.restore()  # the queue's last snapshot; its first load reads the stream after it
@@ -109,6 +114,17 @@ class CheckerService:
         retry_on_conflict(lambda: self._decide([CheckTime()]), self._reload, what=QUEUE_STREAM)
         return True
 
+    def request(self, command: Requested) -> list[checking.CheckerEvent]:
+        """Run now, backfill, cancel a backfill: decided with an admission pass and appended at once;
+        the events (none for a request id seen before). Raises the domain's refusals."""
+        self._decided = []
+        retry_on_conflict(lambda: self._decide([command]), self._reload, what=QUEUE_STREAM)
+        return self._decided
+
+    def definition(self, schedule_id: str) -> Schedule | None:
+        """The schedule as the checker last observed it (None: unknown or deleted)."""
+        return checking.definition(self.state, schedule_id)
+
     def next_wake_at(self) -> datetime | None:
         return self._wake_at
 
@@ -137,6 +153,7 @@ class CheckerService:
         def decide(_: str, state: CheckerState) -> list[checking.CheckerEvent]:
             events, done = checking.decide_admitting(state, commands, now, self._capacity, self._settled)
             settled.append(done)
+            self._decided = events
             return events
 
         try:

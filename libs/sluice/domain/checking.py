@@ -348,19 +348,19 @@ def _requested(state: CheckerState, command: RunScheduleNow | StartBackfill | Ca
         case RunScheduleNow(schedule_id):
             if book.requested("run", schedule_id, command.request_id) is not None:
                 return []
-            schedule = backfills.require_runnable(schedule_id, _definition(state, schedule_id))
+            schedule = backfills.require_runnable(schedule_id, definition(state, schedule_id))
             job_id = backfills.manual_job_id(schedule_id, command.request_id, book.manual_jobs + 1)
             return [backfills.decide_run_now(schedule, command, job_id, now)]
         case StartBackfill(schedule_id):
             if book.requested("backfill", schedule_id, command.request_id) is not None:
                 return []
-            schedule = backfills.require_runnable(schedule_id, _definition(state, schedule_id))
+            schedule = backfills.require_runnable(schedule_id, definition(state, schedule_id))
             backfill_id = backfills.backfill_id_for(schedule_id, command.request_id, book.count + 1)
             return [backfills.decide_backfill(schedule, command, backfill_id, now)]
     raise TypeError(f"unknown command {command!r}")
 
 
-def _definition(state: CheckerState, schedule_id: str) -> Schedule | None:
+def definition(state: CheckerState, schedule_id: str) -> Schedule | None:
     tracked = state.schedules.get(schedule_id)
     return None if tracked is None or tracked.deleted else tracked.schedule
 

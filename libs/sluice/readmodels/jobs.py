@@ -22,8 +22,8 @@ from typing import Iterator
 import orjson
 
 from sluice.clock import epoch_micros
-from sluice.domain import checking, matching, runs
-from sluice.eventlog.codec import EventTypes, from_jsonable
+from sluice.domain import backfills, checking, matching, runs
+from sluice.eventlog.codec import EventTypes, dumps, from_jsonable
 from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.readmodels.retention import ListingKey, RetainedListing
@@ -33,7 +33,8 @@ from sluice.runtime.snapshots import LoopPacer, Schema
 
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
-                    checking.JobWithdrawn, checking.NotificationsJoined, runs.RunRequested))
+                    checking.JobWithdrawn, checking.NotificationsJoined, runs.RunRequested,
+                    backfills.ManualJobRequested, backfills.BackfillRequested))
 """The events the view folds; the matcher's ScheduleObserved (a whole schedule each) are not decoded."""
 STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name(""))
 """The streams TYPES are appended to: the view reads only these."""
@@ -236,6 +237,16 @@ class JobsView:
                 self._transition(job_id, JobState.PENDING_CONSTRAINT, at, "waiting for: " + "; ".join(waiting_on))
             case checking.JobWithdrawn(job_id, _, reason, at):
                 self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
+            case backfills.ManualJobRequested(job, _, at):
+                self._requested(job, at, "run now")
+            case backfills.BackfillRequested(backfill_id, at=at):
+                for job in backfills.jobs_of(event):
+                    self._requested(job, at, f"backfill {backfill_id}")
+
+    def _requested(self, job: Job, at: datetime, cause: str) -> None:
+        """A job a person asked for: created and fired at once (kept as the fire it stands for)."""
+        self._created(job.id, job.schedule_id, at, len(job.context.notifications))
+        self._transition(job.id, JobState.PENDING_CONSTRAINT, at, cause, fired=dumps(matching.JobTriggered(job, at)))
 
     def _joined(self, job_id: str, into: str, count: int, at: datetime, event: bytes) -> None:
         self._transition(job_id, JobState.JOINED, at, f"joined job {into}, which waits for its constraints",
