@@ -34,6 +34,7 @@ from sluice_services.catalogue import NAMES
 from sluice_services.alerts import grpc_api as alerts_grpc
 from sluice_services.alerts.service import AlertsService
 from sluice_services.checker import grpc_api as checker_grpc
+from sluice_services.checker.partitions import GrpcPartitionSource
 from sluice_services.checker.service import CheckerService
 from sluice_services.datasets import grpc_api as datasets_grpc
 from sluice_services.datasets.run_credentials import RunCredentials, load_secret
@@ -166,7 +167,10 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
 
 
 def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
-                 jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE) -> ServiceSpec:
+                 jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE, *, partitions: GrpcPartitionSource | None = None,
+                 on_listening=None) -> ServiceSpec:
+    """`partitions`: where a partition-trigger backfill lists partitions (the datasets service's gRPC API);
+    `on_listening`: its in_process hook when that service is served by this process."""
     checker = CheckerService(log, clock, capacity)
     jobs_view = JobsView(finished_per_schedule=jobs_history)
     subscription = Subscription("constraint-checker", checker.handlers())
@@ -175,10 +179,17 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
         jobs_view.recover(log)  # complete up to the head before the gRPC server answers a ListJobs
 
     return ServiceSpec("checker", [subscription], route=checker.route, route_prefixes=catalogue.CHECKER.stream_prefixes,
-                       grpc=checker_grpc.bindings(jobs_view, checker),
-                       recover=recover, background=[lambda: jobs_view.follow(log), checker.run_timers],
-                       resolvers=checker_resolvers(jobs_view),
+                       grpc=checker_grpc.bindings(jobs_view, checker, partitions or GrpcPartitionSource(None)),
+                       recover=recover, on_listening=on_listening, background=[lambda: jobs_view.follow(log), checker.run_timers],
+                       resolvers=checker_resolvers(jobs_view, checker),
                        instrument=lambda metrics: checker_metrics(metrics, jobs_view, checker))
+
+
+def _checker_spec(log: EventLog, clock: Clock, settings: Settings, *, datasets_here: bool) -> ServiceSpec:
+    partitions = GrpcPartitionSource(settings.datasets_address or None, tls_ca=settings.grpc_security.tls_cert)
+    on_listening = partitions.in_process(settings.host) if datasets_here and not settings.datasets_address else None
+    return checker_spec(log, clock, settings.capacity, settings.jobs_history, partitions=partitions,
+                        on_listening=on_listening)
 
 
 def datasets_spec(log: EventLog, clock: Clock, settings: Settings, *, launcher_token: str = "") -> ServiceSpec:
@@ -280,7 +291,7 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
     factories = {
         "registry": lambda: registry_spec(log, clock, producer, bus),
         "matcher": lambda: matcher_spec(log, clock, producer),
-        "checker": lambda: checker_spec(log, clock, settings.capacity, settings.jobs_history),
+        "checker": lambda: _checker_spec(log, clock, settings, datasets_here="datasets" in names),
         "datasets": lambda: datasets_spec(log, clock, settings, launcher_token=in_process),
         "launcher": lambda: launcher_spec(log, clock, settings, datasets_in_process=in_process),
         "lineage": lambda: lineage_spec(log, clock, settings),

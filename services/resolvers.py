@@ -9,6 +9,7 @@ from sluice.readmodels.jobs import JobsView
 from sluice.runtime.access import ANY_NAMESPACE
 from sluice.domain.errors import InvalidArgument, NotFound
 from sluice.runtime.permissions import (
+    BACKFILL,
     COMMIT_SEQUENCE,
     CONSUMER_STATE,
     RUN,
@@ -19,6 +20,7 @@ from sluice.runtime.permissions import (
     Resolver,
     Target,
 )
+from sluice_services.checker.service import CheckerService
 from sluice_services.datasets.service import DatasetsService
 from sluice_services.launcher.service import LauncherService
 from sluice_services.registry.service import RegistryService
@@ -33,10 +35,13 @@ def registry_resolvers(registry: RegistryService) -> dict[str, Resolver]:
     return {SCHEDULE: schedule}
 
 
-def checker_resolvers(jobs: JobsView) -> dict[str, Resolver]:
+def checker_resolvers(jobs: JobsView, checker: CheckerService) -> dict[str, Resolver]:
     def schedule_jobs(schedule_id: str) -> list[Target]:
-        """The namespace of the schedule's first fired job; every namespace when none fired yet
-        (the view does not know where a job waiting for its trigger belongs)."""
+        """The namespace of the schedule as the checker knows it, else of its first fired job; every
+        namespace when none fired yet (the view does not know where a job waiting for its trigger belongs)."""
+        known = checker.definition(schedule_id)
+        if known is not None:
+            return [Target(known.program.namespace)]
         seen = False
         for _, view in jobs.listing(schedule_id):
             seen = True
@@ -44,7 +49,12 @@ def checker_resolvers(jobs: JobsView) -> dict[str, Resolver]:
             if job is not None:
                 return [Target(job.program.namespace)]
         return [Target(ANY_NAMESPACE)] if seen else [UNRESOLVED]
-    return {SCHEDULE_JOBS: schedule_jobs}
+    def backfill(backfill_id: str) -> list[Target]:
+        found = checker.state.requested.backfills.get(backfill_id)
+        known = checker.definition(found.schedule_id) if found is not None else None
+        return [Target(known.program.namespace)] if known is not None else [UNRESOLVED]
+
+    return {SCHEDULE_JOBS: schedule_jobs, BACKFILL: backfill}
 
 
 def launcher_resolvers(launcher: LauncherService) -> dict[str, Resolver]:

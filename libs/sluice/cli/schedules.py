@@ -8,7 +8,7 @@ from typing import Callable
 
 from google.protobuf import duration_pb2, json_format
 
-from sluice.cli import describe, ids, render
+from sluice.cli import describe, ids, render, schedule_runs
 from sluice.cli.durations import parse_seconds
 from sluice.cli.output import UsageError, pairs, print_many, print_message
 from sluice.client import SluiceClient
@@ -58,6 +58,7 @@ def register(commands) -> None:
         sub = schedules.add_parser(action, help=text)
         sub.add_argument("id", help="the schedule's id or a unique prefix of it")
         sub.set_defaults(handler=_by_id(action, rpc, request))
+    schedule_runs.register(schedules, commands)
 
 
 def _options(parser: argparse.ArgumentParser, defaults: dict) -> None:

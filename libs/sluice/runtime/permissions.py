@@ -45,7 +45,8 @@ CONSUMER_STATE = "consumer_state"      # ConsumeWithState's state -> its dataset
 COMMIT_SEQUENCE = "commit_sequence"    # a commit sequence id -> the datasets it publishes
 LINEAGE_BODY = "lineage_body"          # POST /api/v1/lineage's body -> its job's namespace
 ALERT_SCHEDULE = "alert_schedule"      # a schedule id -> its namespace as the alerts service saw it
-RESOLVERS = (SCHEDULE, SCHEDULE_JOBS, SCHEDULE_RUNS, RUN, CONSUMER_STATE, COMMIT_SEQUENCE, LINEAGE_BODY, ALERT_SCHEDULE)
+BACKFILL = "backfill"                  # a backfill id -> its schedule's namespace (checker)
+RESOLVERS = (SCHEDULE, SCHEDULE_JOBS, SCHEDULE_RUNS, RUN, CONSUMER_STATE, COMMIT_SEQUENCE, LINEAGE_BODY, ALERT_SCHEDULE, BACKFILL)
 
 
 ROLE_PERMISSIONS: dict[Role, frozenset[str]] = {
@@ -198,6 +199,11 @@ GRPC_RULES: dict[str, Rule] = {
     _method("Notifications", "Publish"): Rule("notifications.publish", _notification),
     # Jobs (checker)
     _method("Jobs", "ListJobs"): Rule("jobs.read", _by(SCHEDULE, SCHEDULE_JOBS, **_SCHEDULE_ID)),
+    _method("Jobs", "RunSchedule"): Rule("schedules.write", _by(SCHEDULE, SCHEDULE_JOBS, field="schedule_id")),
+    _method("Jobs", "StartBackfill"): Rule("schedules.write", _by(SCHEDULE, SCHEDULE_JOBS, field="schedule_id")),
+    _method("Jobs", "GetBackfill"): Rule("jobs.read", _by(BACKFILL, field="id")),
+    _method("Jobs", "ListBackfills"): Rule("jobs.read", _by(SCHEDULE, SCHEDULE_JOBS, **_SCHEDULE_ID)),
+    _method("Jobs", "CancelBackfill"): Rule("schedules.write", _by(BACKFILL, field="id")),
     # Runs (launcher)
     _method("Runs", "ListRuns"): Rule("runs.read", _by(SCHEDULE, SCHEDULE_RUNS, **_SCHEDULE_ID)),
     _method("Runs", "GetRun"): Rule("runs.read", _by(RUN, field="id")),
