@@ -1,11 +1,14 @@
 """The web console in real headless Chromium (Debian's chromium + chromedriver, `make chromium`):
 a real `sluice standalone --web-port 0` with an authorization policy, demo-like data (datasets,
-partitions, completed runs, a pending job, a quarantined commit sequence), every page opened, every
-action performed through the browser and its effect checked through the gRPC API; a reader-only
-principal sees no enabled action and a forged POST is refused with 403 naming the permission.
+partitions, completed runs, a pending job, a quarantined commit sequence, a dead letter, a backfill),
+every page opened, every action performed through the browser (enable, disable, run now, cancel a
+run, release, replay a dead letter) and its effect checked through the gRPC API; a reader-only
+principal sees no enabled action, may not read the event log, and a forged POST is refused with 403
+naming the permission.
 Screenshots go to .artifacts/console/ (SLUICE_ARTIFACTS_DIR to change), printed at the end."""
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Iterator
@@ -15,7 +18,18 @@ import pytest
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
-from sluice.v1 import datasets_pb2, datasets_pb2_grpc, runs_pb2, runs_pb2_grpc, schedules_pb2, schedules_pb2_grpc
+from sluice.v1 import (
+    dead_letters_pb2,
+    dead_letters_pb2_grpc,
+    jobs_pb2,
+    jobs_pb2_grpc,
+    notifications_pb2,
+    runs_pb2,
+    runs_pb2_grpc,
+    schedules_pb2,
+    schedules_pb2_grpc,
+)
+from sluice.v1 import datasets_pb2, datasets_pb2_grpc
 from tests.support.console import (
     ADMIN_TOKEN,
     CHROMEDRIVER,
@@ -25,6 +39,7 @@ from tests.support.console import (
     ConsoleServer,
     bearer,
     chrome,
+    dead_letter_poison,
     load_demo_data,
     wait_for,
 )
@@ -63,10 +78,23 @@ def world(tmp_path_factory) -> Iterator[dict]:
         quarantined = wait_for(lambda: [s for s in partitions.ListCommitSequences(
             datasets_pb2.ListCommitSequencesRequest(), metadata=metadata).sequences if s.status == "QUARANTINED"],
             what="a quarantined commit sequence")
-        yield {"server": server, "channel": channel, "ids": ids, "quarantined": quarantined[0].id}
+        asyncio.run(dead_letter_poison(server.data_dir, 1))
+        letter = wait_for(lambda: dead_letters(channel), what="a dead letter")[0]
+        yield {"server": server, "channel": channel, "ids": ids, "quarantined": quarantined[0].id,
+               "letter": letter.id}
     finally:
         channel.close()
         server.stop()
+
+
+def dead_letters(channel) -> list[dead_letters_pb2.DeadLetter]:
+    return list(dead_letters_pb2_grpc.DeadLettersStub(channel).ListDeadLetters(
+        dead_letters_pb2.ListDeadLettersRequest(), metadata=bearer(ADMIN_TOKEN)).dead_letters)
+
+
+def runs_of(world, name: str) -> list[runs_pb2.Run]:
+    return list(runs_pb2_grpc.RunsStub(world["channel"]).ListRuns(runs_pb2.ListRunsRequest(
+        schedule_id=world["ids"][name]), metadata=bearer(ADMIN_TOKEN)).runs)
 
 
 def shot(driver, name: str) -> None:
@@ -162,13 +190,34 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     first = {e.get_attribute("data-schedule-id") for e in driver.find_elements("css selector", "tr[data-schedule-id]")}
     navigate(driver, driver.find_element("css selector", "nav.pager a.next"))
     second = {e.get_attribute("data-schedule-id") for e in driver.find_elements("css selector", "tr[data-schedule-id]")}
-    assert len(first) == 3 and len(second) == 1 and first | second == set(ids.values())
+    assert len(first) == 3 and len(second) == 2 and first | second == set(ids.values())
+
+    # run now: a job of the yearly schedule exists at once; its program sleeps, so its run goes on
+    driver.get(f"{web}/schedules")
+    confirm(driver, schedule_row(driver, ids["long_report"]).find_element("css selector", "a[data-action=run-now]"))
+    assert jobs_pb2_grpc.JobsStub(world["channel"]).ListJobs(jobs_pb2.ListJobsRequest(
+        schedule_id=ids["long_report"]), metadata=bearer(ADMIN_TOKEN)).jobs
+    running = wait_for(lambda: [r for r in runs_of(world, "long_report") if r.status == notifications_pb2.RUNNING],
+                       what="the run-now run going")[0]
+
+    # a run's page: its log tail, followed while it goes (htmx polls), and cancel
+    driver.get(f"{web}/runs/{running.id}")
+    wait_for(lambda: "counting 0 notifications into web.counts" in driver.find_element("id", "run-log").text, 30,
+             "the run's log line")
+    shot(driver, "run-log")
+    confirm(driver, driver.find_element("css selector", "a[data-action=cancel]"))
+    wait_for(lambda: runs_pb2_grpc.RunsStub(world["channel"]).GetRun(runs_pb2.GetRunRequest(id=running.id),
+             metadata=bearer(ADMIN_TOKEN)).status == notifications_pb2.KILLED, 30, "the run KILLED")
+    driver.get(f"{web}/runs/{running.id}")
+    assert driver.find_element("id", "run-status").text == "KILLED" and not driver.find_elements(
+        "css selector", "[data-action=cancel]")
 
     # pending jobs: what each waits on and its next check
     driver.get(f"{web}/jobs")
     jobs = driver.find_element("id", "jobs").text
     assert "delayed_counts" in jobs and "delayed 86400 s after the trigger" in jobs and "PENDING_CONSTRAINT" in jobs
-    assert "UTC" in driver.find_element("css selector", "#jobs tbody tr td:nth-child(6)").text
+    delayed = next(row for row in driver.find_elements("css selector", "#jobs tbody tr") if "delayed_counts" in row.text)
+    assert "UTC" in delayed.find_element("css selector", "td:nth-child(6)").text
     shot(driver, "jobs")
 
     # runs: status, duration, rows, input partitions; a run's page
@@ -207,9 +256,35 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     assert len(driver.find_elements("css selector", "svg#lineage-graph line.edge")) >= 2
     shot(driver, "lineage")
 
-    # dead letters: no API yet, and the page says so
-    driver.get(f"{web}/dead-letters")
-    assert "No gRPC API serves the dead-letter topic" in driver.find_element("id", "no-api").text
+    # dead letters: listed, filtered by reason, replayed once (recorded: the API says replayed)
+    driver.get(f"{web}/dead-letters?q=malformed")
+    row = driver.find_element("css selector", f"tr[data-letter-id='{world['letter']}']")
+    assert "sluice.notifications.partition" in row.text and "trigger-matcher-lookup" in row.text
+    shot(driver, "dead-letters")
+    confirm(driver, row.find_element("css selector", "a[data-action=replay]"))
+    assert next(d for d in dead_letters(world["channel"]) if d.id == world["letter"]).replayed
+    assert "replayed" in driver.find_element("css selector", f"tr[data-letter-id='{world['letter']}'] td.replayed").text
+
+    # the event log by stream: streams with their counts, one stream's events
+    driver.get(f"{web}/events?q=schedule-")
+    stream = f"schedule-{ids['nightly_report']}"
+    assert driver.find_element("css selector", f"tr[data-stream='{stream}']")
+    shot(driver, "event-log")
+    navigate(driver, driver.find_element("link text", stream))
+    events = driver.find_element("id", "events").text
+    assert "ScheduleCreated" in events and "ScheduleEnabled" in events and "nightly_report" in events
+    shot(driver, "event-log-stream")
+
+    # backfills with their progress (one of nightly_report, enabled above); SLA misses (none on this data)
+    backfill = jobs_pb2_grpc.JobsStub(world["channel"]).StartBackfill(jobs_pb2.StartBackfillRequest(
+        schedule_id=ids["nightly_report"], start={"seconds": 1_767_225_600}, end={"seconds": 1_767_398_400}),
+        metadata=bearer(ADMIN_TOKEN))  # 2026-01-01 to 2026-01-03 UTC: two nights at 02:00 Tokyo
+    driver.get(f"{web}/backfills")
+    assert driver.find_element("css selector", f"tr[data-backfill-id='{backfill.id}'] td:nth-child(5)").text == "2"
+    shot(driver, "backfills")
+    driver.get(f"{web}/sla-misses")
+    assert "No SLA misses" in driver.find_element("id", "sla-misses").text
+    shot(driver, "sla-misses")
     # assets are the console's own: no request leaves for a CDN
     sources = driver.execute_script("return [...document.scripts].map(s => s.src)")
     assert sources == [f"{web}/static/htmx.min.js"]
@@ -225,7 +300,25 @@ def test_a_reader_sees_no_enabled_action_and_a_forged_post_is_refused(browser, w
     actions = driver.find_elements("css selector", ".action")
     assert actions and all(a.tag_name == "button" and not a.is_enabled() for a in actions)
     assert "schedules.write" in actions[0].get_attribute("title")
+    assert {a.get_attribute("data-action") for a in actions} >= {"enable", "disable", "run-now"}
     shot(driver, "reader-schedules")
+    driver.get(f"{web}/dead-letters")
+    replays = driver.find_elements("css selector", "[data-action=replay]")
+    assert replays and all(a.tag_name == "button" and not a.is_enabled() for a in replays)
+    assert "deadletters.replay" in replays[0].get_attribute("title")
+    unreplayed = replays[0].find_element("xpath", "./ancestor::tr").get_attribute("data-letter-id")
+    refused = driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const csrf = document.querySelector('meta[name=csrf-token]').content;
+        fetch('/actions/replay/' + arguments[0], {method: 'POST',
+              headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: 'csrf=' + csrf})
+            .then(response => response.text().then(text => done([response.status, text])));""", unreplayed)
+    assert refused[0] == 403 and "lacks deadletters.replay" in refused[1]
+    assert not next(d for d in dead_letters(world["channel"]) if d.id == unreplayed).replayed
+    driver.get(f"{web}/events")
+    assert "403" in driver.find_element("tag name", "h1").text
+    assert "lacks log.read" in driver.find_element("id", "details").text
+    driver.get(f"{web}/schedules")
     before = get_schedule(world, "nightly_report").enabled
     answer = driver.execute_async_script("""
         const done = arguments[arguments.length - 1];

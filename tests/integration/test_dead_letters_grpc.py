@@ -10,24 +10,13 @@ import json
 import grpc
 import pytest
 
-from sluice.bus.inprocess import InProcessBus
 from sluice.bus.topics import PARTITION_NOTIFICATIONS
 from sluice.v1 import dead_letters_pb2 as dl, dead_letters_pb2_grpc, event_log_pb2 as el, event_log_pb2_grpc
 from sluice.v1 import schedules_pb2, schedules_pb2_grpc
 from sluice_services.localserver import LocalServer
-from tests.support.console import wait_for
+from tests.support.console import dead_letter_poison, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-async def poison(data_dir, count: int) -> None:
-    """Malformed notifications on the standalone's own bus file: its matcher dead-letters each."""
-    bus = InProcessBus(data_dir / "bus.db")
-    producer = bus.producer()
-    for index in range(count):
-        await producer.send(PARTITION_NOTIFICATIONS, b"\xff poison %d" % index, key=b"partition:ns.a")
-    await producer.close()
-    await bus.close()
 
 
 def code_of(call) -> tuple[grpc.StatusCode, str]:
@@ -39,7 +28,7 @@ def code_of(call) -> tuple[grpc.StatusCode, str]:
 def test_dead_letters_listed_and_replayed_once(tmp_path):
     with LocalServer(tmp_path / "data") as server, grpc.insecure_channel(server.address) as channel:
         letters = dead_letters_pb2_grpc.DeadLettersStub(channel)
-        asyncio.run(poison(server.data_dir, 3))
+        asyncio.run(dead_letter_poison(server.data_dir, 3))
         listed = wait_for(lambda: len(letters.ListDeadLetters(dl.ListDeadLettersRequest()).dead_letters) == 3 and
                           letters.ListDeadLetters(dl.ListDeadLettersRequest()).dead_letters, 30, "three dead letters")
         first = listed[0]

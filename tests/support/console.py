@@ -14,6 +14,8 @@ from typing import Callable
 
 import grpc
 
+from sluice.bus.inprocess import InProcessBus
+from sluice.bus.topics import PARTITION_NOTIFICATIONS
 from sluice.runtime.auth_policy import hash_token
 from sluice.v1 import datasets_pb2, datasets_pb2_grpc, notifications_pb2, schedules_pb2, schedules_pb2_grpc
 
@@ -33,11 +35,14 @@ token_sha256 = "{hash_token(READER_TOKEN)}"
 grants = [{{ role = "reader", namespace = "*" }}]
 """
 PROGRAM = '''"""The console test's program: publishes one output partition per input partition (same hour,
-same record count) into the dataset its schedule names (property output_dataset)."""
-import hashlib, json, os, sys
+same record count) into the dataset its schedule names (property output_dataset), after sleeping
+the seconds of property sleep_seconds (a run to cancel). It says what it does on stdout (its log)."""
+import hashlib, json, os, sys, time
 from pathlib import Path
 context = json.loads(Path(sys.argv[sys.argv.index("--sluice-context") + 1]).read_text())
 system, dataset = context["system"], context["properties"].get("output_dataset", "counts")
+print(f"counting {len(context['notifications'])} notifications into web.{dataset}", flush=True)
+time.sleep(float(context["properties"].get("sleep_seconds", 0)))
 outputs = []
 for notification in context["notifications"]:
     for index, partition in enumerate(notification.get("partitions", [])):
@@ -109,16 +114,17 @@ def bearer(token: str) -> tuple[tuple[str, str], ...] | None:
 
 
 def schedule(name: str, trigger: dict, *, enabled: bool = True, output: str = "counts",
-             constraints: list | None = None) -> schedules_pb2.Schedule:
+             constraints: list | None = None, sleep_seconds: int = 0) -> schedules_pb2.Schedule:
+    properties = {"output_dataset": output, **({"sleep_seconds": str(sleep_seconds)} if sleep_seconds else {})}
     return schedules_pb2.Schedule(name=name, program={"namespace": "web", "app": "analytics", "program": "count"},
-                                  trigger=trigger, enabled=enabled, properties={"output_dataset": output},
+                                  trigger=trigger, enabled=enabled, properties=properties,
                                   constraints=constraints or [])
 
 
 def load_demo_data(channel: grpc.Channel, token: str, data_dir: Path) -> dict[str, str]:
     """Datasets web.clicks (input), web.counts and web.blocked (outputs; web.blocked's directory is
-    a file, so its commit sequence fails until quarantined), four schedules, two partitions of clicks.
-    Returns the schedules' ids by name."""
+    a file, so its commit sequence fails until quarantined), five schedules (long_report: a yearly one
+    whose program sleeps, to run now and cancel), two partitions of clicks. Returns the schedules' ids by name."""
     partitions = datasets_pb2_grpc.PartitionsStub(channel)
     registry = schedules_pb2_grpc.ScheduleRegistryStub(channel)
     metadata = bearer(token)
@@ -136,7 +142,8 @@ def load_demo_data(channel: grpc.Channel, token: str, data_dir: Path) -> dict[st
                  schedule("blocked_writer", clicks, output="blocked"),
                  schedule("nightly_report", {"time": {"cron": "0 2 * * *", "zone": "Asia/Tokyo"}}, enabled=False),
                  schedule("delayed_counts", clicks, output="counts",
-                          constraints=[{"delay": {"seconds": 86_400}}])):
+                          constraints=[{"delay": {"seconds": 86_400}}]),
+                 schedule("long_report", {"time": {"cron": "0 0 1 1 *", "zone": "UTC"}}, sleep_seconds=300)):
         created = registry.CreateSchedule(schedules_pb2.CreateScheduleRequest(schedule=item), metadata=metadata)
         ids[item.name] = created.id
     for hour in (1, 2):
@@ -147,6 +154,17 @@ def load_demo_data(channel: grpc.Channel, token: str, data_dir: Path) -> dict[st
                                      record_count=100 * hour)]), metadata=metadata)
         time.sleep(1.0)  # one run at a time per dataset: the second commit to web.blocked finds the first failed
     return ids
+
+
+async def dead_letter_poison(data_dir: Path, count: int) -> None:
+    """Malformed notifications put on a standalone's own bus file (under `data_dir`): its matcher
+    dead-letters each one."""
+    bus = InProcessBus(data_dir / "bus.db")
+    producer = bus.producer()
+    for index in range(count):
+        await producer.send(PARTITION_NOTIFICATIONS, b"\xff poison %d" % index, key=b"partition:web.clicks")
+    await producer.close()
+    await bus.close()
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
