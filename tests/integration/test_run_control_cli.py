@@ -1,0 +1,140 @@
+"""`sluice runs logs -f` and `sluice runs cancel` as a user runs them, real CLI subprocesses against a
+real `sluice standalone` (spark-submit is the stand-in tests/support/fake_spark_submit.py: each program
+is a real process under the supervise wrapper): the log's lines come out as the program writes them;
+a cancelled program is killed within 5 s, its run ends KILLED, and a schedule triggered on KILLED of
+that program fires; the log API refuses hostile ids, attempts and offsets naming the field."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from sluice.cli.output import jsonable
+from sluice.client import SluiceClient
+from sluice.v1 import runs_pb2
+from sluice_services.localserver import LocalServer
+from tests.integration.test_cli_commands import FAKE_SPARK_SUBMIT, error, ok, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NS = "runctl"
+TALKER = """
+import os, time
+from pathlib import Path
+print("first line", flush=True)
+while not Path({go!r}).exists():
+    time.sleep(0.05)
+print("second line", flush=True)
+"""
+SLEEPER = """
+import time
+print("sleeping", flush=True)
+time.sleep(120)
+"""
+AFTER_KILL = "print('the upstream was killed')\n"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("run-control")
+    apps = root / "apps" / "etl"
+    apps.mkdir(parents=True)
+    go = root / "go"
+    (apps / "talker.py").write_text(TALKER.format(go=str(go)))
+    (apps / "sleeper.py").write_text(SLEEPER)
+    (apps / "after_kill.py").write_text(AFTER_KILL)
+    with LocalServer(root / "sluice", args=["--apps-dir", str(root / "apps"), "--spark-submit", str(FAKE_SPARK_SUBMIT),
+                                            "--spark-master", "local[1]"]) as running:
+        running.go = go
+        yield running
+
+
+def sluice(server, *args: str, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run(_command(*args), capture_output=True, text=True, timeout=60, env=_env(server))
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sluice_services.cli", *args]
+
+
+def _env(server) -> dict:
+    return {**os.environ, "SLUICE_SERVER": server.address}
+
+
+def launched(server, program: str) -> dict:
+    """A run of `program`, started through a partition schedule and a notification."""
+    ok(sluice(server, "schedules", "create", "--name", program, "--namespace", NS, "--app", "etl",
+              "--program", program, "--dataset", f"{NS}.{program}_in", "--enabled"))
+    ok(sluice(server, "notify", "partition", "--namespace", NS, "--dataset", f"{program}_in", "--key", "hour=01",
+              "--location", f"/data/{program}/1"))
+    return wait_for(lambda: _run_of(server, program, "RUNNING"))
+
+
+def _run_of(server, program: str, status: str = "") -> dict | None:
+    with SluiceClient(server.address) as client:
+        runs = [jsonable(run) for run in client.list_runs()]
+    return next((r for r in runs if r["program"]["program"] == program and (not status or r["status"] == status)), None)
+
+
+def test_runs_logs_follow_prints_the_lines_as_the_program_writes_them(server):
+    run = launched(server, "talker")
+    follow = subprocess.Popen(_command("runs", "logs", run["id"][:8], "-f"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(server))
+    try:
+        assert follow.stdout.readline() == "first line\n"  # while the program waits for the go file
+        assert follow.poll() is None
+        server.go.write_text("go")
+        assert follow.stdout.readline() == "second line\n"
+        assert follow.wait(timeout=30) == 0  # -f ends with the attempt
+    finally:
+        follow.kill()
+        follow.wait()
+    whole = ok(sluice(server, "runs", "logs", run["id"][:8], "--attempt", "1"))
+    assert whole.startswith("first line\nsecond line\n")
+
+
+def test_cancel_kills_the_program_within_5_s_and_a_schedule_on_killed_fires(server):
+    ok(sluice(server, "schedules", "create", "--name", "after_kill", "--namespace", NS, "--app", "etl",
+              "--program", "after_kill", "--trigger", "program-status", "--upstream", f"{NS}.etl.sleeper",
+              "--status", "KILLED", "--enabled"))
+    run = launched(server, "sleeper")
+    began = time.monotonic()
+    said = ok(sluice(server, "runs", "cancel", run["id"][:8], "--reason", "wrong input"))
+    took = time.monotonic() - began
+    assert said.startswith(f"run {run['id'][:8]} KILLED: killed by ") and said.strip().endswith(": wrong input"), said
+    assert took < 5, took
+    detail = _run_of(server, "sleeper")
+    assert detail["status"] == "KILLED" and detail["attempts"][0]["status"] == "KILLED"
+    wrapper = detail["attempts"][0]["pid"]
+    assert not Path(f"/proc/{wrapper}").exists() or "Z" in Path(f"/proc/{wrapper}/stat").read_text().split(")")[1][:3]
+    downstream = wait_for(lambda: _run_of(server, "after_kill"))
+    assert downstream["status"] in ("STARTING", "RUNNING", "COMPLETED", "FAILED")
+    again = sluice(server, "runs", "cancel", run["id"][:8])
+    error(again, 1, "FAILED_PRECONDITION: run ")
+    assert "it is KILLED" in again.stderr
+    error(sluice(server, "runs", "cancel", "0" * 36), 1, "NOT_FOUND")
+
+
+@pytest.mark.parametrize("request_, code, field", [
+    (runs_pb2.StreamRunLogRequest(id="../../etc"), grpc.StatusCode.INVALID_ARGUMENT, "id"),
+    (runs_pb2.StreamRunLogRequest(id=""), grpc.StatusCode.INVALID_ARGUMENT, "id"),
+    (runs_pb2.StreamRunLogRequest(id="no-such-run"), grpc.StatusCode.NOT_FOUND, ""),
+    (runs_pb2.StreamRunLogRequest(id="RUN", attempt=-1), grpc.StatusCode.INVALID_ARGUMENT, "attempt"),
+    (runs_pb2.StreamRunLogRequest(id="RUN", attempt=99), grpc.StatusCode.INVALID_ARGUMENT, "attempt"),
+    (runs_pb2.StreamRunLogRequest(id="RUN", from_offset=-1), grpc.StatusCode.INVALID_ARGUMENT, "from_offset"),
+])
+def test_hostile_log_requests_are_refused_naming_the_field(server, request_, code, field):
+    with SluiceClient(server.address) as client:
+        if request_.id == "RUN":
+            request_.id = client.list_runs()[0].id
+        with pytest.raises(grpc.RpcError) as raised:
+            list(client.runs.StreamRunLog(request_, timeout=10))
+    assert raised.value.code() == code and raised.value.details().startswith(field), raised.value.details()
+    if field == "attempt" and request_.attempt > 0:
+        error(sluice(server, "runs", "logs", request_.id, "--attempt", "99"), 1, "INVALID_ARGUMENT: attempt:")
