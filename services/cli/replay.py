@@ -98,6 +98,19 @@ def service_state(service: str, log: EventLog) -> dict[str, Any]:
             lineage.rebuild()
             return {run_id: {"job": f"{run.job_namespace}:{run.job_name}", "state": run.state}
                     for run_id, run in lineage.state.runs.items()}
+        case "alerts":
+            from sluice_services.alerts.service import AlertsService
+
+            alerts = AlertsService(log, clock)
+            alerts.recover()
+            state = alerts.state
+            return {**{f"policy {schedule_id}": {"sla": type(w.policy.sla).__name__ if w.policy.sla else None,
+                                                 "next_deadline": w.next_deadline.isoformat() if w.next_deadline else None,
+                                                 "jobs_watched": len(w.jobs)}
+                       for schedule_id, w in state.watches.items()},
+                    **{f"delivery {d.id}": {"schedule": d.schedule_id, "attempts": d.attempts}
+                       for d in state.deliveries.values()},
+                    "sla_misses": len(state.misses)}
     raise ValueError(f"unknown service {service!r}")
 
 

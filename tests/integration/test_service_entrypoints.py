@@ -22,6 +22,7 @@ SERVED = {
     "datasets": {"sluice.v1.Partitions", "sluice.v1.RunData"},
     "launcher": {"sluice.v1.Runs"},
     "lineage": {"sluice.v1.Lineage"},
+    "alerts": {"sluice.v1.Alerts"},
 }
 
 
