@@ -116,7 +116,7 @@ class ScheduleLookup:
         if target is None:
             schedule = self._states[schedule_id].schedule
             target = self._targets[schedule_id] = matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(
-                schedule_id=schedule_id, schedule=schedule_to_proto(schedule))]).SerializeToString()
+                schedule_id=schedule_id, schedule=schedule_to_proto(schedules.as_observed(schedule)))]).SerializeToString()
         return target
 
     def _apply(self, schedule_id: str, event: schedules.ScheduleEvent) -> None:
@@ -127,7 +127,7 @@ class ScheduleLookup:
         if before is not None:
             for key in triggers.event_keys(before.trigger):
                 self._index[key].discard(schedule_id)
-        if after.schedule is not None and after.schedule.enabled:
+        if after.schedule is not None and schedules.as_observed(after.schedule).enabled:
             for key in triggers.event_keys(after.schedule.trigger):
                 self._index[key].add(schedule_id)
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 from sluice.bus.port import Producer
 from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.domain.common import PartitionCommitted, ProgramStatusChanged
-from sluice.domain.apps import DeployApp, ProgramSpec
+from sluice.domain.apps import AppDeleted, DeleteApp, DeployApp, PauseApp, ProgramSpec, ResumeApp
 from sluice.domain.names import validate_name
-from sluice.domain.schedules import ScheduleCreated, ScheduleDeleted, ScheduleUpdated, schedule_id_for
+from sluice.domain.schedules import (ScheduleCreated, ScheduleDeleted, SchedulePaused, ScheduleResumed, ScheduleUpdated,
+                                     schedule_id_for)
 from sluice.paging import after_key, fill_page, next_page_token, paging
 from sluice.domain.errors import InvalidArgument
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import notifications_pb2, notifications_pb2_grpc, schedules_pb2, schedules_pb2_grpc
 from sluice.wire.common import notification_from_proto, program_from_proto
 from sluice.wire.schedules import schedule_from_proto, schedule_to_proto
-from sluice_services.registry.service import RegistryService
+from sluice_services.registry.service import AppView, RegistryService
 
 
 class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
@@ -79,6 +80,49 @@ class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
     async def DisableSchedule(self, request, context):
         return schedule_to_proto(self._registry.disable(_require_id(request.id)))
 
+    @grpc_errors
+    async def GetApp(self, request, context):
+        validate_name("namespace", request.namespace)
+        validate_name("app", request.app)
+        return _app_to_proto(self._registry.app(request.namespace, request.app))
+
+    @grpc_errors
+    async def ListApps(self, request, context):
+        """Paged like ListSchedules: by (namespace, app)."""
+        if request.namespace:
+            validate_name("namespace", request.namespace)
+        size, after = paging(request, LIST_APPS, _is_app_key)
+        found = self._registry.apps(request.namespace)
+        page, last = fill_page(after_key(found, _app_key, after), size, _app_to_proto)
+        return schedules_pb2.ListAppsResponse(apps=page, next_page_token=next_page_token(LIST_APPS, last))
+
+    @grpc_errors
+    async def DeleteApp(self, request, context):
+        plan = self._registry.delete_app(DeleteApp(request.namespace, request.app))
+        deleted = [event for events in plan.values() for event in events if isinstance(event, AppDeleted)]
+        return schedules_pb2.DeleteAppResponse(deleted=deleted[0].schedule_names)
+
+    @grpc_errors
+    async def PauseApp(self, request, context):
+        return _pause_response(self._registry.pause(PauseApp(request.namespace, request.app)), SchedulePaused)
+
+    @grpc_errors
+    async def ResumeApp(self, request, context):
+        return _pause_response(self._registry.pause(ResumeApp(request.namespace, request.app)), ScheduleResumed)
+
+
+def _pause_response(plan: dict[str, list], kind: type) -> schedules_pb2.PauseAppResponse:
+    changed = sum(isinstance(event, kind) for events in plan.values() for event in events)
+    return schedules_pb2.PauseAppResponse(changed=bool(plan), schedules=changed)
+
+
+def _app_to_proto(view: AppView) -> schedules_pb2.App:
+    return schedules_pb2.App(
+        namespace=view.namespace, app=view.app, deployed=view.deployed, paused=view.paused,
+        namespace_paused=view.namespace_paused, schedules=view.schedules, enabled_schedules=view.enabled_schedules,
+        programs=[schedules_pb2.ProgramSpec(name=p.name, entry_point=p.entry_point, description=p.description)
+                  for p in view.programs])
+
 
 class NotificationsServicer(notifications_pb2_grpc.NotificationsServicer):
     """Validates a producer's notification and puts it on its topic; an invalid one is not published."""
@@ -131,6 +175,17 @@ LIST_SCHEDULES = "ListSchedules"
 
 def _schedule_key(schedule) -> tuple[str, str, str]:
     return schedule.program.namespace, schedule.program.app, schedule.name
+
+
+LIST_APPS = "ListApps"
+
+
+def _app_key(view: AppView) -> tuple[str, str]:
+    return view.namespace, view.app
+
+
+def _is_app_key(key: tuple) -> bool:
+    return len(key) == 2 and all(isinstance(part, str) for part in key)
 
 
 def _is_schedule_key(key: tuple) -> bool:

@@ -1,10 +1,13 @@
 """The schedule-registry: owns schedules; publishes every change on the schedules topic."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import Callable
+
 from sluice.bus.topics import SCHEDULES
 from sluice.clock import Clock
 from sluice.domain import apps, schedules
-from sluice.domain.apps import AppState, DeployApp
+from sluice.domain.apps import AppState, DeleteApp, DeployApp, PauseApp, ResumeApp, ProgramSpec
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.triggers import validate_trigger
 from sluice.domain.schedules import (
@@ -31,10 +34,24 @@ TYPES = EventTypes(schedules.EVENTS)
 APP_PREFIX = "app-"
 APP_TYPES = EventTypes(apps.EVENTS)
 SNAPSHOTS = REGISTRY.snapshots
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 """The schema version of this service's snapshots (Loaded[ScheduleState], Loaded[AppState] per stream): bump it when
 ScheduleState or AppState (or anything they hold) changes shape; a snapshot of another version is ignored and the
 log folded instead."""
+
+
+@dataclass(frozen=True)
+class AppView:
+    """An app as GetApp and ListApps show it: deployed, or existing by its schedules alone."""
+
+    namespace: str
+    app: str
+    programs: tuple[ProgramSpec, ...]
+    deployed: bool
+    paused: bool
+    namespace_paused: bool
+    schedules: int
+    enabled_schedules: int
 
 
 class RegistryService:
@@ -54,29 +71,90 @@ class RegistryService:
 
     def create(self, schedule: Schedule) -> Schedule:
         self._check_trigger(schedule)
-        return self._execute(schedule.id, CreateSchedule(schedule))
+        paused = self.is_paused(schedule.program.namespace, schedule.program.app)
+        return self._execute(schedule.id, CreateSchedule(replace(schedule, paused=paused)))
 
     def deploy(self, command: DeployApp) -> dict[str, list]:
         """Deploy an app with its programs and schedules; every stream it touches in one append."""
         for index, schedule in enumerate(command.schedules):
             self._check_trigger(schedule, f"app.schedules[{index}].trigger")
-        now = self._clock.now()
         app_stream = apps.stream_name(command.namespace, command.app)
+
+        def plan(now) -> dict[str, list]:
+            paused = self.is_paused(command.namespace, command.app)
+            deployed = replace(command, schedules=tuple(replace(s, paused=paused) for s in command.schedules))
+            return apps.plan_deployment(self._apps.load(app_stream).state, self._states_of(command.namespace,
+                                                                                           command.app), deployed, now)
+
+        return self._apply(plan, f"deploying {app_stream}")
+
+    def pause(self, command: PauseApp | ResumeApp) -> dict[str, list]:
+        """Pause or resume an app or a namespace and every schedule in it, in one append; {} when it was so."""
+        def plan(now) -> dict[str, list]:
+            existing = self._states_of(command.namespace, command.app)
+            streams = {apps.scope_stream(command.namespace), apps.scope_stream(command.namespace, command.app),
+                       *(apps.stream_name(command.namespace, s.schedule.program.app) for s in existing.values())}
+            scopes = {stream: self._apps.load(stream).state for stream in streams}
+            return apps.plan_pause(scopes, existing, command, now)
+
+        return self._apply(plan, f"pausing {command.namespace}.{command.app or '*'}")
+
+    def delete_app(self, command: DeleteApp) -> dict[str, list]:
+        """Delete an app and its schedules in one append."""
+        app_stream = apps.stream_name(command.namespace, command.app)
+        return self._apply(lambda now: apps.plan_delete(self._apps.load(app_stream).state, self._states_of(
+            command.namespace, command.app), command, now), f"deleting {app_stream}")
+
+    def is_paused(self, namespace: str, app: str) -> bool:
+        return (self._apps.load(apps.scope_stream(namespace)).state.paused
+                or self._apps.load(apps.stream_name(namespace, app)).state.paused)
+
+    def app(self, namespace: str, app: str) -> AppView:
+        found = self.apps(namespace, app)
+        if not found:
+            raise NotFound(f"app {namespace}.{app} does not exist")
+        return found[0]
+
+    def apps(self, namespace: str = "", app: str = "") -> list[AppView]:
+        """The apps with a deployment, a pause or schedules, ordered by namespace and app."""
+        counts: dict[tuple[str, str], list[int]] = {}
+        for schedule in self.list(namespace, app):
+            count = counts.setdefault((schedule.program.namespace, schedule.program.app), [0, 0])
+            count[0] += 1
+            count[1] += schedule.enabled
+        states: dict[tuple[str, str], AppState] = {}
+        for stream, state in self._apps.states().items():
+            scope_namespace, dot, scope_app = stream.removeprefix(APP_PREFIX).partition(".")
+            if dot and (state.deployed or state.paused) and (not namespace or scope_namespace == namespace) and (
+                    not app or scope_app == app):
+                states[scope_namespace, scope_app] = state
+        views = []
+        for key in sorted(counts.keys() | states.keys()):
+            state, (total, enabled) = states.get(key, AppState()), counts.get(key, (0, 0))
+            views.append(AppView(key[0], key[1], state.programs, state.deployed, state.paused,
+                                 self._apps.load(apps.scope_stream(key[0])).state.paused, total, enabled))
+        return views
+
+    def _states_of(self, namespace: str, app: str) -> dict[str, ScheduleState]:
+        return {s.id: self._store.load(schedules.stream_name(s.id)).state for s in self.list(namespace, app)}
+
+    def _apply(self, plan_at: Callable[..., dict[str, list]], what: str) -> dict[str, list]:
+        """The plan's events, each stream's to its store, in one append; planned again on a conflict."""
+        now = self._clock.now()
         stores: dict[str, AggregateStore] = {}
 
         def attempt() -> dict[str, list]:
-            existing = {s.id: self._store.load(schedules.stream_name(s.id)).state
-                        for s in self.list(command.namespace, command.app)}
-            plan = apps.plan_deployment(self._apps.load(app_stream).state, existing, command, now)
-            stores.update({stream: self._apps if stream == app_stream else self._store for stream in plan})
+            plan = plan_at(now)
+            stores.update({stream: self._apps if stream.startswith(APP_PREFIX) else self._store for stream in plan})
+            if not plan:
+                return plan
             appends = [stores[stream].prepare(stream, events) for stream, events in plan.items()]
             versions = self._log.append_batch(appends)
             for (stream, events), version in zip(plan.items(), versions):
                 stores[stream].commit(stream, events, version)
             return plan
 
-        return retry_on_conflict(attempt, lambda conflict: stores[conflict.stream].forget(conflict.stream),
-                                 what=f"deploying {app_stream}")
+        return retry_on_conflict(attempt, lambda conflict: stores[conflict.stream].forget(conflict.stream), what=what)
 
     def _check_trigger(self, schedule: Schedule, path: str = "schedule.trigger") -> None:
         """The trigger's own rules. A program-status trigger may name any program, deployed or not yet:

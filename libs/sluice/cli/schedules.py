@@ -117,7 +117,8 @@ def _options(parser: argparse.ArgumentParser, defaults: dict) -> None:
 def summary(verb: str, schedule: schedules_pb2.Schedule) -> str:
     program = f"{schedule.program.namespace}.{schedule.program.app}.{schedule.program.program}"
     return (f"{verb} schedule {schedule.id[:8]} {schedule.name}: {program}, {describe.trigger_text(schedule.trigger)}, "
-            f"{'enabled' if schedule.enabled else 'disabled'}, generation {schedule.generation}")
+            f"{'enabled' if schedule.enabled else 'disabled'}{' (paused)' if schedule.paused else ''}, "
+            f"generation {schedule.generation}")
 
 
 def _show(args, verb: str, schedule: schedules_pb2.Schedule) -> int:
@@ -381,6 +382,7 @@ def _filters(values: list[str] | None) -> dict[str, schedules_pb2.AllowedValues]
 def _list(client: SluiceClient, args) -> int:
     found = client.list_schedules(args.namespace, args.app)
     rows = [(s.id[:8], s.name, f"{s.program.namespace}.{s.program.app}.{s.program.program}",
-             describe.trigger_text(s.trigger), "yes" if s.enabled else "no", s.generation) for s in found]
+             describe.trigger_text(s.trigger), ("yes" if s.enabled else "no") + (" (paused)" if s.paused else ""),
+             s.generation) for s in found]
     return print_many(args, found, render.table(("ID", "NAME", "PROGRAM", "TRIGGER", "ENABLED", "GEN"), rows))
 

@@ -8,12 +8,13 @@ from google.protobuf import json_format
 
 from sluice.cli import describe, ids, render, run_control
 from sluice.cli.output import UsageError, print_many, print_message
+from sluice.cli import apps as apps_cli
 from sluice.client import SluiceClient
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2
 
 
 def register(commands) -> None:
-    apps = commands.add_parser("apps", help="deploy apps").add_subparsers(metavar="ACTION")
+    apps = commands.add_parser("apps", help="deploy, list, pause and delete apps").add_subparsers(metavar="ACTION")
     deploy = apps.add_parser("deploy", help="deploy an app with its programs and schedules",
                              description="FILE holds a DeployAppRequest as JSON: namespace, app, programs, schedules. "
                                          "A deployment that would delete schedules it does not name is refused with "
@@ -25,6 +26,7 @@ def register(commands) -> None:
     deploy.add_argument("--prune", "--yes", dest="prune", action="store_true",
                         help="allow deleting the app's schedules the file does not name")
     deploy.set_defaults(handler=_deploy_app)
+    apps_cli.register(apps)
 
     jobs = commands.add_parser("jobs", help="inspect jobs").add_subparsers(metavar="ACTION")
     jobs_list = jobs.add_parser("list", help="jobs, with what each pending one waits for and its next check")

@@ -1,19 +1,29 @@
-"""Apps and their deployment (seed 000, "Semantics of App Deployment"): pure planning over the app
-and its schedules, applied by the registry as one atomic append to all the streams it touches."""
+"""Apps and their deployment (seed 000, "Semantics of App Deployment"), pausing an app or a whole
+namespace, and deleting an app: pure planning over the app and its schedules, applied by the registry
+as one atomic append to all the streams it touches.
+
+A pause is the state of a scope's stream: `app-NS.APP` for an app, `app-NS` for its namespace (names
+hold no `.`, so the two never meet). A schedule is paused while its app or its namespace is: it fires
+nothing, and one created there is paused from the start (sluice.domain.schedules.as_observed)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Mapping
 
 from sluice.domain import schedules
 from sluice.domain.names import validate_name
 from sluice.domain.schedules import Schedule, ScheduleState
-from sluice.domain.errors import FailedPrecondition, InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 
 
 def stream_name(namespace: str, app: str) -> str:
     return f"app-{namespace}.{app}"
+
+
+def scope_stream(namespace: str, app: str = "") -> str:
+    """The stream of an app, or with no app of the whole namespace (its pause)."""
+    return stream_name(namespace, app) if app else f"app-{namespace}"
 
 
 @dataclass(frozen=True)
@@ -49,20 +59,132 @@ class AppDeployed:
     at: datetime
 
 
-EVENTS = (AppDeployed,)
+@dataclass(frozen=True)
+class PauseApp:
+    """Pause the app, or with no app every app of the namespace, now and later created: idempotent."""
+
+    namespace: str
+    app: str = ""
+
+
+@dataclass(frozen=True)
+class ResumeApp:
+    """Undo PauseApp of the same scope (a schedule stays paused while its namespace or app still is)."""
+
+    namespace: str
+    app: str = ""
+
+
+@dataclass(frozen=True)
+class DeleteApp:
+    """Delete the app and all its schedules. Refused while one of them is enabled and not paused."""
+
+    namespace: str
+    app: str
+
+
+@dataclass(frozen=True)
+class AppPaused:
+    namespace: str
+    app: str
+    """Empty: the whole namespace."""
+    at: datetime
+
+
+@dataclass(frozen=True)
+class AppResumed:
+    namespace: str
+    app: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class AppDeleted:
+    namespace: str
+    app: str
+    schedule_names: tuple[str, ...]
+    at: datetime
+
+
+EVENTS = (AppDeployed, AppPaused, AppResumed, AppDeleted)
+AppEvent = AppDeployed | AppPaused | AppResumed | AppDeleted
 
 
 @dataclass(frozen=True)
 class AppState:
+    """Of an app's stream, or of a namespace's (then only `paused` is used)."""
+
     programs: tuple[ProgramSpec, ...] = ()
     deployed: bool = False
+    paused: bool = False
 
     def has_program(self, name: str) -> bool:
         return any(p.name == name for p in self.programs)
 
 
-def evolve(state: AppState, event: AppDeployed) -> AppState:
-    return AppState(event.programs, True)
+def evolve(state: AppState, event: AppEvent) -> AppState:
+    match event:
+        case AppDeployed(programs=programs):
+            return replace(state, programs=programs, deployed=True)
+        case AppPaused():
+            return replace(state, paused=True)
+        case AppResumed():
+            return replace(state, paused=False)
+        case AppDeleted():
+            return AppState()
+    raise TypeError(f"unknown event {event!r}")
+
+
+def plan_pause(scopes: Mapping[str, AppState], existing: Mapping[str, ScheduleState], command: PauseApp | ResumeApp,
+               now: datetime) -> dict[str, list]:
+    """The scope's AppPaused or AppResumed and each schedule's SchedulePaused or ScheduleResumed; nothing
+    when the scope is already so. `scopes`: the states of the namespace's stream and of the app streams of
+    `existing`, the schedules in the scope by id."""
+    _validate_scope(command.namespace, command.app, app_required=False)
+    pausing = isinstance(command, PauseApp)
+    target = scope_stream(command.namespace, command.app)
+    before = scopes.get(target, AppState())
+    if before.paused == pausing:
+        return {}
+    event = (AppPaused if pausing else AppResumed)(command.namespace, command.app, now)
+    after = {**scopes, target: evolve(before, event)}
+    plan: dict[str, list] = {target: [event]}
+    namespace_paused = after.get(scope_stream(command.namespace), AppState()).paused
+    for schedule_id, state in existing.items():
+        if state.schedule is None:
+            continue
+        app_paused = after.get(stream_name(command.namespace, state.schedule.program.app), AppState()).paused
+        to = schedules.PauseSchedule if namespace_paused or app_paused else schedules.ResumeSchedule
+        _add(plan, schedule_id, schedules.decide(state, to(schedule_id), now))
+    return plan
+
+
+def plan_delete(app: AppState, existing: Mapping[str, ScheduleState], command: DeleteApp,
+                now: datetime) -> dict[str, list]:
+    """AppDeleted and each schedule's ScheduleDeleted. NotFound for an app with neither schedules nor a
+    deployment; FailedPrecondition, naming them, while schedules of it would still fire (enabled, not
+    paused): deleting a live app takes a pause (or disabling them) first, as a deployment's deletions take
+    prune."""
+    _validate_scope(command.namespace, command.app, app_required=True)
+    found = {i: s.schedule for i, s in existing.items() if s.schedule is not None}
+    if not found and not app.deployed and not app.paused:
+        raise NotFound(f"app {command.namespace}.{command.app} does not exist")
+    live = sorted(s.name for s in found.values() if schedules.as_observed(s).enabled)
+    if live:
+        raise FailedPrecondition(f"app {command.namespace}.{command.app} has {len(live)} enabled schedule(s) that "
+                                 f"would still fire: {', '.join(live[:10])}{' ...' if len(live) > 10 else ''} "
+                                 f"(pause the app or disable them first)")
+    plan: dict[str, list] = {stream_name(command.namespace, command.app): [AppDeleted(
+        command.namespace, command.app, tuple(sorted(s.name for s in found.values())), now)]}
+    for schedule_id in found:
+        _add(plan, schedule_id, schedules.decide(existing[schedule_id], schedules.DeleteSchedule(schedule_id), now))
+    return plan
+
+
+def _validate_scope(namespace: str, app: str, app_required: bool) -> None:
+    validate_name("namespace", namespace)
+    if app or app_required:
+        validate_name("app", app)
 
 
 def plan_deployment(app: AppState, existing: Mapping[str, ScheduleState], command: DeployApp,

@@ -63,6 +63,9 @@ class Schedule:
     """Spark settings of its runs, over the launcher's: resources and tuning only (sluice.domain.spark_conf)."""
     max_run_seconds: int = 0
     """A run going longer is killed by the launcher (ends KILLED); 0: no limit."""
+    paused: bool = False
+    """Its app or namespace is paused (sluice.domain.apps): it fires nothing, whatever `enabled` says;
+    set by the registry only, kept across updates."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "constraints", tuple(self.constraints))
@@ -86,6 +89,13 @@ def _shared_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
             _PROPERTIES.clear()
         shared = _PROPERTIES[key] = dict(properties)
     return shared
+
+
+def as_observed(schedule: Schedule) -> Schedule:
+    """The schedule as the matcher and the checker act on it: a paused one is not enabled there, so
+    a pause discards its pending jobs and makes none, like a disable, while `enabled` keeps the
+    schedule's own setting for the resume."""
+    return replace(schedule, enabled=False) if schedule.paused and schedule.enabled else schedule
 
 
 def schedule_id_for(program: ProgramRef, name: str) -> str:
@@ -122,11 +132,26 @@ class EnableSchedule:
 
 
 @dataclass(frozen=True)
+class PauseSchedule:
+    """Its app or namespace was paused (the registry pauses every schedule in it)."""
+
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class ResumeSchedule:
+    """Neither its app nor its namespace is paused any more."""
+
+    schedule_id: str
+
+
+@dataclass(frozen=True)
 class DisableSchedule:
     schedule_id: str
 
 
-ScheduleCommand = CreateSchedule | UpdateSchedule | DeleteSchedule | EnableSchedule | DisableSchedule
+ScheduleCommand = (CreateSchedule | UpdateSchedule | DeleteSchedule | EnableSchedule | DisableSchedule | PauseSchedule
+                   | ResumeSchedule)
 """What the aggregate's `decide` takes."""
 
 
@@ -161,8 +186,22 @@ class ScheduleDisabled:
     at: datetime
 
 
-EVENTS = (ScheduleCreated, ScheduleUpdated, ScheduleDeleted, ScheduleEnabled, ScheduleDisabled)
-ScheduleEvent = ScheduleCreated | ScheduleUpdated | ScheduleDeleted | ScheduleEnabled | ScheduleDisabled
+@dataclass(frozen=True)
+class SchedulePaused:
+    schedule_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleResumed:
+    schedule_id: str
+    at: datetime
+
+
+EVENTS = (ScheduleCreated, ScheduleUpdated, ScheduleDeleted, ScheduleEnabled, ScheduleDisabled, SchedulePaused,
+          ScheduleResumed)
+ScheduleEvent = (ScheduleCreated | ScheduleUpdated | ScheduleDeleted | ScheduleEnabled | ScheduleDisabled
+                 | SchedulePaused | ScheduleResumed)
 
 
 @dataclass(frozen=True)
@@ -186,7 +225,7 @@ def decide(state: ScheduleState, command: ScheduleCommand, now: datetime) -> lis
         case UpdateSchedule(schedule):
             validate(schedule)
             current = _require(state, schedule.id)
-            replacement = replace(schedule, generation=current.generation + 1)
+            replacement = replace(schedule, generation=current.generation + 1, paused=current.paused)
             return [] if replacement == replace(current, generation=current.generation + 1) else [
                 ScheduleUpdated(replacement, now)]
         case DeleteSchedule(schedule_id):
@@ -198,6 +237,12 @@ def decide(state: ScheduleState, command: ScheduleCommand, now: datetime) -> lis
         case DisableSchedule(schedule_id):
             schedule = _require(state, schedule_id)
             return [ScheduleDisabled(schedule_id, now)] if schedule.enabled else []
+        case PauseSchedule(schedule_id):
+            schedule = _require(state, schedule_id)
+            return [] if schedule.paused else [SchedulePaused(schedule_id, now)]
+        case ResumeSchedule(schedule_id):
+            schedule = _require(state, schedule_id)
+            return [ScheduleResumed(schedule_id, now)] if schedule.paused else []
     raise TypeError(f"unknown command {command!r}")
 
 
@@ -211,6 +256,10 @@ def evolve(state: ScheduleState, event: ScheduleEvent) -> ScheduleState:
             return replace(state, schedule=replace(state.schedule, enabled=True))
         case ScheduleDisabled():
             return replace(state, schedule=replace(state.schedule, enabled=False))
+        case SchedulePaused():
+            return replace(state, schedule=replace(state.schedule, paused=True))
+        case ScheduleResumed():
+            return replace(state, schedule=replace(state.schedule, paused=False))
     raise TypeError(f"unknown event {event!r}")
 
 

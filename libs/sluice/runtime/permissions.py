@@ -195,6 +195,11 @@ GRPC_RULES: dict[str, Rule] = {
     _method("ScheduleRegistry", "DeleteSchedule"): Rule("schedules.write", _by(SCHEDULE, field="id")),
     _method("ScheduleRegistry", "EnableSchedule"): Rule("schedules.write", _by(SCHEDULE, field="id")),
     _method("ScheduleRegistry", "DisableSchedule"): Rule("schedules.write", _by(SCHEDULE, field="id")),
+    _method("ScheduleRegistry", "GetApp"): Rule("schedules.read", _ns("namespace")),
+    _method("ScheduleRegistry", "ListApps"): Rule("schedules.read", _ns("namespace")),
+    _method("ScheduleRegistry", "DeleteApp"): Rule("apps.deploy", _ns("namespace")),
+    _method("ScheduleRegistry", "PauseApp"): Rule("schedules.write", _ns("namespace")),
+    _method("ScheduleRegistry", "ResumeApp"): Rule("schedules.write", _ns("namespace")),
     # Notifications (registry)
     _method("Notifications", "Publish"): Rule("notifications.publish", _notification),
     # Jobs (checker)

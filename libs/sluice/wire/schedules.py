@@ -17,7 +17,7 @@ from sluice.domain.constraints import (
 )
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY, RetryPolicy, WaitingJobPolicy
 from sluice.domain.observations import ObserveSchedule
-from sluice.domain.schedules import DEFAULT_CATCH_UP_SECONDS, MisfirePolicy, Schedule, validate
+from sluice.domain.schedules import DEFAULT_CATCH_UP_SECONDS, MisfirePolicy, Schedule, as_observed, validate
 from sluice.domain.triggers import (
     AndTrigger,
     DataSizeTrigger,
@@ -58,6 +58,7 @@ def schedule_to_proto(schedule: Schedule) -> pb.Schedule:
         waiting_job_policy=waiting_job_policy_to_proto(schedule.waiting_job_policy),
         spark_conf=dict(schedule.spark_conf),
         max_run_seconds=schedule.max_run_seconds,
+        paused=schedule.paused,
     )
 
 
@@ -83,6 +84,7 @@ def schedule_from_proto(message: pb.Schedule, schedule_id: str, path: str = "sch
         waiting_job_policy=waiting_job_policy_from_proto(message.waiting_job_policy),
         spark_conf=dict(message.spark_conf),
         max_run_seconds=message.max_run_seconds,
+        paused=message.paused,
     )
     try:
         validate(schedule)
@@ -251,5 +253,5 @@ def parse_schedule_change(record: Record) -> ObserveSchedule:
     change = parse_bus_message(pb.ScheduleChanged, record.value)
     if not change.schedule_id:
         raise MalformedMessage("schedule_id: must not be empty")
-    schedule = None if change.deleted else schedule_from_proto(change.schedule, change.schedule_id)
+    schedule = None if change.deleted else as_observed(schedule_from_proto(change.schedule, change.schedule_id))
     return ObserveSchedule(change.schedule_id, schedule)
