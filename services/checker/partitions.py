@@ -3,7 +3,7 @@ gRPC API (Partitions.ListPartitions), page by page, with the backfill's caller's
 who may not read a dataset's partitions cannot backfill over them either.
 
     source = GrpcPartitionSource("datasets:50051", tls_ca=cert)
-    source = GrpcPartitionSource(None, ...); spec.on_listening = source.in_process(host)   # standalone
+    source = GrpcPartitionSource(None, ...).in_process(host)   # standalone: spec.on_listening = source.on_listening
 """
 from __future__ import annotations
 
@@ -36,12 +36,15 @@ class GrpcPartitionSource:
         self._address = address
         self._tls_ca = tls_ca
         self._channel: grpc.aio.Channel | None = None
+        self.on_listening: Callable[[int], None] | None = None
+        """Set by `in_process`: the checker's spec hands it to the gRPC server."""
 
-    def in_process(self, host: str) -> Callable[[int], None]:
-        """The datasets service is served by this process's gRPC server: its on_listening."""
+    def in_process(self, host: str) -> GrpcPartitionSource:
+        """The datasets service is served by this process's gRPC server: its address is learnt once it listens."""
         def listening(port: int) -> None:
             self._address = f"{program_host(host)}:{port}"
-        return listening
+        self.on_listening = listening
+        return self
 
     async def list(self, namespace: str, dataset: str, where: pb.PartitionFilter, start: datetime | None,
                    end: datetime | None, metadata: Sequence[tuple[str, str]]) -> tuple[CandidatePartition, ...]:
