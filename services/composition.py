@@ -167,10 +167,10 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
 
 
 def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
-                 jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE, *, partitions: GrpcPartitionSource | None = None,
-                 on_listening=None) -> ServiceSpec:
-    """`partitions`: where a partition-trigger backfill lists partitions (the datasets service's gRPC API);
-    `on_listening`: its in_process hook when that service is served by this process."""
+                 jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE, *,
+                 partitions: GrpcPartitionSource | None = None) -> ServiceSpec:
+    """`partitions`: where a partition-trigger backfill lists partitions (the datasets service's gRPC API)."""
+    partitions = partitions or GrpcPartitionSource(None)
     checker = CheckerService(log, clock, capacity)
     jobs_view = JobsView(finished_per_schedule=jobs_history)
     subscription = Subscription("constraint-checker", checker.handlers())
@@ -179,17 +179,17 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
         jobs_view.recover(log)  # complete up to the head before the gRPC server answers a ListJobs
 
     return ServiceSpec("checker", [subscription], route=checker.route, route_prefixes=catalogue.CHECKER.stream_prefixes,
-                       grpc=checker_grpc.bindings(jobs_view, checker, partitions or GrpcPartitionSource(None)),
-                       recover=recover, on_listening=on_listening, background=[lambda: jobs_view.follow(log), checker.run_timers],
+                       grpc=checker_grpc.bindings(jobs_view, checker, partitions),
+                       recover=recover, on_listening=partitions.on_listening,
+                       background=[lambda: jobs_view.follow(log), checker.run_timers],
                        resolvers=checker_resolvers(jobs_view, checker),
                        instrument=lambda metrics: checker_metrics(metrics, jobs_view, checker))
 
 
-def _checker_spec(log: EventLog, clock: Clock, settings: Settings, *, datasets_here: bool) -> ServiceSpec:
-    partitions = GrpcPartitionSource(settings.datasets_address or None, tls_ca=settings.grpc_security.tls_cert)
-    on_listening = partitions.in_process(settings.host) if datasets_here and not settings.datasets_address else None
-    return checker_spec(log, clock, settings.capacity, settings.jobs_history, partitions=partitions,
-                        on_listening=on_listening)
+def _partition_source(settings: Settings, *, datasets_here: bool) -> GrpcPartitionSource:
+    """The datasets service at settings.datasets_address, else this process's own server when it serves it."""
+    source = GrpcPartitionSource(settings.datasets_address or None, tls_ca=settings.grpc_security.tls_cert)
+    return source.in_process(settings.host) if datasets_here and not settings.datasets_address else source
 
 
 def datasets_spec(log: EventLog, clock: Clock, settings: Settings, *, launcher_token: str = "") -> ServiceSpec:
@@ -291,7 +291,8 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
     factories = {
         "registry": lambda: registry_spec(log, clock, producer, bus),
         "matcher": lambda: matcher_spec(log, clock, producer),
-        "checker": lambda: _checker_spec(log, clock, settings, datasets_here="datasets" in names),
+        "checker": lambda: checker_spec(log, clock, settings.capacity, settings.jobs_history,
+                                        partitions=_partition_source(settings, datasets_here="datasets" in names)),
         "datasets": lambda: datasets_spec(log, clock, settings, launcher_token=in_process),
         "launcher": lambda: launcher_spec(log, clock, settings, datasets_in_process=in_process),
         "lineage": lambda: lineage_spec(log, clock, settings),
