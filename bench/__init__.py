@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "checker": "bench.checker",
     "matcher-bound": "bench.matcher_bound",
     "kafka-floor": "bench.kafka_floor",
+    "console": "bench.console",
 }
 """Benchmark name -> module; `python -m bench` runs them in this order."""
 

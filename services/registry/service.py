@@ -64,10 +64,13 @@ class RegistryService:
         self._apps: AggregateStore[AppState] = AggregateStore(log, APP_TYPES, apps.evolve, AppState(),
                                                               snapshot=SNAPSHOTS[1],
                                                               snapshot_version=SNAPSHOT_VERSION)
+        self._sorted: list[Schedule] | None = None
+        """Every schedule in listing order, until a change: ListSchedules pages it without sorting again."""
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
         catch_up(self._log, self._apps, APP_PREFIX, APP_TYPES)
+        self._sorted = None
 
     def create(self, schedule: Schedule) -> Schedule:
         self._check_trigger(schedule)
@@ -154,7 +157,10 @@ class RegistryService:
                 stores[stream].commit(stream, events, version)
             return plan
 
-        return retry_on_conflict(attempt, lambda conflict: stores[conflict.stream].forget(conflict.stream), what=what)
+        try:
+            return retry_on_conflict(attempt, lambda conflict: stores[conflict.stream].forget(conflict.stream), what=what)
+        finally:
+            self._sorted = None
 
     def _check_trigger(self, schedule: Schedule, path: str = "schedule.trigger") -> None:
         """The trigger's own rules. A program-status trigger may name any program, deployed or not yet:
@@ -189,11 +195,14 @@ class RegistryService:
         return schedule_id
 
     def list(self, namespace: str = "", app: str = "") -> list[Schedule]:
-        found = [s.schedule for s in self._store.states().values() if s.schedule is not None]
-        return sorted(
-            (s for s in found if (not namespace or s.program.namespace == namespace) and (not app or s.program.app == app)),
-            key=lambda s: (s.program.namespace, s.program.app, s.name),
-        )
+        """By (namespace, app, name); the caller must not change the list."""
+        if self._sorted is None:
+            found = [s.schedule for s in self._store.states().values() if s.schedule is not None]
+            self._sorted = sorted(found, key=lambda s: (s.program.namespace, s.program.app, s.name))
+        if not namespace and not app:
+            return self._sorted
+        return [s for s in self._sorted
+                if (not namespace or s.program.namespace == namespace) and (not app or s.program.app == app)]
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
         if not recorded.stream.startswith(STREAM_PREFIX) or recorded.type not in TYPES:
@@ -215,6 +224,9 @@ class RegistryService:
 
     def _execute(self, schedule_id: str, command: ScheduleCommand) -> Schedule | None:
         now = self._clock.now()
-        state, _ = execute(self._store, self._log, schedules.stream_name(schedule_id),
-                           lambda s: schedules.decide(s, command, now))
+        try:
+            state, _ = execute(self._store, self._log, schedules.stream_name(schedule_id),
+                               lambda s: schedules.decide(s, command, now))
+        finally:
+            self._sorted = None
         return state.schedule
