@@ -203,9 +203,10 @@ class LauncherService:
             self.delete_old_run_dirs()
 
     def next_wake_at(self) -> datetime | None:
+        """The next attempt due or time limit; not the hourly sweep of run dirs, done by any pass once due."""
         wakes = [run.due_at for run in self._waiting()]
         wakes += [run.time_limit_at for run in self._unfinished() if run.time_limit_at is not None]
-        return min([*wakes, *([self._next_sweep_at] if self._next_sweep_at else [])], default=None)
+        return min(wakes, default=None)
 
     def _unfinished(self) -> list[Run]:
         found = (self.get(run_id) for _, run_id in self._kept.listing(unfinished_only=True))
