@@ -18,6 +18,7 @@ from typing import Mapping
 
 import immutables
 
+from sluice.domain import bounds
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
 from sluice.domain.constraints import ConcurrencyConstraint
 from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -165,10 +166,20 @@ def decide_run_now(schedule: Schedule, command: RunScheduleNow, job_id: str, now
     if command.logical_time is not None:
         require_aware(command.logical_time)
     properties = {**schedule.properties, **command.properties}
+    _check_properties(properties)
     job = _job(schedule, job_id, now, command.logical_time or now, (), properties, sequence=0)
     if command.ignore_constraints:
         job = replace(job, constraints=tuple(c for c in job.constraints if isinstance(c, ConcurrencyConstraint)))
     return ManualJobRequested(job, command.request_id, now)
+
+
+def _check_properties(properties: Mapping[str, str]) -> None:
+    """The schedule's properties with the request's over them, bounded as a schedule's are."""
+    bounds.check_size("properties", len(properties), bounds.MAX_PROPERTIES, "properties")
+    for key, value in properties.items():
+        bounds.check_text(f"properties[{key[:40]!r}]", key + value, bounds.MAX_PROPERTIES_BYTES)
+    bounds.check_size("properties", sum(bounds.utf8_size(k) + bounds.utf8_size(v) for k, v in properties.items()),
+                      bounds.MAX_PROPERTIES_BYTES)
 
 
 def decide_backfill(schedule: Schedule, command: StartBackfill, backfill_id: str, now: datetime) -> BackfillRequested:

@@ -1,0 +1,137 @@
+"""Run now and backfills over the checker's gRPC API on loopback, on a simulated clock and a real SQLite
+log: the manual job waits for the schedule's constraints (--ignore-constraints skips the timing ones,
+never concurrency), the jobs view lists it, and every hostile input is refused naming its field."""
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import grpc
+import pytest
+
+from sluice.bus.port import Record
+from sluice.clock import SimulatedClock
+from sluice.domain.common import ProgramRef
+from sluice.domain.constraints import ConcurrencyConstraint, DelayConstraint
+from sluice.domain.observations import ObserveSchedule
+from sluice.domain.schedules import Schedule
+from sluice.domain.triggers import PartitionTrigger, TimeTrigger
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.runtime.grpc_server import start_server
+from sluice.v1 import jobs_pb2, jobs_pb2_grpc
+from sluice.wire.common import timestamp_to_proto
+from sluice_services.composition import checker_spec
+from sluice_services.checker.service import CheckerService
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+PROGRAM = ProgramRef("ns", "app", "daily")
+DAILY = Schedule("daily", "daily", PROGRAM, TimeTrigger("0 2 * * *"), enabled=True,
+                 constraints=(ConcurrencyConstraint(1), DelayConstraint(600)))
+OFF = Schedule("off", "off", PROGRAM, TimeTrigger("0 2 * * *"), enabled=False)
+ON_PARTITIONS = Schedule("parts", "parts", PROGRAM, PartitionTrigger("ns", "d"), enabled=True)
+
+
+@pytest.fixture
+async def served(tmp_path):
+    log = SqliteEventLog(tmp_path / "events.db")
+    clock = SimulatedClock(T0)
+    spec = checker_spec(log, clock)
+    spec.recover()
+    checker: CheckerService = next(b.servicer for b in spec.grpc)._checker
+    await checker.apply([(Record("sluice.schedules", 0, offset, b"k", b"", (), 0), ObserveSchedule(s.id, s))
+                         for offset, s in enumerate((DAILY, OFF, ON_PARTITIONS))])
+    server, port = await start_server(spec.grpc)
+    background = [asyncio.create_task(task()) for task in spec.background]  # the jobs view follows the log
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield jobs_pb2_grpc.JobsStub(channel), checker, clock
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await server.stop(None)
+        log.close()
+
+
+async def listed_jobs(stub, schedule_id: str, count: int) -> list:
+    """The schedule's jobs once the view (following the log) holds `count` of them."""
+    for _ in range(100):
+        jobs = (await stub.ListJobs(jobs_pb2.ListJobsRequest(schedule_id=schedule_id), timeout=10)).jobs
+        if len(jobs) >= count:
+            return list(jobs)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the jobs view never held {count} jobs of {schedule_id}")
+
+
+async def test_run_now_waits_for_the_constraints_and_ignore_constraints_skips_only_timing(served):
+    stub, checker, clock = served
+    first = await stub.RunSchedule(jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="a",
+                                                               properties={"limit": "5"}), timeout=10)
+    again = await stub.RunSchedule(jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="a"), timeout=10)
+    assert again.job_id == first.job_id
+    assert first.job_id in checker.state.queue  # its delay: 600 s
+    clock.advance(timedelta(seconds=600))
+    checker.fire_due()
+    assert first.job_id not in checker.state.queue  # admitted
+    forced = await stub.RunSchedule(jobs_pb2.RunScheduleRequest(schedule_id="daily", ignore_constraints=True,
+                                                                request_id="b"), timeout=10)
+    queued = checker.state.queue[forced.job_id].job
+    assert queued.constraints == (ConcurrencyConstraint(1),)  # waits for the first's run only
+    assert queued.context.logical_time == clock.now()
+    listed = await listed_jobs(stub, "daily", 2)
+    assert [(job.id, jobs_pb2.JobState.Name(job.state)) for job in listed] == [
+        (first.job_id, "PENDING_LAUNCH"), (forced.job_id, "PENDING_CONSTRAINT")]
+    assert listed[0].context.properties["limit"] == "5"
+
+
+async def test_a_time_backfill_over_grpc_reports_its_progress_and_cancels(served):
+    stub, checker, _ = served
+    start = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    backfill = await stub.StartBackfill(jobs_pb2.StartBackfillRequest(
+        schedule_id="daily", start=timestamp_to_proto(start), end=timestamp_to_proto(start + timedelta(days=7))),
+        timeout=10)
+    assert (backfill.total, backfill.waiting, backfill.running) == (7, 7, 0)  # each waits on its delay
+    listed = await stub.ListBackfills(jobs_pb2.ListBackfillsRequest(schedule_id="daily"), timeout=10)
+    assert [b.id for b in listed.backfills] == [backfill.id]
+    cancelled = await stub.CancelBackfill(jobs_pb2.CancelBackfillRequest(id=backfill.id), timeout=10)
+    assert (cancelled.waiting, cancelled.discarded) == (0, 7) and cancelled.HasField("cancelled_at")
+    jobs = await listed_jobs(stub, "daily", 7)
+    assert sorted(job.context.logical_time.ToDatetime(tzinfo=timezone.utc) for job in jobs) == [
+        start + timedelta(days=d, hours=2) for d in range(7)]
+    for _ in range(100):
+        if {jobs_pb2.JobState.Name(job.state) for job in await listed_jobs(stub, "daily", 7)} == {"DISCARDED"}:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the cancelled backfill's jobs are not all DISCARDED")
+
+
+@pytest.mark.parametrize("call, request_, code, text", [
+    ("RunSchedule", jobs_pb2.RunScheduleRequest(), grpc.StatusCode.INVALID_ARGUMENT, "schedule_id"),
+    ("RunSchedule", jobs_pb2.RunScheduleRequest(schedule_id="nope"), grpc.StatusCode.NOT_FOUND, "schedule nope"),
+    ("RunSchedule", jobs_pb2.RunScheduleRequest(schedule_id="off"), grpc.StatusCode.FAILED_PRECONDITION, "schedule off"),
+    ("RunSchedule", jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="a b"), grpc.StatusCode.INVALID_ARGUMENT,
+     "request_id"),
+    ("RunSchedule", jobs_pb2.RunScheduleRequest(schedule_id="daily", properties={"k": "v" * 70_000}),
+     grpc.StatusCode.RESOURCE_EXHAUSTED, "properties"),
+    ("StartBackfill", jobs_pb2.StartBackfillRequest(schedule_id="daily"), grpc.StatusCode.INVALID_ARGUMENT, "--from"),
+    ("StartBackfill", jobs_pb2.StartBackfillRequest(schedule_id="daily", start=timestamp_to_proto(T0),
+                                                    end=timestamp_to_proto(T0 + timedelta(days=10_001))),
+     grpc.StatusCode.INVALID_ARGUMENT, "--to"),
+    ("StartBackfill", jobs_pb2.StartBackfillRequest(schedule_id="daily", start=timestamp_to_proto(T0),
+                                                    end=timestamp_to_proto(T0)), grpc.StatusCode.INVALID_ARGUMENT, "--to"),
+    ("StartBackfill", jobs_pb2.StartBackfillRequest(schedule_id="parts", start=timestamp_to_proto(T0),
+                                                    end=timestamp_to_proto(T0 + timedelta(days=1))),
+     grpc.StatusCode.INVALID_ARGUMENT, "--keys"),
+    ("StartBackfill", jobs_pb2.StartBackfillRequest(schedule_id="daily", keys=[jobs_pb2.KeyRange(name="date")]),
+     grpc.StatusCode.INVALID_ARGUMENT, "--keys"),
+    ("GetBackfill", jobs_pb2.GetBackfillRequest(id="nope"), grpc.StatusCode.NOT_FOUND, "backfill nope"),
+    ("CancelBackfill", jobs_pb2.CancelBackfillRequest(), grpc.StatusCode.INVALID_ARGUMENT, "id"),
+])
+async def test_hostile_requests_are_refused_naming_the_field_or_the_schedule(served, call, request_, code, text):
+    stub, _, _ = served
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await getattr(stub, call)(request_, timeout=10)
+    assert refused.value.code() == code and text in refused.value.details(), refused.value.details()
