@@ -39,7 +39,7 @@ def test_serve_web_reads_each_api_at_its_address_with_the_users_token(tmp_path):
         a = server.address
         web = serve_web("--server", "127.0.0.1:1", "serve", "web", "--web-port", "0", "--registry-server", a,
                         "--checker-server", a, "--datasets-server", a, "--launcher-server", a,
-                        "--lineage-server", a)
+                        "--lineage-server", a, "--alerts-server", a)
         line = web.stdout.readline()
         assert line.startswith("sluice web ready on 127.0.0.1:"), line + web.stderr.read()
         base = "http://" + line.split(" ready on ")[1].split()[0]
@@ -51,8 +51,11 @@ def test_serve_web_reads_each_api_at_its_address_with_the_users_token(tmp_path):
         html = page.read().decode()
         assert page.url == f"{base}/schedules" and "token:rita" in html and "apart" in html
         assert "every day at 03:00 UTC" in html
-        for path in ("/jobs", "/runs", "/datasets", "/lineage", "/dead-letters"):
+        for path in ("/jobs", "/runs", "/datasets", "/lineage", "/dead-letters", "/backfills", "/sla-misses"):
             assert opener.open(base + path).status == 200
+        with pytest.raises(urllib.error.HTTPError) as refused:  # events hold data: operators and admins only
+            opener.open(base + "/events")
+        assert refused.value.code == 403 and "lacks log.read" in refused.value.read().decode()
         jar = [h for h in opener.handlers if isinstance(h, urllib.request.HTTPCookieProcessor)][0].cookiejar
         stored = [c for c in jar if c.name == "sluice_console_token"]
         assert stored and stored[0].has_nonstandard_attr("HttpOnly") and stored[0].get_nonstandard_attr("SameSite") == "Strict"
