@@ -27,6 +27,9 @@ from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import OrTrigger, PartitionTrigger, TimeTrigger
 from sluice.ids import run_id_for
+from sluice.runtime.aggregates import Loaded
+from sluice.runtime.snapshots import Schema, pack, unpack
+from sluice_services.checker.service import SNAPSHOT_VERSION
 
 T0 = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 DAILY = ProgramRef("experiments", "clickstream", "daily_metrics")
@@ -182,3 +185,16 @@ def test_a_partition_backfill_keeps_only_the_partitions_its_trigger_admits():
     requested = next(e for e in events if isinstance(e, BackfillRequested))
     assert [item.partition.key["date"] for item in requested.items] == DATES
     assert {item.partition.key["marketplace"] for item in requested.items} == {"US"}
+
+
+def test_the_checkers_state_with_a_backfill_under_way_round_trips_through_a_snapshot():
+    state = tracked(daily())
+    state, _ = step(state, RunScheduleNow("daily", request_id="r-1"))
+    state, events = step(state, StartBackfill("daily", None, None, partitions(), request_id="b-1"))
+    first = admitted(events)[0]
+    state, _ = step(state, ObserveRun(DAILY, run_id_for(first.id), RunStatus.COMPLETED, T0))
+    schema = Schema(dict[str, Loaded[CheckerState]], SNAPSHOT_VERSION)
+    snapshot = {checking.QUEUE_STREAM: Loaded(state, 7)}
+    restored = unpack(pack(snapshot, schema, "checker", lambda: None), schema, "checker")
+    assert restored == snapshot
+    assert restored[checking.QUEUE_STREAM].state.requested.backfills == state.requested.backfills
