@@ -23,6 +23,7 @@ from sluice.clock import SystemClock
 from sluice.eventlog.port import EventLog
 from sluice_services.catalogue import DATASETS, SECTIONS, WITH_AGGREGATE_SNAPSHOTS
 from sluice_services.cli.offline import add_sources, offline, open_log
+from sluice_services.cli.progress import ReadProgress, progress
 
 if TYPE_CHECKING:
     from sluice_services.composition import Settings
@@ -68,7 +69,11 @@ def _rebuild(settings, args) -> int:
     log = open_log(settings)
     try:
         names = [*SERVICES, DATASETS.name, "jobs"] if args.projection == "snapshots" else [args.projection]
-        results = [rebuild(name, log, settings) for name in names]
+        results = []
+        with progress(args, "rebuilding", log.head_position(), unit="position") as folding:
+            for name in names:
+                folding.describe(f"rebuilding {name}")
+                results.append(rebuild(name, ReadProgress(log, folding), settings))
     finally:
         log.close()
     if args.json:

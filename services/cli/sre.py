@@ -14,6 +14,7 @@ from sluice.bus.port import Record
 from sluice.cli import render
 from sluice.eventlog.port import RecordedEvent
 from sluice_services.cli.offline import OperatorError, add_sources, offline, open_bus, open_log
+from sluice_services.cli.progress import Progress, progress
 from sluice_services.sre import dead_letters
 from sluice_services.sre.dead_letters import header as _header, letter_id as _letter_id, letter_json as _letter_json
 
@@ -54,12 +55,14 @@ def _log_stats(settings, args) -> int:
     log = open_log(settings)
     try:
         categories, types, count, after = Counter(), Counter(), 0, 0
-        while events := log.read_all(after, 5000):
-            for event in events:
-                categories[_category(event.stream)] += 1
-                types[event.type] += 1
-            count += len(events)
-            after = events[-1].position
+        with progress(args, "reading the log", log.head_position(), unit="position") as reading:
+            while events := log.read_all(after, 5000):
+                for event in events:
+                    categories[_category(event.stream)] += 1
+                    types[event.type] += 1
+                count += len(events)
+                after = events[-1].position
+                reading.reach(after)
         head = log.head_position()
     finally:
         log.close()
@@ -159,7 +162,8 @@ def _category(stream: str) -> str:
 # -- sluice dlq ---------------------------------------------------------------------------------
 
 def _dlq_list(settings, args) -> int:
-    letters = asyncio.run(_dead_letters(settings))
+    with progress(args, "reading dead letters", unit="letter") as reading:
+        letters = asyncio.run(_dead_letters(settings, reading))
     if args.json:
         print(json.dumps([_letter_json(r) for r in letters], indent=2))
         return 0
@@ -199,10 +203,10 @@ def _dlq_replay(settings, args) -> int:
     return 0
 
 
-async def _dead_letters(settings) -> list[Record]:
+async def _dead_letters(settings, reading: Progress = Progress()) -> list[Record]:
     bus = open_bus(settings)
     try:
-        return await dead_letters.drain(bus, DRAIN_IDLE_SECONDS)
+        return await dead_letters.drain(bus, DRAIN_IDLE_SECONDS, reading.advance)
     finally:
         await bus.close()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from sluice.bus.port import Bus, Producer, Record
 from sluice.bus.topics import DEAD_LETTER
@@ -37,9 +37,9 @@ def find(records: Sequence[Record], wanted: str) -> Record | None:
     return next((record for record in records if letter_id(record) == wanted), None)
 
 
-async def drain(bus: Bus, idle_seconds: float) -> list[Record]:
+async def drain(bus: Bus, idle_seconds: float, on_read: Callable[[int], None] = lambda count: None) -> list[Record]:
     """Every record of the dead-letter topic, read under a throwaway group (nothing is committed),
-    until none came for `idle_seconds`."""
+    until none came for `idle_seconds`; `on_read` is told how many each poll brought (progress)."""
     consumer = bus.consumer(f"sluice-dlq-{uuid.uuid4().hex[:12]}", [DEAD_LETTER])
     records: list[Record] = []
     try:
@@ -47,6 +47,7 @@ async def drain(bus: Bus, idle_seconds: float) -> list[Record]:
         while idle < idle_seconds:
             batch = await consumer.poll(timeout=0.5)
             records += batch
+            on_read(len(batch))
             idle = 0.0 if batch else idle + 0.5
     finally:
         await consumer.close()
