@@ -51,6 +51,40 @@ def _signal_group(process: ProcessIdentity, signum: int) -> None:
             pass
 
 
+class Terminations:
+    """The terminations going on (kept referenced until they finish), each SIGTERM then SIGKILL after `grace_seconds`."""
+
+    def __init__(self, grace_seconds: float = KILL_GRACE_SECONDS) -> None:
+        self.grace_seconds = grace_seconds
+        self._going: set[asyncio.Task] = set()
+
+    def start(self, process: ProcessIdentity) -> None:
+        task = asyncio.get_running_loop().create_task(terminate(process, self.grace_seconds))
+        self._going.add(task)
+        task.add_done_callback(self._going.discard)
+
+
+class RunDirSweeper:
+    """Deletes the directories of runs ended longer than `retention` ago, at most once per SWEEP_EVERY."""
+
+    def __init__(self, runs_root: Path, get_run: Callable[[str], Run | None],
+                 retention: timedelta = DEFAULT_RUN_DIR_RETENTION) -> None:
+        self._runs_root, self._get_run, self.retention = runs_root, get_run, retention
+        self._next_at: datetime | None = None
+
+    def sweep_if_due(self, now: datetime) -> None:
+        if self._next_at is None or self._next_at <= now:
+            self.sweep(now)
+
+    def sweep(self, now: datetime) -> list[str]:
+        """The run ids whose directories were deleted."""
+        self._next_at = now + SWEEP_EVERY
+        deleted = delete_expired(self._runs_root, self._get_run, now, self.retention)
+        if deleted:
+            log.info("deleted the directories of %d run(s) ended before %s", len(deleted), now - self.retention)
+        return deleted
+
+
 def parse_retention(text: str | int) -> timedelta:
     """`7d`, `12h`, `30m`, `45s`, combined (`1d12h`), or whole seconds; ValueError saying what is expected."""
     given = str(text).strip().lower()

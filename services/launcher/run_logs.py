@@ -17,6 +17,7 @@ from sluice_services.launcher.run_control import RUN_DIR_NAME
 
 DRIVER_LOG = "driver.log"
 CHUNK_BYTES = 64 * 1024
+LOG_TAIL_BYTES = 2000
 FOLLOW_POLL_SECONDS = 0.2
 
 
@@ -90,3 +91,29 @@ async def read_log(runs_root: Path, get_run: Callable[[str], Run | None], run_id
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def lead_then_tail(path: Path) -> str:
+    """The log's last lines, the one saying what went wrong first: a Python traceback ends with the
+    exception (`ValueError: bad input`), which would otherwise come last and be cut off in tables."""
+    tail = _tail(path)
+    lines = tail.split(" | ")
+    lead = next((line for line in reversed(lines) if _is_exception_line(line)), "")
+    return f"{lead} | {tail}" if lead and lines[0] != lead else tail
+
+
+def _is_exception_line(line: str) -> bool:
+    """`ValueError: bad input`, `pyspark.errors.exceptions.AnalysisException: ...`, `SystemExit: 3`."""
+    name, colon, _ = line.strip().partition(":")
+    last = name.rpartition(".")[2]
+    return bool(colon) and bool(name) and " " not in name and last[:1].isupper() and last.isidentifier() \
+        and last.endswith(("Error", "Exception", "Exit", "Interrupt", "Warning"))
+
+
+def _tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()[-LOG_TAIL_BYTES:]
+    except OSError:
+        return ""
+    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    return " | ".join(lines[-5:])

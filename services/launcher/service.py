@@ -31,13 +31,14 @@ from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto, parse_bus_message
 from sluice.wire.jobs import job_from_proto
-from sluice_services.launcher import lineage_events, run_control, spark_application
+from sluice_services.launcher import lineage_events, run_control, run_logs, spark_application
 from sluice_services.launcher.context_file import build_context, private_dir, write_context
 from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
 from sluice.datasets.files import PublishError, inputs_of, publish_outputs, read_result
 from sluice.sdk.partitions import CONSUMED_FILE
 from sluice_services.launcher.run_data import RunData
+from sluice_services.launcher.run_logs import DRIVER_LOG, lead_then_tail
 from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, fenced_execute
 from sluice_services.launcher.tracking import ProcessIdentity, kill_group
 from sluice_services.catalogue import LAUNCHER
@@ -51,7 +52,6 @@ SNAPSHOT_VERSION = 4
 """The schema version of this service's snapshots (Loaded[Run | None] per run stream): bump it when
 Run (or anything it holds) changes shape; a snapshot of another version is ignored and the
 log folded instead."""
-LOG_TAIL_BYTES = 2000
 WRAPPER_STARTING_POLL = 0.02
 DEFAULT_FINISHED_RUNS_PER_SCHEDULE = 1_000
 """Ended runs the launcher keeps in memory per schedule, the newest by request time; the log keeps them all."""
@@ -78,10 +78,8 @@ class LauncherService:
         as a launcher alone on its log; tests and offline tools).
         `run_dir_retention`: how long the directory (context, driver logs) of an ended run is kept.
         `kill_grace_seconds`: between SIGTERM and SIGKILL of a cancelled run's program."""
-        self._run_dir_retention = run_dir_retention
-        self._kill_grace_seconds = kill_grace_seconds
-        self._next_sweep_at: datetime | None = None
-        self._stopping: set[asyncio.Task] = set()
+        self._terminations = run_control.Terminations(kill_grace_seconds)
+        self._sweeper = run_control.RunDirSweeper(self.runs_root_of(data_dir), self.get, run_dir_retention)
         self._lease = lease
         self._stepping_down: asyncio.Task | None = None
         self._infrastructure = Pauses("launcher's runs")
@@ -199,8 +197,7 @@ class LauncherService:
             if run.due_at <= now:
                 self._spawn(run)
         self._enforce_time_limits(now)
-        if self._next_sweep_at is None or self._next_sweep_at <= now:
-            self.delete_old_run_dirs()
+        self._sweeper.sweep_if_due(now)
 
     def next_wake_at(self) -> datetime | None:
         """The next attempt due or time limit; not the hourly sweep of run dirs, done by any pass once due."""
@@ -216,7 +213,11 @@ class LauncherService:
 
     @property
     def runs_root(self) -> Path:
-        return self._data_dir.parent / "runs"
+        return self.runs_root_of(self._data_dir)
+
+    @staticmethod
+    def runs_root_of(data_dir: Path) -> Path:
+        return data_dir.parent / "runs"
 
     async def cancel(self, run_id: str, reason: str, requested_by: str, wait_seconds: float | None = None) -> Run:
         """Record the cancel, then kill the program (SIGTERM, SIGKILL after the grace); the run as it is once
@@ -229,7 +230,7 @@ class LauncherService:
         except LeaseLost as lost:
             raise FailedPrecondition(f"this launcher does not hold the launcher lease: {lost}") from lost
         self._stop(self.get(run_id))
-        deadline = asyncio.get_running_loop().time() + (self._kill_grace_seconds + 2 if wait_seconds is None
+        deadline = asyncio.get_running_loop().time() + (self._terminations.grace_seconds + 2 if wait_seconds is None
                                                         else wait_seconds)
         while not (run := self.get(run_id)).status.terminal and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
@@ -244,9 +245,7 @@ class LauncherService:
             process = ProcessIdentity(found.pid, found.process_start) if found is not None else None
         if process is None:
             return  # a task that attaches to it later kills it (_attached)
-        task = asyncio.get_running_loop().create_task(run_control.terminate(process, self._kill_grace_seconds))
-        self._stopping.add(task)
-        task.add_done_callback(self._stopping.discard)
+        self._terminations.start(process)
 
     def _attached(self, run_id: str, process: ProcessIdentity) -> None:
         """This launcher follows the run's program now: killed at once if the run is being cancelled."""
@@ -268,12 +267,7 @@ class LauncherService:
 
     def delete_old_run_dirs(self) -> list[str]:
         """Delete the directories of runs ended longer than the retention ago; the run ids."""
-        now = self._clock.now()
-        self._next_sweep_at = now + run_control.SWEEP_EVERY
-        deleted = run_control.delete_expired(self.runs_root, self.get, now, self._run_dir_retention)
-        if deleted:
-            log.info("deleted the directories of %d run(s) ended before %s", len(deleted), now - self._run_dir_retention)
-        return deleted
+        return self._sweeper.sweep(self._clock.now())
 
     def _waiting(self) -> list[Run]:
         """Unfinished runs no task follows, oldest first."""
@@ -297,8 +291,7 @@ class LauncherService:
 
     def attempt_dir(self, run: Run) -> Path:
         """Where the current attempt's files live: runs/<run id> for the first, runs/<run id>/attempt-<n> after."""
-        run_dir = self._data_dir.parent / "runs" / run.id
-        return run_dir if run.attempt.number == 1 else run_dir / f"attempt-{run.attempt.number}"
+        return run_logs.attempt_dir(self.runs_root, run.id, run.attempt.number)
 
     async def on_launch_requested(self, record: Record) -> None:
         message = parse_bus_message(jobs_pb2.LaunchRequested, record.value)
@@ -375,7 +368,7 @@ class LauncherService:
                              else f"its process {found.pid} ended without an exit status")
         elif exit_code != 0:
             await self._failed(run.id, attempt_dir,
-                               f"exit code {exit_code}: {_lead_then_tail(attempt_dir / 'driver.log')}")
+                               f"exit code {exit_code}: {lead_then_tail(attempt_dir / DRIVER_LOG)}")
         else:
             await self._publish(run, attempt_dir)
 
@@ -429,7 +422,7 @@ class LauncherService:
         if self._lease is not None and not self._lease.valid(self._clock.now()):
             raise LeaseLost(f"the lease of {self._lease.owner} expired before run {run.id} could start")
         try:
-            process = await self._submitter.submit(entry_point, context_path, attempt_dir / "driver.log",
+            process = await self._submitter.submit(entry_point, context_path, attempt_dir / DRIVER_LOG,
                                                    dict(run.job.spark_conf))
         except InvalidArgument as refused:  # a schedule's Spark setting the launcher will not pass on
             self._decide(run.id, MarkFailed(f"Spark settings refused: {refused}", retryable=False))
@@ -440,7 +433,7 @@ class LauncherService:
             kill_group(ProcessIdentity(process.pid, process.process_start))
             raise
         if not started and (self.get(run.id) or run).status.terminal:  # cancelled while it was being started
-            await run_control.terminate(ProcessIdentity(process.pid, process.process_start), self._kill_grace_seconds)
+            await run_control.terminate(ProcessIdentity(process.pid, process.process_start), self._terminations.grace_seconds)
             return None
         return process
 
@@ -543,29 +536,3 @@ def listing_key(run: Run) -> ListingKey:
 
 def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:
     return [Outgoing(LINEAGE, run.id, event) for event in events]
-
-
-def _lead_then_tail(path: Path) -> str:
-    """The log's last lines, the one saying what went wrong first: a Python traceback ends with the
-    exception (`ValueError: bad input`), which would otherwise come last and be cut off in tables."""
-    tail = _tail(path)
-    lines = tail.split(" | ")
-    lead = next((line for line in reversed(lines) if _is_exception_line(line)), "")
-    return f"{lead} | {tail}" if lead and lines[0] != lead else tail
-
-
-def _is_exception_line(line: str) -> bool:
-    """`ValueError: bad input`, `pyspark.errors.exceptions.AnalysisException: ...`, `SystemExit: 3`."""
-    name, colon, _ = line.strip().partition(":")
-    last = name.rpartition(".")[2]
-    return bool(colon) and bool(name) and " " not in name and last[:1].isupper() and last.isidentifier() \
-        and last.endswith(("Error", "Exception", "Exit", "Interrupt", "Warning"))
-
-
-def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()[-LOG_TAIL_BYTES:]
-    except OSError:
-        return ""
-    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
-    return " | ".join(lines[-5:])
