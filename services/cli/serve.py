@@ -101,7 +101,8 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
                 "<data-dir>/run-credentials.key, made once)")
     option("--datasets-address", metavar="HOST:PORT",
            help="launcher: the datasets service, which publishes runs' outputs and serves programs their "
-                "partitions; required by `serve launcher` (env SLUICE_DATASETS_ADDRESS; standalone: its own)")
+                "partitions; required by `serve launcher`; checker: where partition backfills list partitions "
+                "(env SLUICE_DATASETS_ADDRESS; standalone: its own)")
     option("--datasets-token", metavar="TOKEN",
            help="launcher: its bearer token at the datasets service, which needs runs.launch (admin) on every "
                 "namespace; prefer the environment (env SLUICE_DATASETS_TOKEN; default: --grpc-token)")
