@@ -67,7 +67,7 @@ def wait_until_matcher_observed(dsn: str, schedule_id: str) -> None:
         log.close()
 
 
-def test_six_processes_on_kafka_and_postgres_produce_what_embedded_mode_produces(tmp_path, spark):
+def test_seven_processes_on_kafka_and_postgres_produce_what_embedded_mode_produces(tmp_path, spark):
     with KafkaBroker() as kafka, PostgresServer() as postgres, contextlib.ExitStack() as stack:
         dsn = postgres_url(postgres.create_database())
         data_dir = tmp_path / "distributed"
@@ -77,7 +77,7 @@ def test_six_processes_on_kafka_and_postgres_produce_what_embedded_mode_produces
             told = ["--datasets-address", servers["datasets"].address] if name == "launcher" else []
             servers[name] = stack.enter_context(LocalServer(data_dir, command=("serve", name), args=[*common, *told]))
         pids = {server.pid for server in servers.values()}
-        assert len(pids) == len(SERVICES) == 6, "every service is its own process"
+        assert len(pids) == len(SERVICES) == 7, "every service is its own process"
         clients = {name: stack.enter_context(SluiceClient(server.address)) for name, server in servers.items()}
 
         created = clients["registry"].create_schedule(schedule())
