@@ -14,6 +14,7 @@ from aiohttp import web
 
 from sluice.runtime.grpc_security import loopback
 from sluice.runtime.http_auth import server_ssl_context
+from sluice.runtime.logs import configure_logging
 from sluice_services.web.api import APIS, ConsoleApi, PendingApi
 from sluice_services.web.app import build_app
 
@@ -92,7 +93,7 @@ def run_web(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"sluice: error: cannot read {error.filename}: {error.strerror}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
     port = DEFAULT_WEB_PORT if settings.web_port is None else settings.web_port
     try:
         asyncio.run(_serve_web(api, settings.host, port, server_ssl_context(security), addresses))
@@ -112,6 +113,8 @@ async def _serve_web(api: ConsoleApi, host: str, port: int, ssl_context: ssl.SSL
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     apis = ", ".join(f"{name} {address}" for name, address in addresses.items())
+    logging.getLogger(__name__).info("web console serving on %s:%d, reading %s", host, console.port, apis,
+                                     extra={"service": "web"})
     print(f"sluice web ready on {host}:{console.port} (reading {apis})", flush=True)
     try:
         await stop.wait()
