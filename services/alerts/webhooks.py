@@ -44,7 +44,7 @@ class AiohttpSender:
                 return SendOutcome(200 <= response.status < 300, f"HTTP {response.status}")
         except asyncio.TimeoutError:
             return SendOutcome(False, f"no answer from {redacted(url)} within {self._timeout.total:g} s")
-        except aiohttp.ClientError as error:
+        except Exception as error:  # noqa: BLE001 (whatever fails, the attempt failed: the delivery is retried)
             return SendOutcome(False, f"{type(error).__name__} posting to {redacted(url)}")
 
     async def close(self) -> None:

@@ -149,6 +149,33 @@ async def test_a_restart_between_request_and_delivery_sends_it_once(tmp_path, re
     log.close()
 
 
+async def test_a_receiver_that_is_down_leaves_the_delivery_pending_for_its_retry(tmp_path, receiver_factory):
+    receiver, url = await receiver_factory()
+    closed = url.replace(url.split(":")[2].split("/")[0], str(_closed_port()))
+    clock = SimulatedClock(T0)
+    log = SqliteEventLog(tmp_path / "events.db", clock=clock)
+    alerts = AlertsService(log, clock)
+    alerts.recover()
+    alerts.set_policy(AlertPolicy("s-1", None, (closed, url)))
+    record = status_record(RunStatus.FAILED)
+    await alerts.apply([(record, AlertsService.parse_program_status(record))])
+    assert await alerts.deliver_due() == 1  # the receiver that is up got its call; the other is retried later
+    (pending,) = alerts.state.deliveries.values()
+    assert pending.url == closed and pending.attempts == 1 and pending.last_error.startswith("ClientConnector")
+    assert "hooks" not in pending.last_error  # the URL's path (a secret) is not in the recorded error
+    assert len(receiver.calls) == 1
+    await alerts.close()
+    log.close()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # closed again once the probe is
+
+
 @pytest.fixture
 async def alerts_server(tmp_path):
     clock = SimulatedClock(T0)

@@ -172,6 +172,7 @@ def test_a_deleted_schedule_takes_its_policy_with_it():
     (AlertPolicy("s-1", None, ("https://example.com/" + "a" * 3000,)), "policy.webhooks[0]"),
     (AlertPolicy("s-1", None, ("https://exa mple.com/",)), "policy.webhooks[0]"),
     (AlertPolicy("s-1", None, ("https:///nohost",)), "policy.webhooks[0]"),
+    (AlertPolicy("s-1", None, ("https://b\u00fccher.example/x",)), "policy.webhooks[0]"),
     (AlertPolicy("s-1", None, ("https://example.com:99999/",)), "policy.webhooks[0]"),
     (AlertPolicy("s-1", None, (HOOK,), ()), "policy.on"),
     (AlertPolicy("s-1", None, (HOOK,), (AlertOn.SLA_MISS,)), "policy.sla"),

@@ -83,6 +83,8 @@ def validate_webhook_url(url: str, path: str) -> str:
         raise InvalidArgument(path, f"at most {MAX_URL_LENGTH} characters, got {len(url)}")
     if _UNSAFE_URL_CHARACTERS.search(url):
         raise InvalidArgument(path, "must not contain spaces, control characters or backslashes")
+    if not url.isascii():
+        raise InvalidArgument(path, "must be ASCII (a host in punycode, a path percent-encoded)")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises ValueError on a port that is not a number in range)
