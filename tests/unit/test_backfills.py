@@ -9,6 +9,7 @@ import pytest
 from sluice.domain import checking
 from sluice.domain.backfills import (
     MAX_BACKFILL_JOBS,
+    fire_times,
     BackfillRequested,
     CancelBackfill,
     CandidatePartition,
@@ -25,7 +26,7 @@ from sluice.domain.constraints import (
 )
 from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from sluice.domain.schedules import Schedule
-from sluice.domain.triggers import OrTrigger, PartitionTrigger, TimeTrigger
+from sluice.domain.triggers import OrTrigger, PartitionTrigger, TimeTrigger, next_fire_times
 from sluice.ids import run_id_for
 from sluice.runtime.aggregates import Loaded
 from sluice.runtime.snapshots import Schema, pack, unpack
@@ -198,3 +199,15 @@ def test_the_checkers_state_with_a_backfill_under_way_round_trips_through_a_snap
     restored = unpack(pack(snapshot, schema, "checker", lambda: None), schema, "checker")
     assert restored == snapshot
     assert restored[checking.QUEUE_STREAM].state.requested.backfills == state.requested.backfills
+
+
+@pytest.mark.parametrize("cron, zone", [("30 2 * * *", "America/New_York"), ("0 1 * * 0", "Europe/London"),
+                                        ("*/20 * * * *", "Australia/Lord_Howe"), ("15 0 1 * *", "UTC"),
+                                        ("0 30 1 * * *", "America/New_York")])
+def test_fire_times_walk_the_cron_as_next_fire_finds_each_fire_across_dst(cron, zone):
+    trigger = TimeTrigger(cron, zone)
+    start, end = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2027, 1, 1, tzinfo=timezone.utc)
+    if cron.startswith("*/20"):
+        end = datetime(2026, 5, 1, tzinfo=timezone.utc)  # its April DST change, in fewer fires
+    expected = next_fire_times(trigger, start - timedelta(microseconds=1), end - timedelta(microseconds=1))
+    assert list(fire_times(trigger, start, end)) == expected

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import immutables
+from croniter import croniter
 
 from sluice.domain import bounds
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
@@ -25,6 +26,7 @@ from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
 from sluice.domain.jobs import Job, TriggerContext, WaitingJobPolicy
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import PartitionTrigger, TimeTrigger, leaves, next_fire
+from sluice.domain.triggers.cron import to_instant, zone_of
 from sluice.domain.triggers.specs import partition_matches, require_aware
 from sluice.ids import derived_id
 
@@ -226,15 +228,28 @@ def _time_items(schedule: Schedule, start: datetime | None, end: datetime | None
                                         "with --keys")
     times: set[datetime] = set()
     for trigger in triggers:
-        fire = next_fire(trigger, start - timedelta(microseconds=1))
-        while fire < end:
+        for fire in fire_times(trigger, start, end):
             times.add(fire)
             if len(times) > MAX_BACKFILL_JOBS:
                 raise InvalidArgument("--to", f"the range holds more than {MAX_BACKFILL_JOBS} fire times of "
                                               f"schedule {schedule.name}: bring --to closer")
-            fire = next_fire(trigger, fire)
     return tuple(BackfillItem(derived_id("job", backfill_id, str(index)), at)
                  for index, at in enumerate(sorted(times), start=1))
+
+
+def fire_times(trigger: TimeTrigger, start: datetime, end: datetime) -> Iterator[datetime]:
+    """The trigger's fires in [start, end), in order: what `next_fire` gives one after another (same DST
+    policy), from one walk of the cron's wall times instead of a new one per fire."""
+    fire = next_fire(trigger, start - timedelta(microseconds=1))
+    zone = zone_of(trigger.zone)
+    walls = croniter(trigger.cron, fire.astimezone(zone).replace(tzinfo=None),
+                     second_at_beginning=len(trigger.cron.split()) == 6)
+    while fire < end:
+        yield fire
+        following = to_instant(walls.get_next(datetime), zone)
+        while following <= fire:  # a repeated hour's second pass, or a wall time merged into a gap's end
+            following = to_instant(walls.get_next(datetime), zone)
+        fire = following
 
 
 def _partition_items(trigger: PartitionTrigger, partitions: tuple[CandidatePartition, ...],

@@ -466,9 +466,7 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
         case BackfillRequested():
             state = replace(state, requested=state.requested.with_backfill(event),
                             watched=state.watched | {event.template.program})  # its runs' ends are its progress
-            for job in backfills.jobs_of(event):
-                state = _queued(state, job, event.at)
-            return state
+            return _queued_together(state, backfills.jobs_of(event), event.template, event.at)
         case BackfillCancelled(backfill_id, at):
             return replace(state, requested=state.requested.cancelled(backfill_id, at))
         case JobDeferred(job_id):
@@ -526,6 +524,20 @@ def _queued(state: CheckerState, job: Job, at: datetime) -> CheckerState:
     return replace(state, queue=queue, queued_by_program=_indexed(state.queued_by_program, job.program, job.id),
                    world=world, horizon=max(state.horizon, history_needed(job.constraints)),
                    watched=_watch(state.watched, job.program, job.constraints))
+
+
+def _queued_together(state: CheckerState, jobs: list[Job], template: Job, at: datetime) -> CheckerState:
+    """`_queued` of many jobs of one program and constraints (`template`'s), in one edit of each map."""
+    if not jobs:
+        return state
+    state = _queued(state, jobs[0], at)
+    program = template.program
+    with state.queue.mutate() as queue, state.queued_by_program[program].mutate() as of_program:
+        for job in jobs[1:]:
+            queue[job.id] = QueuedJob(job, job.triggered_at or at)
+            of_program[job.id] = None
+        return replace(state, queue=queue.finish(),
+                       queued_by_program=state.queued_by_program.set(program, of_program.finish()))
 
 
 def _dequeued(state: CheckerState, job_id: str) -> CheckerState:
