@@ -47,8 +47,13 @@ from sluice.wire.common import notification_from_bytes, parse_bus_message
 from sluice.wire.jobs import job_from_proto
 from sluice.wire.schedules import parse_schedule_change
 from sluice_services.alerts.webhooks import AiohttpSender, WebhookSender
+from sluice_services.catalogue import ALERTS
 
 TYPES = EventTypes(watch.EVENTS)
+SNAPSHOTS = ALERTS.snapshots
+SNAPSHOT_VERSION = 1
+"""The schema version of the `alerts` stream's snapshot (Loaded[AlertsState]): bump it when AlertsState (or
+anything it holds) changes shape; a snapshot of another version is ignored and the stream folded instead."""
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +64,9 @@ class AlertsService:
         self._clock = clock
         self._sender = sender or AiohttpSender()
         self._jitter = jitter
-        self._store: AggregateStore[AlertsState] = AggregateStore(event_log, TYPES, watch.evolve, AlertsState())
+        self._store: AggregateStore[AlertsState] = AggregateStore(
+            event_log, TYPES, watch.evolve, AlertsState(), snapshot=SNAPSHOTS[0], snapshot_version=SNAPSHOT_VERSION,
+            size=lambda state: len(state.watches) + len(state.deliveries) + len(state.misses))
         self._offsets = ConsumedOffsets(event_log, "alerts")
         self._unit_of_work: ConsumingUnitOfWork[AlertsCommand] = ConsumingUnitOfWork(
             self._offsets, self._decide, self._reload, what=STREAM)
@@ -75,7 +82,7 @@ class AlertsService:
         return []
 
     def recover(self) -> None:
-        self._store.forget(STREAM)
+        self._store.restore()  # the stream's last snapshot; its first load reads the events after it
         self._offsets.clear()
         self._wake()
 

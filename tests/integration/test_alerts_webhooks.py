@@ -267,3 +267,25 @@ async def _until(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def test_sluice_rebuild_alerts_writes_the_snapshot_the_service_recovers_from(tmp_path, receiver_factory):
+    from sluice_services.cli.rebuild import rebuild
+
+    receiver, url = await receiver_factory()
+    clock = SimulatedClock(T0)
+    log = SqliteEventLog(tmp_path / "events.db", clock=clock)
+    before = AlertsService(log, clock)
+    before.recover()
+    before.set_policy(AlertPolicy("s-1", CompleteBy("06:00", "Europe/Berlin"), (url,)))
+    clock.advance(timedelta(hours=3))
+    assert before.fire_due() == 1
+    rebuilt = rebuild("alerts", log)
+    assert rebuilt.snapshots == ("alerts",) and rebuilt.entities == 1 and log.read_snapshot("alerts") is not None
+    after = AlertsService(log, clock)
+    after.recover()
+    assert after.state == before.state and len(after.state.deliveries) == 1
+    assert await after.deliver_due() == 1 and len(receiver.calls) == 1
+    await before.close()
+    await after.close()
+    log.close()

@@ -20,6 +20,8 @@ from sluice.domain.errors import NotFound
 from sluice.ids import derived_id
 
 STREAM = "alerts"
+MAX_MISSES_KEPT = 10_000
+"""The newest SLA misses kept in memory for ListSlaMisses (the log keeps them all)."""
 MAX_CATCH_UP_DEADLINES = 400
 """Deadlines of one schedule a single check passes at most (a service down for a year catches up in steps)."""
 ALERTING_STATUSES = (RunStatus.FAILED, RunStatus.LOST)
@@ -78,6 +80,7 @@ class AlertsState:
     deliveries: Mapping[str, Delivery] = field(default_factory=immutables.Map)
     """Pending only."""
     misses: tuple[SlaMiss, ...] = ()
+    """The newest MAX_MISSES_KEPT, oldest first."""
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -418,7 +421,7 @@ def evolve(state: AlertsState, event: AlertsEvent) -> AlertsState:
             return _watch(state, schedule_id, lambda w: replace(w, next_deadline=following, met=False))
         case SlaMissed(schedule_id, kind, deadline, job_id, at, following):
             missed = SlaMiss(schedule_id, kind, deadline, job_id, at)
-            state = replace(state, misses=(*state.misses, missed))
+            state = replace(state, misses=(*state.misses[-(MAX_MISSES_KEPT - 1):], missed))
             if job_id:
                 return _watch(state, schedule_id, lambda w: replace(w, jobs=_without(w.jobs, job_id)))
             return _watch(state, schedule_id, lambda w: replace(w, next_deadline=following, met=False))
