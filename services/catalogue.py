@@ -44,8 +44,8 @@ launcher, so that a log's existing one still serves; it is written again by reco
 LINEAGE = Service("lineage", "sluice_services.lineage.service", (), ("lineage",), "lineage_spec",
                   aggregate_snapshots=False)
 
-ALERTS = Service("alerts", "sluice_services.alerts.service", (), (), "alerts_spec", aggregate_snapshots=False)
-"""SLA and failure alerts: one stream (`alerts`) folded at recovery, no snapshot; it publishes nothing on the bus."""
+ALERTS = Service("alerts", "sluice_services.alerts.service", (), ("alerts",), "alerts_spec", aggregate_snapshots=True)
+"""SLA and failure alerts: one stream (`alerts`) and its snapshot; it publishes nothing on the bus."""
 
 CATALOGUE = (REGISTRY, MATCHER, CHECKER, DATASETS, LAUNCHER, LINEAGE, ALERTS)
 BY_NAME = {service.name: service for service in CATALOGUE}

@@ -159,4 +159,8 @@ def _service(name: str, log: EventLog, settings: "Settings") -> tuple[Any, tuple
             return (launcher.LauncherService(log, clock, DirectoryCatalog(Path(".")), SparkSubmitter(), Path("."),
                                              runs_history=settings.runs_history),
                     launcher.SNAPSHOTS, lambda s: len(s.runs()))
+        case "alerts":
+            from sluice_services.alerts import service as alerts
+
+            return alerts.AlertsService(log, clock), alerts.SNAPSHOTS, lambda s: len(s.state.watches)
     raise ValueError(f"unknown projection {name!r}")
