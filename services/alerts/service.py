@@ -50,6 +50,7 @@ from sluice_services.alerts.webhooks import AiohttpSender, WebhookSender
 from sluice_services.catalogue import ALERTS
 
 TYPES = EventTypes(watch.EVENTS)
+OUTCOMES = ("delivered", "failed", "abandoned")
 SNAPSHOTS = ALERTS.snapshots
 SNAPSHOT_VERSION = 1
 """The schema version of the `alerts` stream's snapshot (Loaded[AlertsState]): bump it when AlertsState (or
@@ -79,6 +80,8 @@ class AlertsService:
         """Counts attempts in the service's registry: delivered, failed (to be retried), abandoned."""
         self._outcomes = metrics.counter("sluice_webhook_deliveries", "Webhook delivery attempts, by outcome.",
                                          ("outcome",))
+        for outcome in OUTCOMES:
+            self._outcomes.labels(outcome)  # each series exported from the start, at 0
         return []
 
     def recover(self) -> None:

@@ -120,6 +120,7 @@ async def test_a_failed_run_is_retried_after_a_500_then_delivered_once(tmp_path,
     exposition = metrics.render()
     assert 'sluice_webhook_deliveries_total{outcome="failed"} 1.0' in exposition
     assert 'sluice_webhook_deliveries_total{outcome="delivered"} 1.0' in exposition
+    assert 'sluice_webhook_deliveries_total{outcome="abandoned"} 0.0' in exposition
     await alerts.close()
     log.close()
 
