@@ -178,7 +178,7 @@ class AlertsService:
                 self._outcomes.labels(label).inc()
                 if not isinstance(event, WebhookDelivered):
                     log.warning("webhook %s to %s: %s (%s)", delivery.id, redacted(delivery.url), outcome.outcome,
-                                kind)
+                                kind, extra={"schedule_id": delivery.schedule_id, "event": kind})
             delivered += sum(isinstance(e, WebhookDelivered) for e in events)
         return delivered
 
@@ -202,6 +202,7 @@ class AlertsService:
         now = self._clock.now()
         _, events = execute(self._store, self._log, STREAM, lambda state: watch.decide(state, command, now))
         self._wake()
+        _log_events(events)
         return events
 
     def _decide(self, commands: list[AlertsCommand], checkpoints: list[Checkpoint] = ()) -> bool:
@@ -209,6 +210,7 @@ class AlertsService:
         decided = attempt_batch(self._store, self._log, [STREAM],
                                 lambda _, state: watch.decide_many(state, commands, now), checkpoints=checkpoints)
         self._wake()
+        _log_events(decided.get(STREAM, []))
         return bool(decided)
 
     def _reload(self, conflict: WrongExpectedVersion) -> None:
@@ -217,3 +219,19 @@ class AlertsService:
     def _wake(self) -> None:
         self._changed.set()
         self._deliveries_changed.set()
+
+
+def _log_events(events: list) -> None:
+    """At INFO a line per SLA miss, failure alert and delivery, with the schedule's (and job's, run's) id."""
+    for event in events:
+        match event:
+            case watch.SlaMissed(schedule_id, kind, deadline, job_id):
+                log.info("SLA missed (%s, deadline %s)", kind, deadline.isoformat(),
+                         extra={"schedule_id": schedule_id, "job_id": job_id, "event": "SlaMissed"})
+            case watch.FailureAlerted(schedule_id, job_id, run_id, status):
+                log.info("run ended %s: alerting", status.value,
+                         extra={"schedule_id": schedule_id, "job_id": job_id, "run_id": run_id,
+                                "event": "FailureAlerted"})
+            case watch.WebhookDelivered(delivery_id, attempt, _, outcome):
+                log.info("webhook %s delivered at attempt %d (%s)", delivery_id, attempt, outcome,
+                         extra={"event": "WebhookDelivered", "attempt": attempt})
