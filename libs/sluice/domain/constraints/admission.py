@@ -119,12 +119,23 @@ def admit(pending_jobs: Iterable[PendingJobFacts], world: WorldFacts, now: datet
         world = join_groups(world, job.program, job.constraints)
     load = world.running_total()
     launch, forced, discard, waiting = [], [], [], []
+    same: dict[tuple, _Discard | Waiting] = {}
+    """Outcomes by `_alike` key while the world stays as it is: a backfill's thousands of jobs alike
+    are checked once per pass, not once each."""
     for job in jobs:
-        outcome = _decide(job, world, now, capacity, load)
+        key = _alike(job)
+        outcome = same.get(key)
+        if isinstance(outcome, Waiting):
+            outcome = Waiting(job.job_id, outcome.next_check, outcome.reasons)
+        elif outcome is None:
+            outcome = _decide(job, world, now, capacity, load)
+            if not isinstance(outcome, _Launch):
+                same[key] = outcome
         if isinstance(outcome, _Launch):
             reserved = world.reserve(job.program, job.run_id, now)
             load += reserved is not world
             world = reserved
+            same.clear()
             launch.append(job.job_id)
             if outcome.forced:
                 forced.append(job.job_id)
@@ -134,6 +145,14 @@ def admit(pending_jobs: Iterable[PendingJobFacts], world: WorldFacts, now: datet
             waiting.append(outcome)
     wakes = [w.next_check for w in waiting if w.next_check is not None]
     return AdmissionDecision(tuple(launch), tuple(discard), min(wakes, default=None), tuple(waiting), tuple(forced))
+
+
+def _alike(job: PendingJobFacts) -> tuple:
+    """Everything of the job `_decide` reads besides the world: jobs with equal keys get the same
+    outcome in the same world. Objects by identity (alive through the pass): a backfill's jobs share
+    their program, constraints and trigger time, and hashing those by value cost more than it saved."""
+    return (id(job.program), id(job.constraints), id(job.triggered_at), job.checked_before, job.timeout_seconds,
+            id(job.timeout_policy), job.priority)
 
 
 def _decide(job: PendingJobFacts, world: WorldFacts, now: datetime, capacity: Capacity,
