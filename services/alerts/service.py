@@ -156,10 +156,7 @@ class AlertsService:
         return sum(isinstance(e, watch.SlaMissed) for e in self._execute(CheckDeadlines()))
 
     def next_deadline_at(self) -> datetime | None:
-        state = self.state
-        times = [w.next_deadline for w in state.watches.values() if w.next_deadline is not None]
-        times += [job.due_at for w in state.watches.values() for job in w.jobs.values()]
-        return min(times, default=None)
+        return watch.next_deadline_at(self.state)
 
     async def run_timers(self) -> None:
         await run_timer_loop(self._clock, self.fire_due, self.next_deadline_at, self._changed)
@@ -190,8 +187,8 @@ class AlertsService:
             while True:
                 self._deliveries_changed.clear()
                 await self.deliver_due()
-                pending = [d.next_attempt_at or d.requested_at for d in self.state.deliveries.values()]
-                delay = (min(pending) - self._clock.now()).total_seconds() if pending else MAX_TIMER_SLEEP
+                next_at = watch.next_attempt_at(self.state)
+                delay = MAX_TIMER_SLEEP if next_at is None else (next_at - self._clock.now()).total_seconds()
                 await wait_set(self._deliveries_changed, max(0.0, min(delay, MAX_TIMER_SLEEP)))
         finally:
             await self.close()
