@@ -2,7 +2,8 @@
 real `sluice standalone` (spark-submit is the stand-in tests/support/fake_spark_submit.py: each program
 is a real process under the supervise wrapper): the log's lines come out as the program writes them;
 a cancelled program is killed within 5 s, its run ends KILLED, and a schedule triggered on KILLED of
-that program fires; the log API refuses hostile ids, attempts and offsets naming the field."""
+that program fires; a schedule's --max-run-time reaches its runs, and a program sleeping past it is
+killed and says so; the log API refuses hostile ids, attempts and offsets naming the field."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -49,6 +51,7 @@ def server(tmp_path_factory):
     (apps / "talker.py").write_text(TALKER.format(go=str(go)))
     (apps / "sleeper.py").write_text(SLEEPER)
     (apps / "after_kill.py").write_text(AFTER_KILL)
+    (apps / "overrun.py").write_text(SLEEPER)
     with LocalServer(root / "sluice", args=["--apps-dir", str(root / "apps"), "--spark-submit", str(FAKE_SPARK_SUBMIT),
                                             "--spark-master", "local[1]"]) as running:
         running.go = go
@@ -67,13 +70,14 @@ def _env(server) -> dict:
     return {**os.environ, "SLUICE_SERVER": server.address}
 
 
-def launched(server, program: str) -> dict:
-    """A run of `program`, started through a partition schedule and a notification."""
+def launched(server, program: str, *options: str, status: str = "RUNNING") -> dict:
+    """A run of `program` once `status`, started through a partition schedule (created with `options`) and a
+    notification."""
     ok(sluice(server, "schedules", "create", "--name", program, "--namespace", NS, "--app", "etl",
-              "--program", program, "--dataset", f"{NS}.{program}_in", "--enabled"))
+              "--program", program, "--dataset", f"{NS}.{program}_in", "--enabled", *options))
     ok(sluice(server, "notify", "partition", "--namespace", NS, "--dataset", f"{program}_in", "--key", "hour=01",
               "--location", f"/data/{program}/1"))
-    return wait_for(lambda: _run_of(server, program, "RUNNING"))
+    return wait_for(lambda: _run_of(server, program, status))
 
 
 def _run_of(server, program: str, status: str = "") -> dict | None:
@@ -119,6 +123,13 @@ def test_cancel_kills_the_program_within_5_s_and_a_schedule_on_killed_fires(serv
     error(again, 1, "FAILED_PRECONDITION: run ")
     assert "it is KILLED" in again.stderr
     error(sluice(server, "runs", "cancel", "0" * 36), 1, "NOT_FOUND")
+
+
+def test_a_program_sleeping_past_its_schedules_time_limit_is_killed_and_marked_so(server):
+    ended = launched(server, "overrun", "--max-run-time", "2s", status="KILLED")
+    assert ended["error"] == "killed by launcher (time limit): time limit 2s exceeded"
+    started, killed = (datetime.fromisoformat(ended[key].replace("Z", "+00:00")) for key in ("startedAt", "endedAt"))
+    assert ended["attempts"][0]["status"] == "KILLED" and 2 <= (killed - started).total_seconds() < 10
 
 
 @pytest.mark.parametrize("request_, code, field", [
