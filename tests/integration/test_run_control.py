@@ -3,13 +3,12 @@ tests/support/fake_spark_submit.py, which runs the program in its own process un
 wrapper): the whole process group goes (SIGTERM, then SIGKILL after the grace for a program that
 ignores SIGTERM), the run ends KILLED with the reason and who asked, the launcher reports KILLED to
 the checker and program-status triggers; a cancel recorded by a launcher that died before killing is
-finished by the next one; a program past its time limit on the injected clock is killed and says so."""
+finished by the next one; a program past its time limit on the injected clock is killed and says so;
+a standby launcher (without the lease) refuses a cancel, the holder carries it out."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -27,7 +26,9 @@ from sluice.wire.common import notification_from_bytes
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService
 from sluice_services.launcher.supervise import process_start_ticks
+from sluice.ids import run_id_for
 from tests.integration.test_launcher_history import request
+from tests.integration.test_launcher_lease import hosts, until  # noqa: F401  (hosts: a fixture)
 from tests.integration.test_launcher_restart import crash, eventually
 
 pytestmark = pytest.mark.integration
@@ -177,3 +178,15 @@ async def test_a_program_past_its_time_limit_on_the_clock_is_killed_and_marked_s
     run = launcher.get(run_id)
     assert run.status is RunStatus.KILLED and run.error == "killed by launcher (time limit): time limit 2s exceeded"
     await eventually(lambda: gone(child), "the program's child to end", timeout=5)
+
+
+async def test_a_standby_launcher_refuses_a_cancel_and_the_lease_holder_carries_it_out(hosts):
+    holder, standby = hosts.launcher("host-a"), hosts.launcher("host-b")
+    await holder.on_launch_requested(hosts.request(1))
+    run_id = run_id_for(derived_id("job", "1"))
+    await until(lambda: holder.get(run_id).status is RunStatus.RUNNING)
+    with pytest.raises(FailedPrecondition, match="does not hold the launcher lease"):
+        await standby.cancel(run_id, "from the wrong launcher", "token:ops")
+    assert holder.get(run_id).cancel is None
+    run = await holder.cancel(run_id, "from the holder", "token:ops")
+    assert run.status is RunStatus.KILLED and run.error == "killed by token:ops: from the holder"

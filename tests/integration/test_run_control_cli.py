@@ -6,7 +6,6 @@ that program fires; a schedule's --max-run-time reaches its runs, and a program 
 killed and says so; the log API refuses hostile ids, attempts and offsets naming the field."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -27,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NS = "runctl"
 TALKER = """
-import os, time
+import time
 from pathlib import Path
 print("first line", flush=True)
 while not Path({go!r}).exists():
@@ -58,7 +57,7 @@ def server(tmp_path_factory):
         yield running
 
 
-def sluice(server, *args: str, **popen) -> subprocess.CompletedProcess:
+def sluice(server, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(_command(*args), capture_output=True, text=True, timeout=60, env=_env(server))
 
 
