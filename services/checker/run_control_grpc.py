@@ -12,6 +12,7 @@ from sluice.domain.backfills import (
     BackfillRequested,
     CancelBackfill,
     ManualJobRequested,
+    RequestBook,
     RunScheduleNow,
     StartBackfill,
 )
@@ -64,24 +65,25 @@ class RunControlRpcs:
         book = self._checker.state.requested
         backfill_id = requested.backfill_id if requested is not None else book.requested(
             "backfill", schedule_id, request_id)
-        return backfill_to_proto(book.backfills[backfill_id])
+        return backfill_to_proto(book.backfills[backfill_id], book)
 
     @grpc_errors
     async def GetBackfill(self, request, context):
-        return backfill_to_proto(self._backfill(request.id))
+        return backfill_to_proto(self._backfill(request.id), self._checker.state.requested)
 
     @grpc_errors
     async def ListBackfills(self, request, context):
         found = sorted((b for b in self._checker.state.requested.backfills.values()
                         if not request.schedule_id or b.schedule_id == request.schedule_id),
                        key=lambda b: (b.requested_at, b.id))
-        return jobs_pb2.ListBackfillsResponse(backfills=[backfill_to_proto(b) for b in found])
+        book = self._checker.state.requested
+        return jobs_pb2.ListBackfillsResponse(backfills=[backfill_to_proto(b, book) for b in found])
 
     @grpc_errors
     async def CancelBackfill(self, request, context):
         backfill_id = _required_id(request.id, "id")
         self._checker.request(CancelBackfill(backfill_id))
-        return backfill_to_proto(self._backfill(backfill_id))
+        return backfill_to_proto(self._backfill(backfill_id), self._checker.state.requested)
 
     def _backfill(self, backfill_id: str) -> Backfill:
         found = self._checker.state.requested.backfills.get(_required_id(backfill_id, "id"))
@@ -110,8 +112,10 @@ class RunControlRpcs:
                                            datasets_pb2.PartitionFilter(keys=conditions), start, end, metadata)
 
 
-def backfill_to_proto(backfill: Backfill) -> jobs_pb2.Backfill:
+def backfill_to_proto(backfill: Backfill, book: RequestBook) -> jobs_pb2.Backfill:
+    running = sorted(run_id for run_id, owner in book.running.items() if owner == backfill.id) if backfill.running else []
     message = jobs_pb2.Backfill(id=backfill.id, schedule_id=backfill.schedule_id, keys=backfill.keys,
+                                running_runs=running,
                                 requested_at=timestamp_to_proto(backfill.requested_at), total=backfill.total,
                                 waiting=backfill.waiting, running=backfill.running, done=backfill.done,
                                 failed=backfill.failed, discarded=backfill.discarded)

@@ -22,15 +22,16 @@ def server(tmp_path_factory):
     apps = root / "apps"
     (apps / "jobs").mkdir(parents=True)
     (apps / "jobs" / "quick.py").write_text(PROGRAM)
+    (apps / "jobs" / "slow.py").write_text("import time\ntime.sleep(120)\n")
     with LocalServer(root / "sluice", args=["--apps-dir", str(apps), "--spark-submit", str(FAKE_SPARK_SUBMIT),
                                             "--spark-master", "local[1]"]) as running:
         running.transactions = root / "transactions"
         yield running
 
 
-def create(server, name: str, *extra: str) -> dict:
+def create(server, name: str, *extra: str, program: str = "quick") -> dict:
     return json.loads(ok(sluice(server, "schedules", "create", "--json", "--name", name, "--namespace", NS, "--app",
-                                "jobs", "--program", "quick", "--trigger", "time", "--cron", "0 2 * * *", *extra)))
+                                "jobs", "--program", program, "--trigger", "time", "--cron", "0 2 * * *", *extra)))
 
 
 def jobs_of(server, schedule: dict) -> dict[str, dict]:
@@ -79,3 +80,19 @@ def test_mistakes_are_one_line_with_an_exit_code(server):
           1, "INVALID_ARGUMENT: --to: the range holds more than 10000")
     error(sluice(server, "schedules", "run", short, "--property", "novalue"), 2, "--property")
     error(sluice(server, "backfills", "get", "nope"), 1, "NOT_FOUND: backfill nope")
+
+
+def test_cancel_running_kills_the_backfills_runs_going(server):
+    schedule = create(server, "slow", "--max-concurrent", "1", "--enabled", program="slow")
+    started = ok(sluice(server, "schedules", "backfill", schedule["id"][:8], "--from", "2026-11-01T00:00:00Z",
+                        "--to", "2026-11-04T00:00:00Z"))
+    backfill_id = started.split()[1]
+    running = wait_for(lambda: (found := json.loads(ok(sluice(server, "backfills", "get", backfill_id, "--json"))))
+                       .get("runningRuns") and found)
+    (run_id,) = running["runningRuns"]
+    wait_for(lambda: json.loads(ok(sluice(server, "runs", "get", run_id[:8], "--json"))).get("status") == "RUNNING")
+    ok(sluice(server, "backfills", "cancel", backfill_id, "--running"))
+    wait_for(lambda: json.loads(ok(sluice(server, "runs", "get", run_id[:8], "--json"))).get("status") == "KILLED")
+    ended = wait_for(lambda: "1 done (1 failed), 0 running, 0 waiting, 2 discarded" in (
+        text := ok(sluice(server, "backfills", "get", backfill_id))) and text)
+    assert "(cancelled)" in ended

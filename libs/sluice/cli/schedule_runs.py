@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import grpc
+
 from sluice.cli import ids
 from sluice.cli.output import UsageError, pairs, print_many, print_message
 from sluice.client import SluiceClient
-from sluice.v1 import jobs_pb2
+from sluice.v1 import jobs_pb2, runs_pb2
 from sluice.wire.common import timestamp_to_proto
 
 
@@ -46,10 +48,11 @@ def register(schedules, commands) -> None:
     get = group.add_parser("get", help="a backfill's progress")
     get.add_argument("id", help="the backfill's id")
     get.set_defaults(handler=_get)
-    cancel = group.add_parser("cancel", help="discard the backfill's waiting jobs (running runs go on)",
+    cancel = group.add_parser("cancel", help="discard the backfill's waiting jobs; --running: cancel its runs too",
                               description="Its jobs still waiting are discarded; runs already going are left to "
-                                          "end (cancel one with `sluice runs cancel RUN`).")
+                                          "end, or with --running cancelled (Runs.CancelRun: they end KILLED).")
     cancel.add_argument("id", help="the backfill's id")
+    cancel.add_argument("--running", action="store_true", help="also cancel the runs it has going")
     cancel.set_defaults(handler=_cancel)
 
 
@@ -99,6 +102,16 @@ def _get(client: SluiceClient, args) -> int:
 
 def _cancel(client: SluiceClient, args) -> int:
     backfill = client.jobs.CancelBackfill(jobs_pb2.CancelBackfillRequest(id=args.id), timeout=10)
+    if args.running:
+        for run_id in backfill.running_runs:
+            try:
+                client.runs.CancelRun(runs_pb2.CancelRunRequest(id=run_id, reason=f"backfill {backfill.id} cancelled"),
+                                      timeout=30)
+            except grpc.RpcError as refused:
+                if refused.code() != grpc.StatusCode.FAILED_PRECONDITION:  # it ended meanwhile
+                    raise
+        if backfill.running_runs:
+            backfill = client.jobs.GetBackfill(jobs_pb2.GetBackfillRequest(id=backfill.id), timeout=10)
     return print_message(args, backfill) if args.json else _print(backfill)
 
 
