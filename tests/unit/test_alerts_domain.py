@@ -159,6 +159,7 @@ def test_a_deleted_schedule_takes_its_policy_with_it():
 
 @pytest.mark.parametrize("policy, field", [
     (AlertPolicy("", None, (HOOK,)), "policy.schedule_id"),
+    (AlertPolicy("../etc", None, (HOOK,)), "policy.schedule_id"),
     (AlertPolicy("s-1", CompleteBy("6am", "Europe/Berlin"), (HOOK,)), "policy.sla.complete_by.time_of_day"),
     (AlertPolicy("s-1", CompleteBy("24:00", "Europe/Berlin"), (HOOK,)), "policy.sla.complete_by.time_of_day"),
     (AlertPolicy("s-1", CompleteBy("06:00", "Mars/Olympus"), (HOOK,)), "policy.sla.complete_by.zone"),
@@ -182,6 +183,10 @@ def test_hostile_policies_are_refused_naming_the_field_and_never_echoing_a_url(p
         validate_policy(policy)
     assert refused.value.field == field
     assert "pw@" not in str(refused.value) and "secret" not in str(refused.value)
+
+
+def test_a_schedule_id_may_start_with_a_digit_as_derived_ids_do():
+    assert validate_policy(AlertPolicy("9221fb4d-434a-553a-be7c-4a852940bef2", None, (HOOK,))).schedule_id[0] == "9"
 
 
 def test_answers_and_logs_show_a_webhook_without_its_path():

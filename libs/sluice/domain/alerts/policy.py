@@ -9,13 +9,14 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sluice.domain.errors import InvalidArgument
-from sluice.domain.names import validate_name
 
 MAX_WEBHOOKS = 5
 MAX_URL_LENGTH = 2048
 MAX_WITHIN_MINUTES = 7 * 24 * 60
 _TIME_OF_DAY = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])")
 _UNSAFE_URL_CHARACTERS = re.compile(r"[\x00-\x20\x7f\\]")
+_SCHEDULE_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+"""Schedule ids are derived UUIDs (sluice.domain.schedules.schedule_id_for); a name's characters, digits first too."""
 
 
 class AlertOn(enum.Enum):
@@ -52,7 +53,7 @@ class AlertPolicy:
 def validate_policy(policy: AlertPolicy, path: str = "policy") -> AlertPolicy:
     """The policy, or InvalidArgument naming the offending field. A webhook URL is never echoed:
     it may hold a secret (Slack's do, in the path)."""
-    validate_name(f"{path}.schedule_id", policy.schedule_id)
+    validate_schedule_id(policy.schedule_id, f"{path}.schedule_id")
     match policy.sla:
         case CompleteBy(time_of_day, zone):
             if not isinstance(time_of_day, str) or not _TIME_OF_DAY.fullmatch(time_of_day):
@@ -74,6 +75,14 @@ def validate_policy(policy: AlertPolicy, path: str = "policy") -> AlertPolicy:
     if policy.on == (AlertOn.SLA_MISS,) and policy.sla is None:
         raise InvalidArgument(f"{path}.sla", "alerting on SLA misses only needs an SLA")
     return policy
+
+
+def validate_schedule_id(schedule_id: str, path: str) -> str:
+    if not isinstance(schedule_id, str) or not schedule_id:
+        raise InvalidArgument(path, "must not be empty")
+    if not _SCHEDULE_ID.fullmatch(schedule_id):
+        raise InvalidArgument(path, "must be a schedule id (letters, digits, _ and -, at most 128)")
+    return schedule_id
 
 
 def validate_webhook_url(url: str, path: str) -> str:
