@@ -290,3 +290,21 @@ async def test_sluice_rebuild_alerts_writes_the_snapshot_the_service_recovers_fr
     await before.close()
     await after.close()
     log.close()
+
+
+async def test_sla_misses_are_listed_newest_first_in_pages(alerts_server, receiver_factory):
+    stub, _, clock = alerts_server
+    receiver, url = await receiver_factory()
+    policy = alerts_pb2.AlertPolicy(schedule_id="s-9", webhooks=[url], on=[alerts_pb2.SLA_MISS], sla=alerts_pb2.Sla(
+        complete_by=alerts_pb2.CompleteBy(time_of_day="06:00", zone="Europe/Berlin")))
+    await stub.SetAlertPolicy(alerts_pb2.SetAlertPolicyRequest(policy=policy))
+    clock.advance(timedelta(days=2, hours=3))  # three deadlines passed while nothing ran
+    await _until(lambda: len(receiver.calls) == 3)
+    first = await stub.ListSlaMisses(alerts_pb2.ListSlaMissesRequest(page_size=2))
+    second = await stub.ListSlaMisses(alerts_pb2.ListSlaMissesRequest(page_size=2, page_token=first.next_page_token))
+    days = [m.deadline.ToDatetime().day for m in [*first.misses, *second.misses]]
+    assert days == [28, 27, 26] and first.next_page_token and not second.next_page_token
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.ListSlaMisses(alerts_pb2.ListSlaMissesRequest(page_token="not-a-token"))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and refused.value.details().startswith("page_token")
+    assert len(receiver.calls) == 3 and len({key for _, key, _ in receiver.calls}) == 3
