@@ -10,6 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from sluice.cli.output import jsonable
+from sluice.client import SluiceClient
+from sluice.domain.common import PartitionRef
+from sluice.v1 import notifications_pb2, schedules_pb2
 from sluice_services.localserver import LocalServer
 from tests.integration.test_cli import assert_one_line_error, sluice
 
@@ -24,28 +28,32 @@ def server(tmp_path_factory):
         yield running
 
 
-def create(server, name: str, *extra: str) -> dict:
+def create(server, name: str, enabled: bool = True) -> dict:
+    """Through gRPC (the CLI's create is tested elsewhere): the schedule as `--json` shows it."""
     opens = datetime.now(timezone.utc) + timedelta(hours=2)  # jobs wait for this window, never launch
-    created = sluice(server, "--json", "schedules", "create", "--name", name, *SCOPE, "--program", "p",
-                     "--dataset", "experiments.cli_pause", "--window", f"{opens:%H:%M}-{opens + timedelta(minutes=1):%H:%M}",
-                     *extra)
-    assert created.returncode == 0, created.stderr
-    return json.loads(created.stdout)
+    window = schedules_pb2.TimeWindowConstraint(start=f"{opens:%H:%M}", end=f"{opens + timedelta(minutes=1):%H:%M}")
+    message = schedules_pb2.Schedule(
+        name=name, program=notifications_pb2.ProgramRef(namespace="experiments", app="pausable", program="p"),
+        trigger=schedules_pb2.Trigger(partition=schedules_pb2.PartitionTrigger(namespace="experiments",
+                                                                               dataset="cli_pause", count=1)),
+        constraints=[schedules_pb2.Constraint(time_window=window)], enabled=enabled)
+    with SluiceClient(server.address) as client:
+        return jsonable(client.create_schedule(message))
 
 
 def notify(server, hour: str) -> None:
-    published = sluice(server, "notify", "partition", "--namespace", "experiments", "--dataset", "cli_pause",
-                       "--key", f"hour={hour}", "--location", f"/tmp/cli_pause/{hour}")
-    assert published.returncode == 0, published.stderr
+    with SluiceClient(server.address) as client:
+        client.publish_partitions("experiments", "cli_pause", [PartitionRef({"hour": hour}, f"/tmp/cli_pause/{hour}")])
 
 
 def jobs_when(server, schedule_id: str, done) -> list[dict]:
     deadline = time.monotonic() + 30
-    while True:
-        jobs = json.loads(sluice(server, "--json", "jobs", "list", "--schedule", schedule_id).stdout)
-        if done(jobs) or time.monotonic() > deadline:
-            return jobs
-        time.sleep(0.2)
+    with SluiceClient(server.address) as client:
+        while True:
+            jobs = [jsonable(job) for job in client.list_jobs(schedule_id)]
+            if done(jobs) or time.monotonic() > deadline:
+                return jobs
+            time.sleep(0.1)
 
 
 def hours_of(job: dict) -> list[str]:
@@ -60,8 +68,8 @@ def app(server) -> dict:
 
 
 def test_a_paused_app_fires_nothing_and_resumes_as_it_was(server):
-    live = create(server, "live", "--enabled")
-    off = create(server, "off")
+    live = create(server, "live")
+    off = create(server, "off", enabled=False)
     notify(server, "01")
     waiting = jobs_when(server, live["id"], lambda jobs: jobs and jobs[0]["state"] == "PENDING_CONSTRAINT")
     assert [j["state"] for j in waiting] == ["PENDING_CONSTRAINT"], waiting
@@ -72,7 +80,7 @@ def test_a_paused_app_fires_nothing_and_resumes_as_it_was(server):
     assert [j["state"] for j in discarded] == ["DISCARDED"], discarded
     again = sluice(server, "--json", "apps", "pause", *SCOPE)
     assert json.loads(again.stdout) == {"scope": "experiments.pausable", "changed": False, "schedules": 0}
-    late = create(server, "late", "--enabled")
+    late = create(server, "late")
     assert late["paused"] is True and late["enabled"] is True
     listed = sluice(server, "schedules", "list", *SCOPE).stdout
     assert listed.count("yes (paused)") == 2 and listed.count("no (paused)") == 1, listed
@@ -93,7 +101,7 @@ def test_a_paused_app_fires_nothing_and_resumes_as_it_was(server):
 
 
 def test_a_namespace_pause_covers_its_apps_and_lists_as_such(server):
-    create(server, "in_namespace", "--enabled")
+    create(server, "in_namespace")
     paused = sluice(server, "--json", "apps", "pause", "--namespace", "experiments")
     assert json.loads(paused.stdout)["changed"] is True, paused.stderr
     listed = sluice(server, "apps", "list", "--namespace", "experiments").stdout.splitlines()
@@ -108,7 +116,7 @@ def test_a_namespace_pause_covers_its_apps_and_lists_as_such(server):
 
 
 def test_deleting_a_live_app_is_refused_and_a_paused_one_goes_with_its_schedules(server):
-    create(server, "doomed", "--enabled")
+    create(server, "doomed")
     refused = sluice(server, "apps", "delete", *SCOPE)
     assert_one_line_error(refused, 1, "FAILED_PRECONDITION: app experiments.pausable has")
     assert "doomed" in refused.stderr and "pause the app" in refused.stderr
@@ -118,7 +126,7 @@ def test_deleting_a_live_app_is_refused_and_a_paused_one_goes_with_its_schedules
     assert "doomed" in deleted.stdout
     assert json.loads(sluice(server, "--json", "schedules", "list", *SCOPE).stdout) == []
     assert_one_line_error(sluice(server, "apps", "get", *SCOPE), 1, "NOT_FOUND: app experiments.pausable")
-    assert "doomed" not in create(server, "reborn", "--enabled").get("paused", "not paused")
+    assert not create(server, "reborn").get("paused")  # the deleted app's pause went with it
 
 
 @pytest.mark.parametrize("args, code, text", [
