@@ -84,6 +84,7 @@ async def test_run_now_waits_for_the_constraints_and_ignore_constraints_skips_on
     assert [(job.id, jobs_pb2.JobState.Name(job.state)) for job in listed] == [
         (first.job_id, "PENDING_LAUNCH"), (forced.job_id, "PENDING_CONSTRAINT")]
     assert listed[0].context.properties["limit"] == "5"
+    assert [(jobs_pb2.JobState.Name(t.state), t.cause) for t in listed[0].history][0] == ("PENDING_CONSTRAINT", "run now")
 
 
 async def test_a_time_backfill_over_grpc_reports_its_progress_and_cancels(served):

@@ -244,9 +244,15 @@ class JobsView:
                     self._requested(job, at, f"backfill {backfill_id}")
 
     def _requested(self, job: Job, at: datetime, cause: str) -> None:
-        """A job a person asked for: created and fired at once (kept as the fire it stands for)."""
-        self._created(job.id, job.schedule_id, at, len(job.context.notifications))
-        self._transition(job.id, JobState.PENDING_CONSTRAINT, at, cause, fired=dumps(matching.JobTriggered(job, at)))
+        """A job a person asked for: it starts PENDING_CONSTRAINT (kept as the fire it stands for)."""
+        if job.id in self._jobs:
+            return
+        self._changed.add(job.id)
+        view = self._jobs[job.id] = JobView(
+            job.id, job.schedule_id, JobState.PENDING_CONSTRAINT, at, at, fired=dumps(matching.JobTriggered(job, at)),
+            notifications=len(job.context.notifications),
+            transitions=((JobState.PENDING_CONSTRAINT.value, at, cause),))
+        self._kept.add(listing_key(view), job.schedule_id)
 
     def _joined(self, job_id: str, into: str, count: int, at: datetime, event: bytes) -> None:
         self._transition(job_id, JobState.JOINED, at, f"joined job {into}, which waits for its constraints",
