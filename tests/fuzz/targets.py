@@ -170,6 +170,12 @@ def templates(known: Known) -> dict[str, _message.Message]:
         "/sluice.v1.ScheduleRegistry/DeleteSchedule": spb.DeleteScheduleRequest(id=k.schedule_id),
         "/sluice.v1.ScheduleRegistry/EnableSchedule": spb.EnableScheduleRequest(id=k.schedule_id),
         "/sluice.v1.ScheduleRegistry/DisableSchedule": spb.DisableScheduleRequest(id=k.schedule_id),
+        "/sluice.v1.ScheduleRegistry/GetApp": spb.GetAppRequest(namespace=k.namespace, app=k.app),
+        "/sluice.v1.ScheduleRegistry/ListApps": spb.ListAppsRequest(namespace=k.namespace, page_size=10),
+        # another namespace: a pause of the fuzzed one would stop the job the final check expects
+        "/sluice.v1.ScheduleRegistry/PauseApp": spb.PauseAppRequest(namespace="fuzz_paused", app=k.app),
+        "/sluice.v1.ScheduleRegistry/ResumeApp": spb.PauseAppRequest(namespace="fuzz_paused", app=k.app),
+        "/sluice.v1.ScheduleRegistry/DeleteApp": spb.DeleteAppRequest(namespace="fuzz_paused", app=k.app),
         "/sluice.v1.Notifications/Publish": npb.PublishNotificationRequest(notification=notification(k)),
         "/sluice.v1.Jobs/ListJobs": jobs_pb2.ListJobsRequest(schedule_id=k.schedule_id),
         "/sluice.v1.Runs/ListRuns": runs_pb2.ListRunsRequest(schedule_id=k.schedule_id, page_size=10),
