@@ -42,6 +42,8 @@ class RunsServicer(runs_pb2_grpc.RunsServicer):
         reason = " ".join(request.reason.split())
         if len(reason) > MAX_REASON_CHARS:
             raise InvalidArgument("reason", f"at most {MAX_REASON_CHARS} characters, got {len(reason)}")
+        if not reason.isprintable():
+            raise InvalidArgument("reason", "must not hold control characters")
         caller = CALLER.get()
         requested_by = caller.name if caller is not None else f"a client at {context.peer()}"
         return run_to_proto(await self._launcher.cancel(request.id, reason, requested_by))

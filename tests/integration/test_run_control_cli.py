@@ -51,6 +51,7 @@ def server(tmp_path_factory):
     (apps / "sleeper.py").write_text(SLEEPER)
     (apps / "after_kill.py").write_text(AFTER_KILL)
     (apps / "overrun.py").write_text(SLEEPER)
+    (apps / "quick.py").write_text(AFTER_KILL)
     with LocalServer(root / "sluice", args=["--apps-dir", str(root / "apps"), "--spark-submit", str(FAKE_SPARK_SUBMIT),
                                             "--spark-master", "local[1]"]) as running:
         running.go = go
@@ -77,6 +78,12 @@ def launched(server, program: str, *options: str, status: str = "RUNNING") -> di
     ok(sluice(server, "notify", "partition", "--namespace", NS, "--dataset", f"{program}_in", "--key", "hour=01",
               "--location", f"/data/{program}/1"))
     return wait_for(lambda: _run_of(server, program, status))
+
+
+@pytest.fixture(scope="module")
+def some_run(server) -> str:
+    """The id of a run that ended."""
+    return launched(server, "quick", status="FAILED")["id"]  # it wrote no result.json: its outputs failed
 
 
 def _run_of(server, program: str, status: str = "") -> dict | None:
@@ -139,12 +146,21 @@ def test_a_program_sleeping_past_its_schedules_time_limit_is_killed_and_marked_s
     (runs_pb2.StreamRunLogRequest(id="RUN", attempt=99), grpc.StatusCode.INVALID_ARGUMENT, "attempt"),
     (runs_pb2.StreamRunLogRequest(id="RUN", from_offset=-1), grpc.StatusCode.INVALID_ARGUMENT, "from_offset"),
 ])
-def test_hostile_log_requests_are_refused_naming_the_field(server, request_, code, field):
+def test_hostile_log_requests_are_refused_naming_the_field(server, some_run, request_, code, field):
     with SluiceClient(server.address) as client:
         if request_.id == "RUN":
-            request_.id = client.list_runs()[0].id
+            request_.id = some_run
         with pytest.raises(grpc.RpcError) as raised:
             list(client.runs.StreamRunLog(request_, timeout=10))
     assert raised.value.code() == code and raised.value.details().startswith(field), raised.value.details()
     if field == "attempt" and request_.attempt > 0:
         error(sluice(server, "runs", "logs", request_.id, "--attempt", "99"), 1, "INVALID_ARGUMENT: attempt:")
+
+
+@pytest.mark.parametrize("reason, message", [("x" * 1001, "reason: at most 1000 characters"),
+                                             ("red\x1b[31m", "reason: must not hold control characters")])
+def test_a_hostile_cancel_reason_is_refused_naming_the_field(server, some_run, reason, message):
+    with SluiceClient(server.address) as client:
+        with pytest.raises(grpc.RpcError) as raised:
+            client.runs.CancelRun(runs_pb2.CancelRunRequest(id=some_run, reason=reason), timeout=10)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT and raised.value.details().startswith(message)
