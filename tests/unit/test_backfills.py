@@ -2,6 +2,7 @@
 pure decide/evolve (sluice.domain.backfills, sluice.domain.checking), no services."""
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -25,7 +26,7 @@ from sluice.domain.constraints import (
     MinSinceLastRunConstraint,
 )
 from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
-from sluice.domain.schedules import Schedule
+from sluice.domain.schedules import Schedule, as_observed
 from sluice.domain.triggers import OrTrigger, PartitionTrigger, TimeTrigger, next_fire_times
 from sluice.ids import run_id_for
 from sluice.runtime.aggregates import Loaded
@@ -148,6 +149,8 @@ def test_unknown_and_disabled_schedules_are_refused_by_name():
         checking.decide(CheckerState(), RunScheduleNow("nope"), T0)
     with pytest.raises(FailedPrecondition, match="schedule daily"):
         checking.decide(tracked(daily(enabled=False)), StartBackfill("daily", T0, T0 + timedelta(days=1)), T0)
+    with pytest.raises(FailedPrecondition, match="schedule daily .* is paused"):
+        checking.decide(tracked(as_observed(replace(daily(), paused=True))), RunScheduleNow("daily"), T0)
 
 
 def test_run_now_goes_through_the_constraints_and_ignore_constraints_skips_only_the_timing_ones():

@@ -159,6 +159,9 @@ def backfill_id_for(schedule_id: str, request_id: str, counter: int) -> str:
 def require_runnable(schedule_id: str, schedule: Schedule | None) -> Schedule:
     if schedule is None:
         raise NotFound(f"schedule {schedule_id} not found")
+    if schedule.paused:
+        raise FailedPrecondition(f"schedule {schedule_id} ({schedule.name}) is paused with its app or namespace: "
+                                 "resume it to run it")
     if not schedule.enabled:
         raise FailedPrecondition(f"schedule {schedule_id} ({schedule.name}) is disabled: enable it to run it")
     return schedule
