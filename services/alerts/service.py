@@ -72,6 +72,7 @@ class AlertsService:
         self._unit_of_work: ConsumingUnitOfWork[AlertsCommand] = ConsumingUnitOfWork(
             self._offsets, self._decide, self._reload, what=STREAM)
         self._changed = asyncio.Event()
+        self._judge_from = clock.now()
         self._deliveries_changed = asyncio.Event()
         self._outcomes = Registry().counter("sluice_webhook_deliveries", "Webhook delivery attempts, by outcome.",
                                             ("outcome",))
@@ -86,6 +87,8 @@ class AlertsService:
 
     def recover(self) -> None:
         self._store.restore()  # the stream's last snapshot; its first load reads the events after it
+        # deadlines that passed while the service was down are judged once the bus's backlog had time to come in
+        self._judge_from = self._clock.now() + watch.NOTICE_GRACE
         self._offsets.clear()
         self._wake()
 
@@ -156,7 +159,8 @@ class AlertsService:
         return sum(isinstance(e, watch.SlaMissed) for e in self._execute(CheckDeadlines()))
 
     def next_deadline_at(self) -> datetime | None:
-        return watch.next_deadline_at(self.state)
+        due = watch.next_deadline_at(self.state)
+        return None if due is None else max(due, self._judge_from)
 
     async def run_timers(self) -> None:
         await run_timer_loop(self._clock, self.fire_due, self.next_deadline_at, self._changed)

@@ -18,6 +18,7 @@ from sluice.bus.topics import PROGRAM_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SimulatedClock
 from sluice.domain.alerts.messages import MAX_RETRY
 from sluice.domain.alerts.policy import AlertPolicy, CompleteBy
+from sluice.domain.alerts.watch import NOTICE_GRACE
 from sluice.domain.common import Notification, ProgramRef, ProgramStatusChanged, RunStatus
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.metrics import Registry
@@ -84,9 +85,9 @@ async def test_an_sla_miss_on_the_simulated_clock_delivers_exactly_one_webhook_c
     alerts = AlertsService(log, clock)
     alerts.recover()
     alerts.set_policy(AlertPolicy("s-1", CompleteBy("06:00", "Europe/Berlin"), (url,)))
-    clock.advance(timedelta(minutes=119))
+    clock.advance(timedelta(minutes=120) + NOTICE_GRACE - timedelta(seconds=1))  # the deadline, and its grace but 1 s
     assert alerts.fire_due() == 0 and await alerts.deliver_due() == 0
-    clock.advance(timedelta(minutes=1))
+    clock.advance(timedelta(seconds=1))
     assert alerts.fire_due() == 1
     assert await alerts.deliver_due() == 1
     assert await alerts.deliver_due() == 0 and alerts.fire_due() == 0
@@ -247,7 +248,7 @@ async def test_over_grpc_and_the_bus_a_failed_run_reaches_the_receiver_once_and_
     (_, _, body), = receiver.calls
     assert body["sluice"]["schedule_id"] == "s-1" and body["sluice"]["run_id"] == "r-1"
 
-    clock.set(datetime(2026, 11, 26, 5, 0, 1, tzinfo=timezone.utc))  # past the deadline, no run completed
+    clock.set(datetime(2026, 11, 26, 5, 0, 1, tzinfo=timezone.utc) + NOTICE_GRACE)  # past the deadline, no run completed
     await _until(lambda: len(receiver.calls) == 2)
     misses = await stub.ListSlaMisses(alerts_pb2.ListSlaMissesRequest(schedule_id="s-1", page_size=1))
     assert [(m.schedule_id, m.kind) for m in misses.misses] == [("s-1", "complete_by")]
@@ -308,3 +309,27 @@ async def test_sla_misses_are_listed_newest_first_in_pages(alerts_server, receiv
         await stub.ListSlaMisses(alerts_pb2.ListSlaMissesRequest(page_token="not-a-token"))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and refused.value.details().startswith("page_token")
     assert len(receiver.calls) == 3 and len({key for _, key, _ in receiver.calls}) == 3
+
+
+async def test_after_a_restart_a_deadline_missed_meanwhile_waits_for_the_backlog_of_run_ends(tmp_path, receiver_factory):
+    """Down across the deadline: the COMPLETED notification is still on the bus when the service is back."""
+    receiver, url = await receiver_factory()
+    clock = SimulatedClock(T0)
+    log = SqliteEventLog(tmp_path / "events.db", clock=clock)
+    before = AlertsService(log, clock)
+    before.recover()
+    before.set_policy(AlertPolicy("s-1", CompleteBy("06:00", "Europe/Berlin"), (url,)))
+    await before.close()
+    clock.advance(timedelta(hours=5))  # down from 04:00 to 09:00 Berlin; the run completed at 05:30
+    after = AlertsService(log, clock)
+    after.recover()
+    assert after.fire_due() == 0  # not judged at once
+    notification = Notification("n-done", T0 + timedelta(hours=1, minutes=30),
+                                ProgramStatusChanged(PROGRAM, "r-1", RunStatus.COMPLETED, "s-1", "j-1"))
+    record = Record(PROGRAM_NOTIFICATIONS, 0, 0, b"k", notification_to_proto(notification).SerializeToString(), (), 0)
+    await after.apply([(record, AlertsService.parse_program_status(record))])
+    clock.advance(NOTICE_GRACE)
+    assert after.fire_due() == 0 and await after.deliver_due() == 0 and receiver.calls == []
+    assert after.state.watches["s-1"].next_deadline == datetime(2026, 11, 27, 5, tzinfo=timezone.utc)
+    await after.close()
+    log.close()

@@ -19,6 +19,7 @@ from sluice.domain.alerts.policy import (
     validate_policy,
 )
 from sluice.domain.alerts.watch import (
+    NOTICE_GRACE,
     CheckDeadlines,
     ObserveJobTriggered,
     ObserveRunStatus,
@@ -67,8 +68,10 @@ def test_a_deadline_without_a_completed_run_is_missed_once_and_asks_one_delivery
     world = World()
     world.do(ObserveScheduleName("s-1", "ns", "daily"), T0)
     world.do(SetAlertPolicy(BY_SIX_BERLIN), T0)
-    assert world.do(CheckDeadlines(), T0 + timedelta(minutes=119)) == []
-    events = world.do(CheckDeadlines(), T0 + timedelta(hours=2))
+    deadline = datetime(2026, 11, 26, 5, tzinfo=UTC)
+    assert watch.next_deadline_at(world.state) == deadline + NOTICE_GRACE
+    assert world.do(CheckDeadlines(), deadline + NOTICE_GRACE - timedelta(seconds=1)) == []  # its notice may be on its way
+    events = world.do(CheckDeadlines(), deadline + NOTICE_GRACE)
     missed, requested = events
     assert isinstance(missed, SlaMissed) and missed.deadline == datetime(2026, 11, 26, 5, tzinfo=UTC)
     assert isinstance(requested, WebhookDeliveryRequested) and requested.url == HOOK
@@ -84,10 +87,20 @@ def test_a_run_completed_on_the_day_before_the_deadline_meets_it_and_a_late_one_
     world = World()
     world.do(SetAlertPolicy(BY_SIX_BERLIN), T0)
     world.do(status(RunStatus.COMPLETED, T0 + timedelta(minutes=30)), T0 + timedelta(minutes=30))
-    assert [type(e).__name__ for e in world.do(CheckDeadlines(), T0 + timedelta(hours=2))] == ["DeadlinePassed"]
+    assert [type(e).__name__ for e in world.do(CheckDeadlines(), T0 + timedelta(hours=2) + NOTICE_GRACE)] == \
+        ["DeadlinePassed"]
     late = datetime(2026, 11, 27, 5, 1, tzinfo=UTC)
     world.do(status(RunStatus.COMPLETED, late, run="r-2"), late)
-    assert [type(e).__name__ for e in world.do(CheckDeadlines(), late)] == ["SlaMissed", "WebhookDeliveryRequested"]
+    missed = world.do(CheckDeadlines(), late + NOTICE_GRACE)
+    assert [type(e).__name__ for e in missed] == ["SlaMissed", "WebhookDeliveryRequested"]
+
+
+def test_a_completed_notice_arriving_within_the_grace_still_meets_the_deadline():
+    world = World()
+    world.do(SetAlertPolicy(BY_SIX_BERLIN), T0)
+    deadline = datetime(2026, 11, 26, 5, tzinfo=UTC)
+    world.do(status(RunStatus.COMPLETED, deadline - timedelta(seconds=5)), deadline + timedelta(seconds=70))
+    assert [type(e).__name__ for e in world.do(CheckDeadlines(), deadline + NOTICE_GRACE)] == ["DeadlinePassed"]
 
 
 def test_downtime_across_several_deadlines_misses_each_once():
@@ -107,7 +120,7 @@ def test_within_minutes_counts_from_each_jobs_trigger_and_a_run_started_later_co
     world.do(status(RunStatus.STARTING, T0 + timedelta(minutes=10)), T0)  # j-2 joined j-1's run
     world.do(status(RunStatus.COMPLETED, T0 + timedelta(minutes=25)), T0)
     assert set(world.state.watches["s-1"].jobs) == {"j-3"}
-    events = world.do(CheckDeadlines(), T0 + timedelta(minutes=50))
+    events = world.do(CheckDeadlines(), T0 + timedelta(minutes=50) + NOTICE_GRACE)
     assert [(e.kind, e.job_id) for e in events if isinstance(e, SlaMissed)] == [("within_minutes", "j-3")]
     assert len(world.state.watches["s-1"].jobs) == 0
 

@@ -54,6 +54,9 @@ MAX_MISSES_KEPT = 10_000
 MAX_CATCH_UP_DEADLINES = 400
 """Deadlines of one schedule a single check passes at most (a service down for a year catches up in steps)."""
 ALERTING_STATUSES = (RunStatus.FAILED, RunStatus.LOST)
+NOTICE_GRACE = timedelta(minutes=2)
+"""A deadline is judged this long after it passed: the COMPLETED notification of a run that ended just in time may
+still be on its way over the bus."""
 _MINUTE = timedelta(minutes=1)
 
 
@@ -136,13 +139,15 @@ def _run_status(state: AlertsState, command: ObserveRunStatus) -> list[AlertsEve
 
 
 def _check_deadlines(state: AlertsState, now: datetime) -> list[AlertsEvent]:
+    """Every deadline passed NOTICE_GRACE ago or more: met, or missed."""
+    judged_until = now - NOTICE_GRACE
     events: list[AlertsEvent] = []
     for schedule_id, watch in state.watches.items():
         sla = watch.policy.sla
         if isinstance(sla, CompleteBy):
             deadline, met = watch.next_deadline, watch.met
             for _ in range(MAX_CATCH_UP_DEADLINES):
-                if deadline is None or deadline > now:
+                if deadline is None or deadline > judged_until:
                     break
                 following = next_deadline(sla, deadline)
                 if met:
@@ -152,7 +157,7 @@ def _check_deadlines(state: AlertsState, now: datetime) -> list[AlertsEvent]:
                 deadline, met = following, False
         elif isinstance(sla, CompleteWithin):
             for job in sorted(watch.jobs.values(), key=lambda j: (j.due_at, j.job_id)):
-                if job.due_at <= now:
+                if job.due_at <= judged_until:
                     events += _missed(state, watch, "within_minutes", job.due_at, job.job_id, now, None)
     return events
 
@@ -194,10 +199,11 @@ def due_deliveries(state: AlertsState, now: datetime) -> list[Delivery]:
 
 
 def next_deadline_at(state: AlertsState) -> datetime | None:
-    """The earliest SLA deadline watched: when time alone may make a miss."""
+    """When the earliest SLA deadline watched is judged (NOTICE_GRACE after it): time alone may make a miss then."""
     times = [w.next_deadline for w in state.watches.values() if w.next_deadline is not None]
     times += [job.due_at for w in state.watches.values() for job in w.jobs.values()]
-    return min(times, default=None)
+    earliest = min(times, default=None)
+    return None if earliest is None else earliest + NOTICE_GRACE
 
 
 def next_attempt_at(state: AlertsState) -> datetime | None:
