@@ -74,15 +74,11 @@ class AlertsService:
         self._changed = asyncio.Event()
         self._judge_from = clock.now()
         self._deliveries_changed = asyncio.Event()
-        self._outcomes = Registry().counter("sluice_webhook_deliveries", "Webhook delivery attempts, by outcome.",
-                                            ("outcome",))
+        self._outcomes = _deliveries_counter(Registry())
 
     def instrument(self, metrics: Registry) -> list:
         """Counts attempts in the service's registry: delivered, failed (to be retried), abandoned."""
-        self._outcomes = metrics.counter("sluice_webhook_deliveries", "Webhook delivery attempts, by outcome.",
-                                         ("outcome",))
-        for outcome in OUTCOMES:
-            self._outcomes.labels(outcome)  # each series exported from the start, at 0
+        self._outcomes = _deliveries_counter(metrics)
         return []
 
     def recover(self) -> None:
@@ -220,6 +216,13 @@ class AlertsService:
     def _wake(self) -> None:
         self._changed.set()
         self._deliveries_changed.set()
+
+
+def _deliveries_counter(registry: Registry):
+    counter = registry.counter("sluice_webhook_deliveries", "Webhook delivery attempts, by outcome.", ("outcome",))
+    for outcome in OUTCOMES:
+        counter.labels(outcome)  # each series exported from the start, at 0
+    return counter
 
 
 def _log_events(events: list) -> None:
