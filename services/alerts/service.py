@@ -51,6 +51,8 @@ from sluice_services.catalogue import ALERTS
 
 TYPES = EventTypes(watch.EVENTS)
 OUTCOMES = ("delivered", "failed", "abandoned")
+MAX_CONCURRENT_POSTS = 8
+_OUTCOME_OF = {"WebhookDelivered": "delivered", "WebhookAbandoned": "abandoned"}
 SNAPSHOTS = ALERTS.snapshots
 SNAPSHOT_VERSION = 1
 """The schema version of the `alerts` stream's snapshot (Loaded[AlertsState]): bump it when AlertsState (or
@@ -164,20 +166,24 @@ class AlertsService:
     # -- deliveries ---------------------------------------------------------------------------
 
     async def deliver_due(self) -> int:
-        """POST every delivery due now, recording each attempt; the deliveries acknowledged."""
+        """POST every delivery due now (MAX_CONCURRENT_POSTS at a time: a slow receiver delays no other), recording
+        each attempt; the deliveries acknowledged."""
+        due = watch.due_deliveries(self.state, self._clock.now())
         delivered = 0
-        for delivery in watch.due_deliveries(self.state, self._clock.now()):
-            outcome = await self._sender.post(delivery.url, delivery.body, delivery.id)
-            events = self._execute(RecordAttempt(delivery.id, outcome.delivered, outcome.outcome, self._jitter()))
-            for event in events:
-                kind = type(event).__name__
-                label = {"WebhookDelivered": "delivered", "WebhookAbandoned": "abandoned"}.get(kind, "failed")
-                self._outcomes.labels(label).inc()
-                if not isinstance(event, WebhookDelivered):
-                    log.warning("webhook %s to %s: %s (%s)", delivery.id, redacted(delivery.url), outcome.outcome,
-                                kind, extra={"schedule_id": delivery.schedule_id, "event": kind})
-            delivered += sum(isinstance(e, WebhookDelivered) for e in events)
+        for start in range(0, len(due), MAX_CONCURRENT_POSTS):
+            delivered += sum(await asyncio.gather(*(self._deliver(d) for d in due[start:start + MAX_CONCURRENT_POSTS])))
         return delivered
+
+    async def _deliver(self, delivery: watch.Delivery) -> int:
+        outcome = await self._sender.post(delivery.url, delivery.body, delivery.id)
+        events = self._execute(RecordAttempt(delivery.id, outcome.delivered, outcome.outcome, self._jitter()))
+        for event in events:
+            kind = type(event).__name__
+            self._outcomes.labels(_OUTCOME_OF.get(kind, "failed")).inc()
+            if not isinstance(event, WebhookDelivered):
+                log.warning("webhook %s to %s: %s (%s)", delivery.id, redacted(delivery.url), outcome.outcome, kind,
+                            extra={"schedule_id": delivery.schedule_id, "event": kind})
+        return sum(isinstance(e, WebhookDelivered) for e in events)
 
     async def close(self) -> None:
         await self._sender.close()
