@@ -12,10 +12,10 @@ from sluice.domain.backfills import (
     BackfillRequested,
     CancelBackfill,
     ManualJobRequested,
-    RequestBook,
     RunScheduleNow,
     StartBackfill,
 )
+from sluice.domain.request_book import RequestBook
 from sluice.domain.errors import InvalidArgument, NotFound
 from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import datasets_pb2, jobs_pb2

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
-import immutables
 from croniter import croniter
 
 from sluice.domain import bounds
@@ -29,6 +28,9 @@ from sluice.domain.triggers import PartitionTrigger, TimeTrigger, leaves, next_f
 from sluice.domain.triggers.cron import to_instant, zone_of
 from sluice.domain.triggers.specs import partition_matches, require_aware
 from sluice.ids import derived_id
+
+if TYPE_CHECKING:
+    from sluice.domain.request_book import RequestBook
 
 MAX_BACKFILL_JOBS = 10_000
 """A backfill of more jobs is refused: each is a queued job in the checker's memory and an item of one event."""
@@ -113,9 +115,11 @@ class BackfillRequested:
 
 @dataclass(frozen=True)
 class BackfillCancelled:
-    """The backfill's waiting jobs are withdrawn (JobWithdrawn follows for each); its running runs go on."""
+    """The backfill's waiting jobs are withdrawn (DISCARDED); its running runs go on."""
 
     backfill_id: str
+    schedule_id: str
+    withdrawn: tuple[str, ...]
     at: datetime
 
 
@@ -290,81 +294,30 @@ def _job(schedule: Schedule, job_id: str, now: datetime, logical_time: datetime,
                waiting_job_policy=WaitingJobPolicy.SEPARATE, spark_conf=schedule.spark_conf)
 
 
-@dataclass(frozen=True)
-class RequestBook:
-    """What the checker keeps of requested jobs: each backfill's progress, which backfill a queued
-    job or a running run belongs to, and the ids given to request ids (idempotent requests)."""
 
-    backfills: Mapping[str, Backfill] = field(default_factory=immutables.Map)
-    queued: Mapping[str, str] = field(default_factory=immutables.Map)
-    """Job id -> its backfill, while the job waits in the queue."""
-    running: Mapping[str, str] = field(default_factory=immutables.Map)
-    """Run id -> its backfill, from the job's admission to the run's end."""
-    requests: Mapping[str, str] = field(default_factory=immutables.Map)
-    """Request id (per schedule) -> the job or backfill it made."""
-    manual_jobs: int = 0
-    count: int = 0
-    """Backfills requested: numbers the ids of those without a request id."""
-
-    def __post_init__(self) -> None:
-        for name in ("backfills", "queued", "running", "requests"):
-            if not isinstance(getattr(self, name), immutables.Map):
-                object.__setattr__(self, name, immutables.Map(getattr(self, name)))
-
-    def requested(self, kind: str, schedule_id: str, request_id: str) -> str | None:
-        return self.requests.get(f"{kind}/{schedule_id}/{request_id}") if request_id else None
-
-    def with_manual_job(self, event: ManualJobRequested) -> RequestBook:
-        requests = self.requests
-        if event.request_id:
-            requests = requests.set(f"run/{event.job.schedule_id}/{event.request_id}", event.job.id)
-        return replace(self, requests=requests, manual_jobs=self.manual_jobs + 1)
-
-    def with_backfill(self, event: BackfillRequested) -> RequestBook:
-        template = event.template
-        backfill = Backfill(event.backfill_id, template.schedule_id, event.start, event.end, event.keys, event.at,
-                            len(event.items), len(event.items), request_id=event.request_id)
-        queued = self.queued
-        with queued.mutate() as editing:
-            for item in event.items:
-                editing[item.job_id] = event.backfill_id
-            queued = editing.finish()
-        requests = self.requests
-        if event.request_id:
-            requests = requests.set(f"backfill/{template.schedule_id}/{event.request_id}", event.backfill_id)
-        return replace(self, backfills=self.backfills.set(event.backfill_id, backfill), queued=queued,
-                       requests=requests, count=self.count + 1)
-
-    def admitted(self, job_id: str, run_id: str) -> RequestBook:
-        backfill_id = self.queued.get(job_id)
-        if backfill_id is None:
-            return self
-        backfill = self.backfills[backfill_id]
-        return replace(self, queued=self.queued.delete(job_id), running=self.running.set(run_id, backfill_id),
-                       backfills=self.backfills.set(backfill_id, replace(backfill, waiting=backfill.waiting - 1,
-                                                                         running=backfill.running + 1)))
-
-    def withdrawn(self, job_id: str) -> RequestBook:
-        backfill_id = self.queued.get(job_id)
-        if backfill_id is None:
-            return self
-        backfill = self.backfills[backfill_id]
-        return replace(self, queued=self.queued.delete(job_id),
-                       backfills=self.backfills.set(backfill_id, replace(backfill, waiting=backfill.waiting - 1,
-                                                                         discarded=backfill.discarded + 1)))
-
-    def run_ended(self, run_id: str, completed: bool) -> RequestBook:
-        backfill_id = self.running.get(run_id)
-        if backfill_id is None:
-            return self
-        backfill = self.backfills[backfill_id]
-        ended = replace(backfill, running=backfill.running - 1, done=backfill.done + 1,
-                        failed=backfill.failed + (0 if completed else 1))
-        return replace(self, running=self.running.delete(run_id), backfills=self.backfills.set(backfill_id, ended))
-
-    def cancelled(self, backfill_id: str, at: datetime) -> RequestBook:
-        backfill = self.backfills[backfill_id]
-        return replace(self, backfills=self.backfills.set(backfill_id, replace(backfill, cancelled_at=at)))
-
-    def waiting_jobs(self, backfill_id: str) -> list[str]:
-        return [job_id for job_id, owner in self.queued.items() if owner == backfill_id]
+def decide_request(book: RequestBook, definition: Callable[[str], Schedule | None],
+                   command: RunScheduleNow | StartBackfill | CancelBackfill,
+                   now: datetime) -> list[ManualJobRequested | BackfillRequested | BackfillCancelled]:
+    """A person's request, given what the checker keeps of requests and the schedules it follows:
+    nothing when its request id was seen before (or the backfill has nothing left to cancel)."""
+    match command:
+        case CancelBackfill(backfill_id):
+            backfill = book.backfills.get(backfill_id)
+            if backfill is None:
+                raise NotFound(f"backfill {backfill_id} not found")
+            if backfill.cancelled_at is not None or backfill.waiting == 0:
+                return []
+            return [BackfillCancelled(backfill_id, backfill.schedule_id, tuple(book.waiting_jobs(backfill_id)), now)]
+        case RunScheduleNow(schedule_id):
+            if book.requested("run", schedule_id, command.request_id) is not None:
+                return []
+            schedule = require_runnable(schedule_id, definition(schedule_id))
+            return [decide_run_now(schedule, command, manual_job_id(schedule_id, command.request_id,
+                                                                    book.manual_jobs + 1), now)]
+        case StartBackfill(schedule_id):
+            if book.requested("backfill", schedule_id, command.request_id) is not None:
+                return []
+            schedule = require_runnable(schedule_id, definition(schedule_id))
+            return [decide_backfill(schedule, command, backfill_id_for(schedule_id, command.request_id, book.count + 1),
+                                    now)]
+    raise TypeError(f"unknown command {command!r}")

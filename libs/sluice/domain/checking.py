@@ -31,12 +31,10 @@ from sluice.domain.backfills import (
     BackfillRequested,
     CancelBackfill,
     ManualJobRequested,
-    RequestBook,
     RunScheduleNow,
     StartBackfill,
 )
 from sluice.domain.common import Notification, ProgramRef, RunStatus
-from sluice.domain.errors import NotFound
 from sluice.domain.constraints import (
     UNLIMITED,
     AdmissionDecision,
@@ -53,6 +51,7 @@ from sluice.domain.constraints import (
 )
 from sluice.domain.jobs import Job
 from sluice.domain.observations import CheckTime, ObserveSchedule
+from sluice.domain.request_book import RequestBook
 from sluice.domain.schedules import Schedule
 from sluice.ids import run_id_for
 
@@ -327,36 +326,8 @@ def _own_events(state: CheckerState, command: CheckerCommand, now: datetime) -> 
         case CheckTime():
             return []
         case RunScheduleNow() | StartBackfill() | CancelBackfill():
-            return _requested(state, command, now)
-    raise TypeError(f"unknown command {command!r}")
-
-
-def _requested(state: CheckerState, command: RunScheduleNow | StartBackfill | CancelBackfill,
-               now: datetime) -> list[CheckerEvent]:
-    """A person's request (sluice.domain.backfills): nothing when its request id was seen before."""
-    book = state.requested
-    match command:
-        case CancelBackfill(backfill_id):
-            backfill = book.backfills.get(backfill_id)
-            if backfill is None:
-                raise NotFound(f"backfill {backfill_id} not found")
-            if backfill.cancelled_at is not None or backfill.waiting == 0:
-                return []
-            return [BackfillCancelled(backfill_id, now),
-                    *(JobWithdrawn(job_id, backfill.schedule_id, f"backfill {backfill_id} cancelled", now)
-                      for job_id in book.waiting_jobs(backfill_id))]
-        case RunScheduleNow(schedule_id):
-            if book.requested("run", schedule_id, command.request_id) is not None:
-                return []
-            schedule = backfills.require_runnable(schedule_id, definition(state, schedule_id))
-            job_id = backfills.manual_job_id(schedule_id, command.request_id, book.manual_jobs + 1)
-            return [backfills.decide_run_now(schedule, command, job_id, now)]
-        case StartBackfill(schedule_id):
-            if book.requested("backfill", schedule_id, command.request_id) is not None:
-                return []
-            schedule = backfills.require_runnable(schedule_id, definition(state, schedule_id))
-            backfill_id = backfills.backfill_id_for(schedule_id, command.request_id, book.count + 1)
-            return [backfills.decide_backfill(schedule, command, backfill_id, now)]
+            return backfills.decide_request(state.requested, lambda schedule_id: definition(state, schedule_id),
+                                            command, now)
     raise TypeError(f"unknown command {command!r}")
 
 
@@ -467,8 +438,10 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             state = replace(state, requested=state.requested.with_backfill(event),
                             watched=state.watched | {event.template.program})  # its runs' ends are its progress
             return _queued_together(state, backfills.jobs_of(event), event.template, event.at)
-        case BackfillCancelled(backfill_id, at):
-            return replace(state, requested=state.requested.cancelled(backfill_id, at))
+        case BackfillCancelled(_, _, withdrawn):
+            for job_id in withdrawn:
+                state = _dequeued(state, job_id)
+            return replace(state, requested=state.requested.cancelled(event))
         case JobDeferred(job_id):
             queued = state.queue[job_id]
             state = replace(state, queue=state.queue.set(job_id, replace(queued, checked=True)))

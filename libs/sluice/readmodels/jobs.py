@@ -34,7 +34,7 @@ from sluice.runtime.snapshots import LoopPacer, Schema
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
                     checking.JobWithdrawn, checking.NotificationsJoined, runs.RunRequested,
-                    backfills.ManualJobRequested, backfills.BackfillRequested))
+                    backfills.ManualJobRequested, backfills.BackfillRequested, backfills.BackfillCancelled))
 """The events the view folds; the matcher's ScheduleObserved (a whole schedule each) are not decoded."""
 STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name(""))
 """The streams TYPES are appended to: the view reads only these."""
@@ -242,6 +242,10 @@ class JobsView:
             case backfills.BackfillRequested(backfill_id, at=at):
                 for job in backfills.jobs_of(event):
                     self._requested(job, at, f"backfill {backfill_id}")
+            case backfills.BackfillCancelled(backfill_id, _, withdrawn, at):
+                reason = f"backfill {backfill_id} cancelled"
+                for job_id in withdrawn:
+                    self._transition(job_id, JobState.DISCARDED, at, reason, reason=reason)
 
     def _requested(self, job: Job, at: datetime, cause: str) -> None:
         """A job a person asked for: it starts PENDING_CONSTRAINT (kept as the fire it stands for)."""
