@@ -3,12 +3,13 @@
 Both become ordinary jobs in the checker's queue (`sluice.domain.checking`), so they wait for the
 schedule's run constraints like any fired job. A backfill is one `BackfillRequested` event that
 carries its whole expansion (one item per job); folding it queues every job, so a restart replays
-the same jobs, never fewer or more. Its progress is kept as counters updated by the checker's own
-events (a job admitted, withdrawn, its run ended).
+the same jobs, never fewer or more. Its progress is counted by the checker's own events
+(sluice.domain.request_book).
 
     decide_run_now(schedule, command, job_id, now)            -> ManualJobRequested
     expand(schedule, start, end, partitions)                 -> the backfill's items (pure)
     decide_backfill(schedule, command, backfill_id, now)      -> BackfillRequested
+    decide_request(book, definition, command, now)            -> the events of any of the three requests
 """
 from __future__ import annotations
 
