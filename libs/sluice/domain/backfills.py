@@ -7,7 +7,6 @@ the same jobs, never fewer or more. Its progress is counted by the checker's own
 (sluice.domain.request_book).
 
     decide_run_now(schedule, command, job_id, now)            -> ManualJobRequested
-    expand(schedule, start, end, partitions)                 -> the backfill's items (pure)
     decide_backfill(schedule, command, backfill_id, now)      -> BackfillRequested
     decide_request(book, definition, command, now)            -> the events of any of the three requests
 """
