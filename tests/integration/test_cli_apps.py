@@ -113,6 +113,8 @@ def test_a_namespace_pause_covers_its_apps_and_lists_as_such(server):
     resumed = sluice(server, "apps", "resume", "--namespace", "experiments")
     assert resumed.stdout.startswith("resumed namespace experiments:"), resumed.stderr
     assert not app(server).get("namespacePaused")
+    logged = sluice(server, "--json", "log", "show", "app-experiments", "--data-dir", str(server.data_dir))
+    assert [(e["type"], e["data"]["app"]) for e in json.loads(logged.stdout)] == [("AppPaused", ""), ("AppResumed", "")]
 
 
 def test_deleting_a_live_app_is_refused_and_a_paused_one_goes_with_its_schedules(server):
