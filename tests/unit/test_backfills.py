@@ -112,12 +112,13 @@ def test_replaying_a_backfill_mid_way_gives_the_same_queue_and_progress():
 
 
 def test_a_time_backfill_makes_one_job_per_fire_time_in_the_half_open_range():
-    state = tracked(daily())
+    state = tracked(replace(daily(), timeout_seconds=60))
     start = datetime(2026, 11, 1, tzinfo=timezone.utc)
     state, events = step(state, StartBackfill("daily", start, start + timedelta(days=7)))
     requested = next(e for e in events if isinstance(e, BackfillRequested))
     assert [item.logical_time for item in requested.items] == [start + timedelta(days=d, hours=2) for d in range(7)]
     assert all(item.partition is None for item in requested.items)
+    assert requested.template.timeout_seconds == 0  # its jobs wait in line on purpose: none times out
 
 
 def test_a_cancelled_backfill_withdraws_its_waiting_jobs_and_leaves_the_running_ones():

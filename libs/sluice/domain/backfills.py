@@ -203,7 +203,9 @@ def decide_backfill(schedule: Schedule, command: StartBackfill, backfill_id: str
         raise InvalidArgument("--from" if command.partitions is None else "--keys",
                               f"no {'fire time' if command.partitions is None else 'existing partition'} of "
                               f"schedule {schedule.name} in the range: nothing to backfill")
-    template = _job(schedule, backfill_id, now, now, (), dict(schedule.properties), sequence=0)
+    # No wait timeout: a backfill's jobs queue behind each other on purpose, the last ones for hours.
+    template = replace(_job(schedule, backfill_id, now, now, (), dict(schedule.properties), sequence=0),
+                       timeout_seconds=0)
     return BackfillRequested(backfill_id, template, items, command.start, command.end, command.keys,
                              command.request_id, now, dataset)
 
