@@ -2,8 +2,8 @@
 
 Each service is a `Node` built by services/composition.py's own spec (same objects, subscriptions,
 groups and routes; the launcher by hand, with programs of a simulated world instead of
-spark-submit), but over fault-injecting ports and without free-running tasks: the driver
-steps the nodes' consumer loops, relays and timers one at a time in an order drawn from a seed,
+spark-submit, reaching the datasets node through its RunData port: tests/crash/run_data.py), but
+over fault-injecting ports and without free-running tasks: the driver steps the nodes' consumer loops, relays and timers one at a time in an order drawn from a seed,
 until a whole round changes nothing; then it moves the SimulatedClock to the next due timer,
 program end or input. When a step crashes (a `Crash` at an armed point), the node's objects are
 dropped (its group members leave, its launch tasks are cancelled) and a new node is built and
