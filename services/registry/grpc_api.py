@@ -84,7 +84,7 @@ class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
     async def GetApp(self, request, context):
         validate_name("namespace", request.namespace)
         validate_name("app", request.app)
-        return _app_to_proto(self._registry.app(request.namespace, request.app))
+        return _app_to_proto(self._registry.app_view(request.namespace, request.app))
 
     @grpc_errors
     async def ListApps(self, request, context):
@@ -92,7 +92,7 @@ class ScheduleRegistryServicer(schedules_pb2_grpc.ScheduleRegistryServicer):
         if request.namespace:
             validate_name("namespace", request.namespace)
         size, after = paging(request, LIST_APPS, _is_app_key)
-        found = self._registry.apps(request.namespace)
+        found = self._registry.app_views(request.namespace)
         page, last = fill_page(after_key(found, _app_key, after), size, _app_to_proto)
         return schedules_pb2.ListAppsResponse(apps=page, next_page_token=next_page_token(LIST_APPS, last))
 

@@ -112,13 +112,13 @@ class RegistryService:
         return (self._apps.load(apps.scope_stream(namespace)).state.paused
                 or self._apps.load(apps.stream_name(namespace, app)).state.paused)
 
-    def app(self, namespace: str, app: str) -> AppView:
-        found = self.apps(namespace, app)
+    def app_view(self, namespace: str, app: str) -> AppView:
+        found = self.app_views(namespace, app)
         if not found:
             raise NotFound(f"app {namespace}.{app} does not exist")
         return found[0]
 
-    def apps(self, namespace: str = "", app: str = "") -> list[AppView]:
+    def app_views(self, namespace: str = "", app: str = "") -> list[AppView]:
         """The apps with a deployment, a pause or schedules, ordered by namespace and app."""
         counts: dict[tuple[str, str], list[int]] = {}
         for schedule in self.list(namespace, app):
