@@ -131,7 +131,8 @@ def _rebuild_datasets(log: EventLog, settings: "Settings", position: int, starte
     for name in DATASETS.snapshots:
         log.delete_snapshot(name)
     # the files the server's recovery may move: staged outputs below the runs dir, into the partitions dir
-    datasets = DatasetsService(log, SystemClock(), files=LocalFiles(settings.partitions_dir, settings.data_dir / "runs"))
+    files = LocalFiles(settings.partitions_dir, settings.data_dir / "runs")
+    datasets = DatasetsService(log, SystemClock(), files=files)
     datasets.recover(save_snapshot=True)
     written = tuple(name for name in DATASETS.snapshots if log.read_snapshot(name) is not None)
     return Rebuilt(DATASETS.name, written, position, len(datasets.datasets.list()), time.perf_counter() - started)

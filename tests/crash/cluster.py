@@ -1,13 +1,14 @@
 """A deterministic driver over the real services, outbox relays and bus consumers.
 
 Each service is a `Node` built by services/composition.py's own spec (same objects, subscriptions,
-groups and routes; the launcher by hand, with programs of a simulated world instead of
-spark-submit, reaching the datasets node through its RunData port: tests/crash/run_data.py), but
-over fault-injecting ports and without free-running tasks: the driver steps the nodes' consumer loops, relays and timers one at a time in an order drawn from a seed,
-until a whole round changes nothing; then it moves the SimulatedClock to the next due timer,
-program end or input. When a step crashes (a `Crash` at an armed point), the node's objects are
-dropped (its group members leave, its launch tasks are cancelled) and a new node is built and
-recovered from the log, which survives, as does the bus."""
+groups and routes; the launcher by hand, with programs of a simulated world instead of spark-submit,
+reaching the datasets node through its RunData port: tests/crash/run_data.py), but over
+fault-injecting ports and without free-running tasks: the driver steps the nodes' consumer loops,
+relays and timers one at a time in an order drawn from a seed, until a whole round changes nothing;
+then it moves the SimulatedClock to the next due timer, program end or input. When a step crashes (a
+`Crash` at an armed point), the node's objects are dropped (its group members leave, its launch
+tasks are cancelled) and a new node is built and recovered from the log, which survives, as does the
+bus."""
 from __future__ import annotations
 
 import asyncio
@@ -241,7 +242,8 @@ class Cluster:
         run_data = CrashingRunData(lambda: self.nodes.get("datasets"), self._settings.partitions_dir)
         launcher = LauncherService(log, self.clock, EveryProgramDeployed(),
                                    FaultySubmitter(self.world.submitter(self._supervised), self.plan),
-                                   self._settings.partitions_dir, LAUNCH_SLOTS, run_data, program_api=ProgramApi(run_data))
+                                   self._settings.partitions_dir, LAUNCH_SLOTS, run_data,
+                                   program_api=ProgramApi(run_data))
         launcher.recover()
         node.service = launcher
         self._member(node, Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested}), producer)
