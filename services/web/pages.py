@@ -1,9 +1,11 @@
 """What each page shows, gathered from the gRPC APIs (synchronous calls: the web server runs these in
 a worker thread). Each function takes the API, the user's token and the page's query, and returns the
 template's context. Listings page as the APIs do (page_size, page_token); the name filter `q` is
-applied to each API page, reading further pages (at most SCAN_PAGES) until a console page is full."""
+applied to each API page, reading further pages until a console page is full, or SCAN_PAGES pages or
+SCAN_SECONDS were spent (then "next" goes on searching): a search's page load stays bounded."""
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
@@ -28,6 +30,8 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
 SCAN_PAGES = 20
 """API pages one filtered console page reads at most before it offers "next" to go on searching."""
+SCAN_SECONDS = 0.15
+"""Nor does it read another API page once it has spent this long."""
 
 
 def page_size(query: Mapping[str, str]) -> int:
@@ -38,14 +42,15 @@ def page_size(query: Mapping[str, str]) -> int:
 
 
 def _scan(fetch: Callable[[str, int], tuple[list[Any], str]], query: Mapping[str, str],
-          matches: Callable[[Any], bool]) -> tuple[list[Any], str]:
+          matches: Callable[[Any], bool], clock: Callable[[], float] = time.monotonic) -> tuple[list[Any], str]:
     """Items of the API's pages from `page_token` on that match, up to page_size; the token to go on."""
     size, token, found = page_size(query), query.get("page_token", ""), []
+    until = clock() + SCAN_SECONDS
     for _ in range(SCAN_PAGES):
         items, next_token = fetch(token, size)
         found.extend(item for item in items if matches(item))
         token = next_token
-        if not token or len(found) >= size:
+        if not token or len(found) >= size or clock() >= until:
             break
     return found, token
 
@@ -140,7 +145,7 @@ def run(api: ConsoleApi, token: str, me: Identity, run_id: str) -> dict[str, Any
                         "ended": present.when(a.ended_at), "error": a.error} for a in found.attempts]
     row["going"] = not found.ended_at.seconds
     row["may_cancel"] = allowed(me, "cancel", found.program.namespace)
-    row["log"] = run_log(api, token, run_id, {})
+    row["log"] = run_log(api, token, run_id, {}, found)
     return row
 
 
@@ -148,14 +153,16 @@ LOG_TAIL_BYTES = 64 * 1024
 """The most of a run's log one page (or one poll of it) shows: the end of it."""
 
 
-def run_log(api: ConsoleApi, token: str, run_id: str, query: Mapping[str, str]) -> dict[str, Any]:
+def run_log(api: ConsoleApi, token: str, run_id: str, query: Mapping[str, str],
+            found: runs_pb2.Run | None = None) -> dict[str, Any]:
     """The current attempt's log from offset `from` to its end as of now (StreamRunLog without
     follow), keeping its last LOG_TAIL_BYTES; the offset to go on from, and whether the run is going."""
     try:
         start = max(0, int(query.get("from") or 0))
     except ValueError:
         start = 0
-    found = api.call(token, "Runs", "GetRun", runs_pb2.GetRunRequest(id=run_id))
+    if found is None:
+        found = api.call(token, "Runs", "GetRun", runs_pb2.GetRunRequest(id=run_id))
     text, end, note = b"", start, ""
     try:
         for chunk in api.stream(token, "Runs", "StreamRunLog", runs_pb2.StreamRunLogRequest(
