@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 NEEDS = {"launcher": ["--datasets-address", "127.0.0.1:9"]}
 """It starts without the datasets service up: it is asked only once a run needs it."""
 SERVED = {
-    "registry": {"sluice.v1.ScheduleRegistry", "sluice.v1.Notifications"},
+    "registry": {"sluice.v1.ScheduleRegistry", "sluice.v1.Notifications", "sluice.v1.DeadLetters", "sluice.v1.EventLog"},
     "matcher": set(),
     "checker": {"sluice.v1.Jobs"},
     "datasets": {"sluice.v1.Partitions", "sluice.v1.RunData"},
