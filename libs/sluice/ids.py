@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from datetime import datetime
 from typing import Callable
 
 
 _NAMESPACE = uuid.NAMESPACE_URL.bytes
+
+UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+"""Every id Sluice makes has this shape (`fullmatch` it); lineage's run ids must have it too."""
 
 
 def derived_id(*parts: str) -> str:

@@ -20,7 +20,7 @@ from sluice.domain.common import Notification, PartitionCommitted, ProgramStatus
 from sluice.domain.runs import (MarkCompleted, MarkFailed, MarkLost, MarkSparkApplication, MarkStarted, RequestCancel,
                                 RequestRun, Run)
 from sluice.eventlog.port import EventLog, RecordedEvent
-from sluice.ids import derived_id
+from sluice.ids import UUID, derived_id
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
 from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -295,8 +295,8 @@ class LauncherService:
 
     async def on_launch_requested(self, record: Record) -> None:
         message = parse_bus_message(jobs_pb2.LaunchRequested, record.value)
-        if not message.job.id:
-            raise MalformedMessage("job.id: must not be empty")
+        if not UUID.fullmatch(message.job.id):
+            raise MalformedMessage(f"job.id: must be a UUID, got {message.job.id[:64]!r}")
         job = job_from_proto(message.job)
         run_id = runs.run_id_for(job.id)
         if self._lease is not None and not self._lease.valid(self._clock.now()):

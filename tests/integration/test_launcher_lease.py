@@ -23,6 +23,7 @@ from sluice.domain.lease import LeaseLost
 from sluice.domain.runs import MarkLost
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.ids import derived_id, run_id_for
+from sluice.runtime.errors import MalformedMessage
 from sluice.v1 import jobs_pb2
 from sluice.wire.jobs import job_to_proto
 from sluice_services.launcher import supervise
@@ -93,6 +94,16 @@ async def until(condition, timeout: float = 20.0) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def test_a_launch_request_whose_job_id_is_no_uuid_is_malformed_and_records_nothing(hosts: Hosts):
+    a = hosts.launcher("host-a")
+    before = hosts.events()
+    message = jobs_pb2.LaunchRequested.FromString(hosts.request(1).value)
+    message.job.id = "'; DROP TABLE events;--"
+    with pytest.raises(MalformedMessage, match="job.id: must be a UUID"):
+        await a.on_launch_requested(Record(LAUNCH_REQUESTS, 0, 1, b"k", message.SerializeToString(), (), 0))
+    assert hosts.events() == before
 
 
 async def test_a_standby_never_takes_the_runs_of_a_live_launcher(hosts: Hosts):

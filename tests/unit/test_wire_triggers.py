@@ -53,3 +53,12 @@ def test_time_trigger_without_zone_is_utc_never_the_server_zone():
     schedule = schedule_to_proto(Schedule("s", "daily", PROGRAM, PartitionTrigger("n", "d", 1)))
     schedule.trigger.CopyFrom(message)
     assert schedule_from_proto(schedule, "s").trigger == TimeTrigger("0 2 * * *", "UTC")
+
+
+def test_an_unknown_run_status_number_is_refused_naming_its_place():
+    schedule = schedule_to_proto(Schedule("s", "daily", PROGRAM, PartitionTrigger("n", "d", 1)))
+    schedule.trigger.CopyFrom(pb.Trigger(program_status=pb.ProgramStatusTrigger(namespace="n", app="a", program="p",
+                                                                                   statuses=[3, -1], count=1)))
+    with pytest.raises(InvalidArgument) as error:
+        schedule_from_proto(schedule, "s")
+    assert error.value.field == "schedule.trigger.program_status.statuses[1]"

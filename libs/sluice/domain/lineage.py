@@ -14,6 +14,7 @@ from sys import intern
 from types import MappingProxyType
 from typing import Any
 
+from sluice.ids import UUID
 from sluice.domain.lineage_index import Job, JobKey, LineageIndex
 
 EVENT_TYPES = ("START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER")
@@ -21,9 +22,6 @@ TERMINAL = ("COMPLETE", "ABORT", "FAIL")
 UNKNOWN = "UNKNOWN"  # state of a run without START/RUNNING/terminal events (placeholder, or OTHER only)
 _RANK = {t: i for i, t in enumerate(("OTHER", "START", "RUNNING", "COMPLETE", "ABORT", "FAIL"))}
 # ^ tie-break at equal eventTime: the later stage wins; FAIL over ABORT over COMPLETE
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
 # -- dataset identity ---------------------------------------------------------------------------
 # A dataset is a (namespace, name) pair; OpenLineage namespaces are URIs (s3://bucket,
 # postgres://host:5432) and names paths (warehouse/clicks), so "/" or ":" cannot join them. In
@@ -130,7 +128,7 @@ def _get(container: dict, key: str, kind: Any, path: str | None = None) -> Any:
     if not isinstance(value, str) or not value.strip():
         raise InvalidRunEvent(path, "must be a non-empty string")
     if kind == "uuid":
-        if not _UUID.fullmatch(value):
+        if not UUID.fullmatch(value):
             raise InvalidRunEvent(path, f"must be a UUID, got {value!r}")
         return value.lower()
     if kind is datetime:

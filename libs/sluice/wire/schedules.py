@@ -120,6 +120,12 @@ def trigger_to_proto(trigger: Trigger) -> pb.Trigger:
     raise TypeError(f"unknown trigger {trigger!r}")
 
 
+def _status_name(number: int, path: str) -> str:
+    if number not in npb.RunStatus.values():
+        raise InvalidArgument(path, f"unknown run status {number} (COMPLETED, FAILED or KILLED)")
+    return npb.RunStatus.Name(number)
+
+
 def trigger_from_proto(message: pb.Trigger, path: str) -> Trigger:
     """The domain trigger; it is validated with the schedule (InvalidArgument names the field)."""
     kind = message.WhichOneof("kind")
@@ -133,7 +139,7 @@ def trigger_from_proto(message: pb.Trigger, path: str) -> Trigger:
         case "data_size":
             return DataSizeTrigger(value.namespace, value.dataset, value.min_bytes, _filter_from_proto(value.filter))
         case "program_status":
-            statuses = tuple(npb.RunStatus.Name(s) for s in value.statuses)
+            statuses = tuple(_status_name(s, f"{path}.program_status.statuses[{i}]") for i, s in enumerate(value.statuses))
             return ProgramStatusTrigger(value.namespace, value.app, value.program, statuses, value.count)
         case "quiet_period":
             return QuietPeriodTrigger(value.namespace, value.dataset, value.quiet_seconds,
