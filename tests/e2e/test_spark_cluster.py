@@ -3,19 +3,34 @@ jars on loopback (tests/support/spark_cluster.py, what `make spark-up` runs), th
 beside the launcher. The services run as separate processes on Kafka and PostgreSQL; the clickstream
 program's rows equal embedded mode's (local[*]), and every run carries its Spark application id.
 A second test serves everything on 127.0.0.2 with the cluster on 127.0.0.1: the executors reach the
-drivers there, so no address is pinned."""
+drivers there, so no address is pinned. A cancelled run's client-mode driver is killed with its process
+group and the application ends on the master (its JSON API: none active, this one completed)."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import time
+import urllib.request
+from datetime import datetime, timezone
 from urllib.parse import urlparse
 
 import pytest
 
 from sluice.client import SluiceClient
+from sluice.clock import SystemClock
+from sluice.domain.common import ProgramRef, RunStatus
+from sluice.domain.jobs import Job, TriggerContext
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.ids import derived_id
 from sluice.v1 import notifications_pb2 as npb
 from sluice_examples.clickstream.demo_cluster import start_services
+from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
+from sluice_services.launcher.service import LauncherService
 from sluice_services.localserver import LocalServer
 from tests.e2e.conftest import eventually
+from tests.integration.test_launcher_history import request
+from tests.integration.test_launcher_restart import eventually as eventually_async
 from tests.e2e.test_distributed import FINISHED, NAMESPACE, inputs, postgres_url, schedule, wait_until_matcher_observed
 from tests.support.kafka import KafkaBroker
 from tests.support.postgres import PostgresServer
@@ -108,3 +123,57 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+PROGRAM = ProgramRef("ops", "etl", "on_cluster")
+CANCELLED_PROGRAM = """
+import json, sys, time
+from pathlib import Path
+from pyspark.sql import SparkSession
+from sluice.sdk.spark_application import write_spark_application
+context = json.loads(Path(sys.argv[sys.argv.index("--sluice-context") + 1]).read_text())
+spark = SparkSession.builder.appName("cancel-me").getOrCreate()   # registered with the master
+write_spark_application(context["system"]["result_path"], spark.sparkContext.applicationId, spark.sparkContext.uiWebUrl)
+time.sleep(600)
+"""
+
+
+def master_apps(webui: str) -> dict[str, list[str]]:
+    with urllib.request.urlopen(f"{webui}/json/", timeout=10) as response:
+        state = json.load(response)
+    return {"active": [a["id"] for a in state["activeapps"]], "completed": [a["id"] for a in state["completedapps"]]}
+
+
+async def test_cancel_ends_the_spark_application_on_the_master(tmp_path, cluster):
+    try:
+        apps = tmp_path / "apps" / PROGRAM.app
+        apps.mkdir(parents=True)
+        (apps / f"{PROGRAM.program}.py").write_text(CANCELLED_PROGRAM)
+        log = SqliteEventLog(tmp_path / "events.db")
+        config = SparkConfig(master=cluster.master_url, driver_host="127.0.0.1", executor_memory="512m",
+                             conf={"spark.cores.max": "1", "spark.ui.enabled": "false"})
+        launcher = LauncherService(log, SystemClock(), DirectoryCatalog(tmp_path / "apps"), SparkSubmitter(config, 0.2),
+                                   tmp_path / "data")
+        launcher.recover()
+        job = Job(derived_id("job", "cluster"), "schedule-1", 1, PROGRAM, TriggerContext("schedule-1", "c"),
+                  datetime.now(timezone.utc))
+        launching = asyncio.ensure_future(request(launcher, job))
+        run_id = await eventually_async(
+            lambda: next((r.id for r in launcher.runs() if r.attempt.spark_application_id), None),
+            "the driver to report its application", timeout=300)
+        app_id = launcher.get(run_id).spark_application_id
+        assert app_id.startswith("app-") and master_apps(cluster.master_webui)["active"] == [app_id]
+
+        began = time.monotonic()
+        run = await launcher.cancel(run_id, "on the cluster", "token:ops")
+        assert run.status is RunStatus.KILLED and time.monotonic() - began < 5
+        await asyncio.wait_for(launching, 30)
+        apps_now = await eventually_async(
+            lambda: app_id in (found := master_apps(cluster.master_webui))["completed"] and found,
+            "the master to see the application end", timeout=60)
+        assert apps_now["active"] == [] and app_id in apps_now["completed"]
+        assert launcher.get(run_id).spark_application_id == app_id
+        log.close()
+    finally:
+        kill_programs_under(tmp_path / "data")
+        kill_programs_under(tmp_path / "runs")
