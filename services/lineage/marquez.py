@@ -90,11 +90,13 @@ def run_json(run: Run, facets: dict[str, Any] | None = None) -> dict[str, Any]:
     }
 
 
-def job_json(state: LineageState, job: Job, facets: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A Marquez Job under its home namespace; `ownNamespace` is the one its events give."""
+def job_json(state: LineageState, job: Job, facets: dict[str, Any] | None = None,
+             home: str | None = None) -> dict[str, Any]:
+    """A Marquez Job under its home namespace (`home`, if the caller knows it); `ownNamespace` is
+    the one its events give."""
     inputs, outputs = state.datasets_of(job.key)
     latest = state.latest_run(job.key)
-    home = home_namespace(state, job)
+    home = home if home is not None else home_namespace(state, job)
     created = (latest.started_at or latest.last_event_time) if latest else None
     return {
         "id": {"namespace": home, "name": job.name}, "type": "BATCH", "name": job.name,

@@ -51,6 +51,7 @@ class Graph:
 
     def __init__(self, state: LineageState) -> None:
         self._state = state
+        self._memo = _memo_of(state)
 
     def find(self, node_id: str) -> Node | None:
         """The node a nodeId names (a job under its own namespace or the one it lives in), None if
@@ -60,11 +61,8 @@ class Graph:
             namespace, name = rest[:at], rest[at + 1:]
             if kind == "job" and (namespace, name) in self._state.jobs:
                 return "job", (namespace, name)
-            if kind == "job":
-                living = [j.key for j in self._state.jobs.values()
-                          if j.name == name and home_namespace(self._state, j) == namespace]
-                if living:
-                    return "job", min(living)
+            if kind == "job" and (living := self._living().get((namespace, name))):
+                return "job", living
             if kind == "dataset":
                 try:
                     key = dataset_key(namespace, name)
@@ -104,18 +102,54 @@ class Graph:
                              "outEdges": [{"origin": o, "destination": d} for o, d in links if o == me]})
         return rendered
 
+    def _living(self) -> dict[tuple[str, str], tuple[str, str]]:
+        """(home namespace, name) -> the least key of the jobs living there, once per state."""
+        living = self._memo.get(_LIVING)
+        if living is None:
+            living = {}
+            for key in sorted(self._state.jobs, reverse=True):
+                living[(self._home(key), key[1])] = key
+            self._memo[_LIVING] = living
+        return living
+
+    def _home(self, key: tuple[str, str]) -> str:
+        home = self._memo.get(("home", key))
+        if home is None:
+            home = self._memo[("home", key)] = home_namespace(self._state, self._state.jobs[key])
+        return home
+
     def _data(self, node: Node) -> dict[str, Any]:
-        kind, key = node
-        if kind == "job":
-            return {"type": "JOB", "data": job_json(self._state, self._state.jobs[key])}
-        return {"type": "DATASET", "data": dataset_json(key, dataset_span(self._state, key).pair)}
+        data = self._memo.get(("data", node))
+        if data is None:
+            kind, key = node
+            if kind == "job":
+                data = {"type": "JOB", "data": job_json(self._state, self._state.jobs[key], home=self._home(key))}
+            else:
+                data = {"type": "DATASET", "data": dataset_json(key, dataset_span(self._state, key).pair)}
+            self._memo[("data", node)] = data
+        return data
 
     def node_id(self, node: Node) -> str:
         kind, key = node
         if kind == "job":
-            return f"job:{home_namespace(self._state, self._state.jobs[key])}:{key[1]}"
+            return f"job:{self._home(key)}:{key[1]}"
         namespace, name = dataset_of(key)
         return f"dataset:{namespace}:{name}"
+
+
+_LIVING = ("living",)
+_MEMO_LIMIT = 200_000
+_memo: tuple[LineageState | None, dict] = (None, {})
+
+
+def _memo_of(state: LineageState) -> dict:
+    """What the graphs of one state computed (home namespaces, node data), shared by the queries on
+    it until the state changes: the Marquez fields cost more than the walk. Read-only once stored."""
+    global _memo
+    held, memo = _memo
+    if held is not state or len(memo) > _MEMO_LIMIT:
+        _memo = (state, memo := {})
+    return memo
 
 
 def run_order(run: Run) -> tuple[bool, int, str]:
