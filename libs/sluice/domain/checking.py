@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Mapping
+from typing import Any, Mapping
 
 import immutables
 
@@ -428,12 +428,9 @@ def _job_to_join(state: CheckerState, job: Job, leaving: set[str], deferred_now:
 def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
     match event:
         case JobQueued(job, at):
-            tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
-            schedules = state.schedules.set(job.schedule_id,
-                                            replace(tracked, last_sequence=max(tracked.last_sequence, job.sequence)))
-            return _queued(replace(state, schedules=schedules), job, at)
+            return _queued(state, job, at, schedules=_sequence_seen(state, job))
         case ManualJobRequested(job, _, at):
-            return replace(_queued(state, job, at), requested=state.requested.with_manual_job(event))
+            return _queued(state, job, at, requested=state.requested.with_manual_job(event))
         case BackfillRequested():
             state = replace(state, requested=state.requested.with_backfill(event),
                             watched=state.watched | {event.template.program})  # its runs' ends are its progress
@@ -458,15 +455,22 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             return replace(state, queue=state.queue.set(into, replace(target, job=joined)),
                            schedules=state.schedules.set(schedule_id, replace(
                                tracked, last_sequence=max(tracked.last_sequence, sequence))))
-        case JobAdmitted(job, at) if job.id not in state.queue:  # admitted on arrival: queued by the same event
-            return evolve(evolve(state, JobQueued(job, at)), event)
+        case JobAdmitted(job, at) if job.id not in state.queue:
+            # Admitted on arrival: what JobQueued then JobAdmitted make, the queue left as it was.
+            world = join_groups(state.world, job.program, job.constraints)
+            watched = _watch(state.watched, job.program, job.constraints)
+            changes = {"world": world, "watched": watched,
+                       "horizon": max(state.horizon, history_needed(job.constraints))}
+            watching = state.watch_all or job.program in watched
+            changes.update(_admitted_changes(state.requested, world, watching, job, at))
+            return replace(state, schedules=_sequence_seen(state, job), **changes)
         case JobAdmitted(job, at):
-            state = replace(_dequeued(state, job.id), requested=state.requested.admitted(job.id, run_id_for(job.id)))
-            if not state.watches(job.program):
-                return state
-            return replace(state, world=state.world.reserve(job.program, run_id_for(job.id), at))
+            changes = _admitted_changes(state.requested, state.world, state.watches(job.program), job, at)
+            return _dequeued(state, job.id, **changes)
         case JobWithdrawn(job_id):
-            return replace(_dequeued(state, job_id), requested=state.requested.withdrawn(job_id))
+            if job_id not in state.requested.queued:
+                return _dequeued(state, job_id)
+            return _dequeued(state, job_id, requested=state.requested.withdrawn(job_id))
         case RunObserved(program, run_id, status, at):
             world = state.world.observe(program, run_id, status, at)
             requested = state.requested
@@ -489,14 +493,36 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
     raise TypeError(f"unknown event {event!r}")
 
 
-def _queued(state: CheckerState, job: Job, at: datetime) -> CheckerState:
+def _sequence_seen(state: CheckerState, job: Job) -> immutables.Map:
+    """The schedules, the job's one tracked (if it was not) with its sequence seen."""
+    tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
+    seen = replace(tracked, last_sequence=max(tracked.last_sequence, job.sequence))
+    return state.schedules.set(job.schedule_id, seen)
+
+
+def _admitted_changes(requested: RequestBook, world: WorldFacts, watched: bool, job: Job,
+                      at: datetime) -> dict[str, Any]:
+    """The state's fields a job's admission changes: its backfill's progress, its run reserved in
+    a watched program; none (no run id computed) for a job of no backfill in an unwatched program."""
+    backfilled = job.id in requested.queued
+    if not (backfilled or watched):
+        return {}
+    run_id = run_id_for(job.id)
+    changes: dict[str, Any] = {"requested": requested.admitted(job.id, run_id)} if backfilled else {}
+    if watched:
+        changes["world"] = world.reserve(job.program, run_id, at)
+    return changes
+
+
+def _queued(state: CheckerState, job: Job, at: datetime, **changes: Any) -> CheckerState:
+    """The job queued, and `changes` (other fields of the state) made in the same replace."""
     queue = state.queue.set(job.id, QueuedJob(job, job.triggered_at or at))
     # Its program joins the groups it names, tracked schedule or not (a job can arrive first):
     # its runs count for them from now on, also in a pass that checks only newer jobs.
     world = join_groups(state.world, job.program, job.constraints)
     return replace(state, queue=queue, queued_by_program=_indexed(state.queued_by_program, job.program, job.id),
                    world=world, horizon=max(state.horizon, history_needed(job.constraints)),
-                   watched=_watch(state.watched, job.program, job.constraints))
+                   watched=_watch(state.watched, job.program, job.constraints), **changes)
 
 
 def _queued_together(state: CheckerState, jobs: list[Job], template: Job, at: datetime) -> CheckerState:
@@ -513,24 +539,25 @@ def _queued_together(state: CheckerState, jobs: list[Job], template: Job, at: da
                        queued_by_program=state.queued_by_program.set(program, of_program.finish()))
 
 
-def _dequeued(state: CheckerState, job_id: str) -> CheckerState:
+def _dequeued(state: CheckerState, job_id: str, **changes: Any) -> CheckerState:
+    """The job out of the queue, and `changes` (other fields of the state) made in the same replace."""
     queued = state.queue.get(job_id)
     if queued is None:
-        return state
+        return replace(state, **changes) if changes else state
     program = queued.job.program
     ids = state.queued_by_program[program].delete(job_id)
     by_program = state.queued_by_program.set(program, ids) if ids else state.queued_by_program.delete(program)
-    state = replace(state, queue=state.queue.delete(job_id), queued_by_program=by_program)
     schedule_id = queued.job.schedule_id
     if state.joinable.get(schedule_id) == job_id:
-        state = replace(state, joinable=_next_joinable(state, schedule_id, program))
-    return state
+        changes["joinable"] = _next_joinable(state, schedule_id, program, job_id)
+    return replace(state, queue=state.queue.delete(job_id), queued_by_program=by_program, **changes)
 
 
-def _next_joinable(state: CheckerState, schedule_id: str, program: ProgramRef) -> immutables.Map:
-    """The schedule's joinable entry once its job left the queue: its oldest other deferred joinable job, if any."""
-    waiting = [queued.job for job_id in state.queued_by_program.get(program, ())
-               if (queued := state.queue[job_id]).checked and queued.job.schedule_id == schedule_id
+def _next_joinable(state: CheckerState, schedule_id: str, program: ProgramRef, leaving: str) -> immutables.Map:
+    """The schedule's joinable entry once its job `leaving` left the queue: its oldest other deferred
+    joinable job, if any."""
+    waiting = [queued.job for job_id in state.queued_by_program.get(program, ()) if job_id != leaving
+               and (queued := state.queue[job_id]).checked and queued.job.schedule_id == schedule_id
                and queued.job.joinable]
     if not waiting:
         return state.joinable.delete(schedule_id)
