@@ -17,7 +17,7 @@ from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.ids import run_id_for
+from sluice.ids import derived_id, run_id_for
 from sluice.v1 import jobs_pb2
 from sluice.wire.jobs import job_to_proto
 from sluice_services.launcher.programs import SparkConfig, SparkSubmitter
@@ -59,7 +59,7 @@ async def run_jobs(clock: SimulatedClock, launcher: LauncherService, schedule_id
     jobs = []
     for n in range(count):
         clock.advance(timedelta(minutes=1))
-        jobs.append(Job(f"job-{schedule_id}-{n}", schedule_id, 1, PROGRAM, TriggerContext(schedule_id, "s", {}),
+        jobs.append(Job(derived_id("job", schedule_id, str(n)), schedule_id, 1, PROGRAM, TriggerContext(schedule_id, "s", {}),
                         clock.now()))
         await request(launcher, jobs[-1])
     return jobs

@@ -15,6 +15,7 @@ from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.ids import derived_id
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService
 from tests.integration.test_launcher_history import request
@@ -53,7 +54,7 @@ def launcher(tmp_path):
 
 
 def job(spark_conf: dict[str, str]) -> Job:
-    return Job(f"job-{len(spark_conf)}-{sorted(spark_conf)[0]}", "schedule-1", 1, PROGRAM,
+    return Job(derived_id("job", str(len(spark_conf)), sorted(spark_conf)[0]), "schedule-1", 1, PROGRAM,
                TriggerContext("schedule-1", "reports", {}), datetime(2026, 11, 26, 9, tzinfo=timezone.utc),
                spark_conf=spark_conf)
 
