@@ -38,7 +38,7 @@ from sluice_services.catalogue import MATCHER
 
 STREAM_PREFIX, = MATCHER.stream_prefixes
 SNAPSHOTS = MATCHER.snapshots
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 """The schema version of this service's snapshots (Loaded[MatcherState] per schedule stream): bump it when
 MatcherState (or anything it holds) changes shape; a snapshot of another version is ignored and the
 log folded instead."""
