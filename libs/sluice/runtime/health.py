@@ -122,11 +122,12 @@ async def watch_dependency(health: Health, name: str, check: Callable[[], object
     while True:
         if pending is None or pending.done():
             pending = asyncio.ensure_future(asyncio.to_thread(check))
-        try:
-            await asyncio.wait_for(asyncio.shield(pending), timeout)
-        except asyncio.TimeoutError:
+        # Not wait_for(shield(...)): in Python 3.11 a cancellation arriving as the probe answers is
+        # swallowed there, and the stopped service waited forever for this task (sluice.waiting).
+        done, _ = await asyncio.wait((pending,), timeout=timeout)
+        if not done:
             await health.dependency(name, f"no answer within {timeout:g} s")
-        except Exception as error:  # noqa: BLE001 - any failure of the probe is the dependency's
+        elif (error := pending.exception()) is not None:
             await health.dependency(name, " ".join(str(error).split()) or type(error).__name__)
         else:
             await health.dependency(name, None)
