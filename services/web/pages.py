@@ -151,6 +151,8 @@ def run(api: ConsoleApi, token: str, me: Identity, run_id: str) -> dict[str, Any
 
 LOG_TAIL_BYTES = 64 * 1024
 """The most of a run's log one page (or one poll of it) shows: the end of it."""
+MAX_LOG_OFFSET = 2**63 - 1
+"""StreamRunLogRequest.from_offset is an int64: a larger `from` in the URL is read as its end."""
 
 
 def run_log(api: ConsoleApi, token: str, run_id: str, query: Mapping[str, str],
@@ -158,7 +160,7 @@ def run_log(api: ConsoleApi, token: str, run_id: str, query: Mapping[str, str],
     """The current attempt's log from offset `from` to its end as of now (StreamRunLog without
     follow), keeping its last LOG_TAIL_BYTES; the offset to go on from, and whether the run is going."""
     try:
-        start = max(0, int(query.get("from") or 0))
+        start = min(max(0, int(query.get("from") or 0)), MAX_LOG_OFFSET)
     except ValueError:
         start = 0
     if found is None:
@@ -198,7 +200,7 @@ def streams(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str])
 
 def stream(api: ConsoleApi, token: str, name: str, query: Mapping[str, str]) -> dict[str, Any]:
     try:
-        start = max(0, int(query.get("from") or 0))
+        start = min(max(0, int(query.get("from") or 0)), MAX_LOG_OFFSET)
     except ValueError:
         start = 0
     answer = api.call(token, "EventLog", "ReadStream", event_log_pb2.ReadStreamRequest(

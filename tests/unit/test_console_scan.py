@@ -46,3 +46,26 @@ def test_no_api_page_is_read_once_the_time_budget_is_spent():
     listing = Listing(100_000, cost=pages.SCAN_SECONDS / 2.5)
     found, token = pages._scan(listing.fetch, {"page_size": "5"}, lambda n: False, listing.clock)
     assert found == [] and listing.fetches == 3 and token == "15"
+
+
+class _LogApi:
+    """Records the StreamRunLog request a run page sends; the run has ended and its log is empty."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def call(self, token, service, method, request):
+        from sluice.v1 import runs_pb2
+        return runs_pb2.Run(id=request.id)
+
+    def stream(self, token, service, method, request):
+        self.asked.append(request.from_offset)
+        return iter(())
+
+
+def test_a_log_offset_beyond_int64_in_the_url_is_read_as_the_end_not_an_error():
+    api = _LogApi()
+    shown = pages.run_log(api, "token", "run-1", {"from": str(10**30)})
+    assert api.asked == [pages.MAX_LOG_OFFSET] and shown["text"] == ""
+    pages.run_log(api, "token", "run-1", {"from": "-5"})
+    assert api.asked[-1] == 0
