@@ -3,6 +3,7 @@ bounded by its page size; listing streams asks the log for every stream's versio
 a prefix keeps it short on a large log."""
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_right
 
 from sluice.domain.errors import InvalidArgument, NotFound
@@ -22,7 +23,7 @@ class EventLogServicer(event_log_pb2_grpc.EventLogServicer):
     @grpc_errors
     async def ListStreams(self, request, context):
         size, after = paging(request, LISTING, lambda key: len(key) == 1 and isinstance(key[0], str))
-        versions = self._log.stream_versions(0, (request.prefix,) if request.prefix else ())
+        versions = await asyncio.to_thread(self._log.stream_versions, 0, (request.prefix,) if request.prefix else ())
         names = sorted(versions)
         start = bisect_right(names, after[0]) if after else 0
         shown = names[start:start + size]
@@ -40,7 +41,7 @@ class EventLogServicer(event_log_pb2_grpc.EventLogServicer):
         if request.page_size < 0:
             raise InvalidArgument("page_size", f"must be 0 (the default, {DEFAULT_EVENTS}) or more, got {request.page_size}")
         size = min(request.page_size or DEFAULT_EVENTS, MAX_EVENTS)
-        events = self._log.read_stream(request.stream, request.from_version)
+        events = await asyncio.to_thread(self._log.read_stream, request.stream, request.from_version, size + 1)
         if not events and self._log.stream_version(request.stream) < 0:
             raise NotFound(f"no stream {request.stream!r} in the event log")
         shown = events[:size]

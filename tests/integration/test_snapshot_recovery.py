@@ -53,8 +53,8 @@ class CountingLog:
         self.events_read += len(events)
         return events
 
-    def read_stream(self, stream: str, from_version: int = 0):
-        events = self._log.read_stream(stream, from_version)
+    def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None):
+        events = self._log.read_stream(stream, from_version, limit)
         self.events_read += len(events)
         return events
 

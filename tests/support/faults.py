@@ -106,8 +106,8 @@ class FaultyEventLog:
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         self._plan.around(f"{self._service}.log.checkpoint", self._log.save_checkpoint, checkpoint)
 
-    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
-        return self._log.read_stream(stream, from_version)
+    def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        return self._log.read_stream(stream, from_version, limit)
 
     def stream_version(self, stream: str) -> int:
         return self._log.stream_version(stream)

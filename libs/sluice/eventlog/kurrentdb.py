@@ -219,10 +219,11 @@ class KurrentEventLog:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
+    def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
         self._check_open()
         try:
-            events = self._client.get_stream(stream_name(self._prefix, stream), stream_position=from_version or None)
+            events = self._client.get_stream(stream_name(self._prefix, stream), stream_position=from_version or None,
+                                             **({} if limit is None else {"limit": limit}))
         except NotFoundError:
             return []
         return [decode_event(self._prefix, event) for event in events]

@@ -119,8 +119,9 @@ class EventLog(Protocol):
         A conflict on any stream writes nothing at all. A stream named twice is appended in order."""
         ...
 
-    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
-        """Events of one stream from `from_version` on; [] for a stream that does not exist."""
+    def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        """Events of one stream from `from_version` on, at most `limit` of them when given; [] for a
+        stream that does not exist."""
         ...
 
     def stream_version(self, stream: str) -> int:

@@ -33,9 +33,12 @@ class SqlEventLogBase:
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
         raise NotImplementedError
 
-    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
-        rows = self._query(f"SELECT {COLUMNS} FROM events WHERE stream = {{p}} AND version >= {{p}} ORDER BY version",
-                           (stream, from_version))
+    def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        query = f"SELECT {COLUMNS} FROM events WHERE stream = {{p}} AND version >= {{p}} ORDER BY version"
+        if limit is None:
+            rows = self._query(query, (stream, from_version))
+        else:
+            rows = self._query(query + " LIMIT {p}", (stream, from_version, limit))
         return [self._to_event(row) for row in rows]
 
     def stream_version(self, stream: str) -> int:

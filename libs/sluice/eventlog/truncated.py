@@ -19,8 +19,9 @@ class LogUntil:
         self._log = log
         self._until = until
 
-    def read_stream(self, stream: str, from_version: int = 0) -> list[RecordedEvent]:
-        return [event for event in self._log.read_stream(stream, from_version) if event.position <= self._until]
+    def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        # A stream's events past `until` are its last ones: limiting first keeps the same answer.
+        return [event for event in self._log.read_stream(stream, from_version, limit) if event.position <= self._until]
 
     def stream_version(self, stream: str) -> int:
         events = self.read_stream(stream)

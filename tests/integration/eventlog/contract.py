@@ -124,6 +124,11 @@ class EventLogContract(StreamFilterContract):
         assert log.append("s", new_events(3), 1) == 4
         assert [e.version for e in log.read_stream("s")] == [0, 1, 2, 3, 4]
 
+    def test_read_stream_from_a_version_gives_at_most_limit_events(self, log: EventLog) -> None:
+        log.append("s", new_events(5), NO_STREAM)
+        assert [e.version for e in log.read_stream("s", 1, limit=2)] == [1, 2]
+        assert [e.version for e in log.read_stream("s", 3, limit=10)] == [3, 4]
+
     def test_wrong_expected_version_raises_and_writes_nothing(self, log: EventLog) -> None:
         log.append("s", new_events(2), NO_STREAM)
         head = log.head_position()
