@@ -50,7 +50,7 @@ class RunsServicer(runs_pb2_grpc.RunsServicer):
 
     async def StreamRunLog(self, request, context):
         chunks = read_log(self._launcher.runs_root, self._launcher.get, request.id, request.attempt,
-                          request.from_offset, request.follow)
+                          request.from_offset, request.follow, request.tail_lines)
         try:
             async for chunk in chunks:
                 yield runs_pb2.RunLogChunk(attempt=chunk.attempt, offset=chunk.offset, data=chunk.data)

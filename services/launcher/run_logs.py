@@ -1,7 +1,7 @@
 """A run attempt's driver log (the program's stdout and stderr, as its wrapper wrote them), read in
-chunks from an offset, and followed while the attempt goes on. Every input is hostile: the run id
-must look like one, the attempt must be one of the run's, the offset not negative; the file is
-opened below the runs directory only, never through a link."""
+chunks from an offset or from its last lines, and followed while the attempt goes on. Every input is
+hostile: the run id must look like one, the attempt must be one of the run's, the offset not negative,
+the line count bounded; the file is opened below the runs directory only, never through a link."""
 from __future__ import annotations
 
 import asyncio
@@ -19,6 +19,7 @@ DRIVER_LOG = "driver.log"
 CHUNK_BYTES = 64 * 1024
 LOG_TAIL_BYTES = 2000
 FOLLOW_POLL_SECONDS = 0.2
+MAX_TAIL_LINES = 100_000
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ def attempt_dir(runs_root: Path, run_id: str, attempt: int) -> Path:
     return run_dir if attempt == 1 else run_dir / f"attempt-{attempt}"
 
 
-def checked_request(get_run: Callable[[str], Run | None], run_id: str, attempt: int, from_offset: int) -> tuple[Run, int]:
+def checked_request(get_run: Callable[[str], Run | None], run_id: str, attempt: int, from_offset: int,
+                    tail_lines: int = 0) -> tuple[Run, int]:
     """The run and the attempt's number (0: the current one); InvalidArgument naming the field, NotFound."""
     if not run_id:
         raise InvalidArgument("id", "must not be empty")
@@ -43,6 +45,10 @@ def checked_request(get_run: Callable[[str], Run | None], run_id: str, attempt: 
         raise InvalidArgument("id", f"not a run id: {run_id[:80]!r}")
     if from_offset < 0:
         raise InvalidArgument("from_offset", f"must not be negative, got {from_offset}")
+    if not 0 <= tail_lines <= MAX_TAIL_LINES:
+        raise InvalidArgument("tail_lines", f"must be 0 (from from_offset) to {MAX_TAIL_LINES:,}, got {tail_lines}")
+    if tail_lines and from_offset:
+        raise InvalidArgument("tail_lines", "cannot be given with a from_offset: one says where to start")
     if attempt < 0:
         raise InvalidArgument("attempt", f"must be 1 or more (0: the current one), got {attempt}")
     run = get_run(run_id)
@@ -72,12 +78,14 @@ def _attempt_ended(get_run: Callable[[str], Run | None], run_id: str, attempt: i
 
 
 async def read_log(runs_root: Path, get_run: Callable[[str], Run | None], run_id: str, attempt: int = 0,
-                   from_offset: int = 0, follow: bool = False) -> AsyncIterator[LogChunk]:
-    """The attempt's log from `from_offset` in chunks; with `follow`, what is written next too, until the
-    attempt has ended (and its last bytes were read)."""
-    _, number = checked_request(get_run, run_id, attempt, from_offset)
+                   from_offset: int = 0, follow: bool = False, tail_lines: int = 0) -> AsyncIterator[LogChunk]:
+    """The attempt's log in chunks, from `from_offset`, or from the start of its `tail_lines`th line from the
+    end; with `follow`, what is written next too, until the attempt has ended (and its last bytes were read)."""
+    _, number = checked_request(get_run, run_id, attempt, from_offset, tail_lines)
     offset, fd = from_offset, None
     try:
+        if tail_lines and (fd := _open(runs_root, run_id, number)) is not None:
+            offset = await _tail_start(fd, tail_lines)
         while True:
             ended = not follow or _attempt_ended(get_run, run_id, number)  # looked at before reading: no last line lost
             if fd is None:
@@ -91,6 +99,40 @@ async def read_log(runs_root: Path, get_run: Callable[[str], Run | None], run_id
     finally:
         if fd is not None:
             os.close(fd)
+
+
+async def _tail_start(fd: int, lines: int) -> int:
+    """tail_offset off the event loop, on a copy of `fd` the thread closes (a cancelled reader closes `fd`
+    while the thread may still be reading)."""
+    copy = os.dup(fd)
+
+    def scan() -> int:
+        try:
+            return tail_offset(copy, lines)
+        finally:
+            os.close(copy)
+    return await asyncio.to_thread(scan)
+
+
+def tail_offset(fd: int, lines: int, block_bytes: int = CHUNK_BYTES,
+                pread: Callable[[int, int, int], bytes] = os.pread) -> int:
+    """Where the file's `lines`th line from the end starts (0 when it has no more lines), read backwards a
+    block at a time. Its last line need not end with a newline. A newline byte is never part of a UTF-8
+    character, so the offset is always at a character's start."""
+    end = os.fstat(fd).st_size
+    if end and pread(fd, 1, end - 1) == b"\n":
+        end -= 1  # the last line's own newline
+    newlines_to_pass = lines
+    while end > 0:
+        start = max(0, end - block_bytes)
+        block = pread(fd, end - start, start)
+        at = len(block)
+        while (at := block.rfind(b"\n", 0, at)) >= 0:
+            newlines_to_pass -= 1
+            if newlines_to_pass == 0:
+                return start + at + 1
+        end = start
+    return 0
 
 
 def lead_then_tail(path: Path) -> str:

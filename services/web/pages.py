@@ -151,24 +151,30 @@ def run(api: ConsoleApi, token: str, me: Identity, run_id: str) -> dict[str, Any
 
 LOG_TAIL_BYTES = 64 * 1024
 """The most of a run's log one page (or one poll of it) shows: the end of it."""
+LOG_TAIL_LINES = 1_000
+"""The lines the first view of a run's log asks for (StreamRunLog's tail_lines), not the whole log."""
 MAX_LOG_OFFSET = 2**63 - 1
 """StreamRunLogRequest.from_offset is an int64: a larger `from` in the URL is read as its end."""
 
 
 def run_log(api: ConsoleApi, token: str, run_id: str, query: Mapping[str, str],
             found: runs_pb2.Run | None = None) -> dict[str, Any]:
-    """The current attempt's log from offset `from` to its end as of now (StreamRunLog without
-    follow), keeping its last LOG_TAIL_BYTES; the offset to go on from, and whether the run is going."""
+    """The current attempt's log to its end as of now (StreamRunLog without follow): from offset `from`,
+    or with no `from` (the first view) its last LOG_TAIL_LINES lines; at most its last LOG_TAIL_BYTES
+    kept. The offset to go on from, and whether the run is going."""
+    first = not query.get("from")
     try:
         start = min(max(0, int(query.get("from") or 0)), MAX_LOG_OFFSET)
     except ValueError:
         start = 0
     if found is None:
         found = api.call(token, "Runs", "GetRun", runs_pb2.GetRunRequest(id=run_id))
-    text, end, note = b"", start, ""
+    request = runs_pb2.StreamRunLogRequest(id=run_id, tail_lines=LOG_TAIL_LINES) if first else \
+        runs_pb2.StreamRunLogRequest(id=run_id, from_offset=start)
+    began, text, end, note = None, b"", start, ""
     try:
-        for chunk in api.stream(token, "Runs", "StreamRunLog", runs_pb2.StreamRunLogRequest(
-                id=run_id, from_offset=start)):
+        for chunk in api.stream(token, "Runs", "StreamRunLog", request):
+            began = chunk.offset if began is None else began  # a tail's: where the server found its first line
             text = (text + chunk.data)[-LOG_TAIL_BYTES:]
             end = chunk.offset + len(chunk.data)
     except grpc.RpcError as error:
@@ -176,9 +182,10 @@ def run_log(api: ConsoleApi, token: str, run_id: str, query: Mapping[str, str],
                                 grpc.StatusCode.FAILED_PRECONDITION):
             raise
         note = error.details() or ""
-    cut = end - start > len(text)
+    began = start if began is None else began
+    cut = (first and began > 0) or end - began > len(text)
     return {"run_id": run_id, "text": text.decode("utf-8", errors="replace"), "next": end, "cut": cut,
-            "going": not found.ended_at.seconds, "note": note, "first": start == 0}
+            "going": not found.ended_at.seconds, "note": note, "first": first}
 
 
 def dead_letters(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) -> dict[str, Any]:

@@ -3,7 +3,8 @@ real `sluice standalone` (spark-submit is the stand-in tests/support/fake_spark_
 is a real process under the supervise wrapper): the log's lines come out as the program writes them;
 a cancelled program is killed within 5 s, its run ends KILLED, and a schedule triggered on KILLED of
 that program fires; a schedule's --max-run-time reaches its runs, and a program sleeping past it is
-killed and says so; the log API refuses hostile ids, attempts and offsets naming the field."""
+killed and says so; `runs logs --tail N` starts at the Nth line from the end and follows from there;
+the log API refuses hostile ids, attempts, offsets and tails naming the field."""
 from __future__ import annotations
 
 import os
@@ -39,6 +40,15 @@ print("sleeping", flush=True)
 time.sleep(120)
 """
 AFTER_KILL = "print('the upstream was killed')\n"
+CHATTY = """
+import time
+from pathlib import Path
+for n in range(1, 3001):
+    print(f"line {{n}} · zählt", flush=n == 3000)
+while not Path({go!r}).exists():
+    time.sleep(0.05)
+print("after the go", flush=True)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +62,10 @@ def server(tmp_path_factory):
     (apps / "after_kill.py").write_text(AFTER_KILL)
     (apps / "overrun.py").write_text(SLEEPER)
     (apps / "quick.py").write_text(AFTER_KILL)
+    (apps / "chatty.py").write_text(CHATTY.format(go=str(root / "go-chatty")))
     with LocalServer(root / "sluice", args=["--apps-dir", str(root / "apps"), "--spark-submit", str(FAKE_SPARK_SUBMIT),
                                             "--spark-master", "local[1]"]) as running:
-        running.go = go
+        running.go, running.go_chatty = go, root / "go-chatty"
         yield running
 
 
@@ -109,6 +120,33 @@ def test_runs_logs_follow_prints_the_lines_as_the_program_writes_them(server):
     assert whole.startswith("first line\nsecond line\n")
 
 
+def test_runs_logs_tail_starts_at_the_last_lines_then_follows(server):
+    run = launched(server, "chatty")
+    with SluiceClient(server.address) as client:
+        request = runs_pb2.StreamRunLogRequest(id=run["id"], tail_lines=2)
+        wait_for(lambda: b"line 3000" in b"".join(c.data for c in client.runs.StreamRunLog(request, timeout=10)))
+        chunks = list(client.runs.StreamRunLog(request, timeout=10))
+        whole = b"".join(c.data for c in client.runs.StreamRunLog(runs_pb2.StreamRunLogRequest(id=run["id"]), timeout=10))
+    assert b"".join(c.data for c in chunks).decode() == "line 2999 · zählt\nline 3000 · zählt\n"
+    assert chunks[0].offset == len(whole) - len(chunks[0].data) > 50_000, "the tail's offset is in the whole log"
+    follow = subprocess.Popen(_command("runs", "logs", run["id"][:8], "-f", "--tail", "1"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(server))
+    try:
+        assert follow.stdout.readline() == "line 3000 · zählt\n"
+        server.go_chatty.write_text("go")
+        assert follow.stdout.readline() == "after the go\n"
+        assert follow.wait(timeout=30) == 0
+    finally:
+        follow.kill()
+        follow.wait()
+    assert ok(sluice(server, "runs", "logs", run["id"][:8], "--tail", "3")) == \
+        "line 2999 · zählt\nline 3000 · zählt\nafter the go\n"
+    assert ok(sluice(server, "runs", "logs", run["id"][:8])).startswith("line 1 · zählt\n"), "no --tail: the whole log"
+    error(sluice(server, "runs", "logs", run["id"][:8], "--tail", "0"), 2, "--tail: must be 1 or more")
+    error(sluice(server, "runs", "logs", run["id"][:8], "--tail", str(2**40)), 2, "--tail: far too many lines")
+    error(sluice(server, "runs", "logs", run["id"][:8], "--tail", "100001"), 1, "INVALID_ARGUMENT: tail_lines:")
+
+
 def test_cancel_kills_the_program_within_5_s_and_a_schedule_on_killed_fires(server):
     ok(sluice(server, "schedules", "create", "--name", "after_kill", "--namespace", NS, "--app", "etl",
               "--program", "after_kill", "--trigger", "program-status", "--upstream", f"{NS}.etl.sleeper",
@@ -145,6 +183,11 @@ def test_a_program_sleeping_past_its_schedules_time_limit_is_killed_and_marked_s
     (runs_pb2.StreamRunLogRequest(id="RUN", attempt=-1), grpc.StatusCode.INVALID_ARGUMENT, "attempt"),
     (runs_pb2.StreamRunLogRequest(id="RUN", attempt=99), grpc.StatusCode.INVALID_ARGUMENT, "attempt"),
     (runs_pb2.StreamRunLogRequest(id="RUN", from_offset=-1), grpc.StatusCode.INVALID_ARGUMENT, "from_offset"),
+    (runs_pb2.StreamRunLogRequest(id="RUN", tail_lines=-1), grpc.StatusCode.INVALID_ARGUMENT, "tail_lines"),
+    (runs_pb2.StreamRunLogRequest(id="RUN", tail_lines=100_001), grpc.StatusCode.INVALID_ARGUMENT, "tail_lines"),
+    (runs_pb2.StreamRunLogRequest(id="RUN", tail_lines=2**31 - 1), grpc.StatusCode.INVALID_ARGUMENT, "tail_lines"),
+    (runs_pb2.StreamRunLogRequest(id="RUN", tail_lines=5, from_offset=3), grpc.StatusCode.INVALID_ARGUMENT,
+     "tail_lines"),
 ])
 def test_hostile_log_requests_are_refused_naming_the_field(server, some_run, request_, code, field):
     with SluiceClient(server.address) as client:

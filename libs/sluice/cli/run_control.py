@@ -9,6 +9,7 @@ from sluice.client import SluiceClient
 from sluice.v1 import notifications_pb2, runs_pb2
 
 CANCEL_TIMEOUT_SECONDS = 30
+INT32_MAX = 2**31 - 1
 
 
 def register(runs) -> None:
@@ -27,6 +28,8 @@ def register(runs) -> None:
     logs.add_argument("id", help="the run's id or a unique prefix of it")
     logs.add_argument("-f", "--follow", action="store_true", help="print lines as they are written, until the attempt ends")
     logs.add_argument("--attempt", type=int, default=0, metavar="N", help="that attempt's log (default: the current one)")
+    logs.add_argument("--tail", type=int, default=None, metavar="N",
+                      help="only its last N lines (then what is written next, with -f; default: the whole log)")
     logs.set_defaults(handler=_logs)
 
 
@@ -46,11 +49,14 @@ def _cancel(client: SluiceClient, args) -> int:
 def _logs(client: SluiceClient, args) -> int:
     if args.attempt < 0:
         raise UsageError(f"--attempt: must be 1 or more, got {args.attempt}")
+    if args.tail is not None and not 1 <= args.tail <= INT32_MAX:
+        raise UsageError(f"--tail: must be 1 or more (leave it out for the whole log), got {args.tail}"
+                         if args.tail < 1 else f"--tail: far too many lines, got {args.tail}")
     run_id = ids.run_id(client, args.id)
     run = client.get_run(run_id)
     if run.spark_application_id:
         print(spark_application_line(run), file=sys.stderr, flush=True)
-    request = runs_pb2.StreamRunLogRequest(id=run_id, attempt=args.attempt, follow=args.follow)
+    request = runs_pb2.StreamRunLogRequest(id=run_id, attempt=args.attempt, follow=args.follow, tail_lines=args.tail or 0)
     out = sys.stdout.buffer
     try:
         for chunk in client.runs.StreamRunLog(request, timeout=None if args.follow else 60):
