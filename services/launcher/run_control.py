@@ -14,7 +14,7 @@ import shutil
 import signal
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from sluice.domain.runs import Run
 from sluice_services.launcher.tracking import ProcessIdentity, kill_group, kill_leftovers, wait_ended
@@ -65,24 +65,44 @@ class Terminations:
 
 
 class RunDirSweeper:
-    """Deletes the directories of runs ended longer than `retention` ago, at most once per SWEEP_EVERY."""
+    """Deletes the directories of runs ended longer than `retention` ago, at most once per SWEEP_EVERY. What
+    to delete is decided on the event loop by the injected clock; listing runs/ and deleting are done in a
+    thread, so that the loop goes on serving while many directories go."""
 
     def __init__(self, runs_root: Path, get_run: Callable[[str], Run | None],
-                 retention: timedelta = DEFAULT_RUN_DIR_RETENTION) -> None:
+                 retention: timedelta = DEFAULT_RUN_DIR_RETENTION,
+                 remove_tree: Callable[[Path], None] = shutil.rmtree) -> None:
         self._runs_root, self._get_run, self.retention = runs_root, get_run, retention
+        self._remove_tree = remove_tree
         self._next_at: datetime | None = None
+        self._going: asyncio.Task | None = None
 
     def sweep_if_due(self, now: datetime) -> None:
-        if self._next_at is None or self._next_at <= now:
-            self.sweep(now)
+        """Start a sweep in the background once SWEEP_EVERY is up, unless one is still going."""
+        if (self._next_at is None or self._next_at <= now) and (self._going is None or self._going.done()):
+            self._next_at = now + SWEEP_EVERY
+            self._going = asyncio.get_running_loop().create_task(self.sweep(now))
+            self._going.add_done_callback(_log_failure)
 
-    def sweep(self, now: datetime) -> list[str]:
+    async def finished(self) -> None:
+        """Wait for the sweep going on, if any (tests, orderly shutdown)."""
+        if self._going is not None:
+            await asyncio.gather(self._going, return_exceptions=True)
+
+    async def sweep(self, now: datetime) -> list[str]:
         """The run ids whose directories were deleted."""
         self._next_at = now + SWEEP_EVERY
-        deleted = delete_expired(self._runs_root, self._get_run, now, self.retention)
+        names = await asyncio.to_thread(run_dir_names, self._runs_root)
+        expired = [name for name in names if _expired(self._get_run(name), now, self.retention)]
+        deleted = await asyncio.to_thread(delete_run_dirs, self._runs_root, expired, self._remove_tree)
         if deleted:
             log.info("deleted the directories of %d run(s) ended before %s", len(deleted), now - self.retention)
         return deleted
+
+
+def _log_failure(sweep: asyncio.Task) -> None:
+    if not sweep.cancelled() and (error := sweep.exception()) is not None:
+        log.warning("sweep of run dirs failed: %r", error)
 
 
 def parse_retention(text: str | int) -> timedelta:
@@ -97,31 +117,31 @@ def parse_retention(text: str | int) -> timedelta:
     return timedelta(seconds=sum(int(number) * sizes[unit] for number, unit in parts))
 
 
-def expired_run_dirs(runs_root: Path, get_run: Callable[[str], Run | None], now: datetime,
-                     retention: timedelta) -> Iterator[Path]:
-    """Directories of runs that ended at least `retention` before `now`. A directory of a run not
-    ended, of no run in the log, a link or anything not named like a run is left alone."""
+def run_dir_names(runs_root: Path) -> list[str]:
+    """The names of the directories under runs/ named like a run; a link or anything else is left out."""
     try:
         entries = list(os.scandir(runs_root))
     except OSError:
-        return
-    for entry in entries:
-        if not RUN_DIR_NAME.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
-            continue
-        run = get_run(entry.name)
-        if run is not None and run.status.terminal and run.ended_at is not None and run.ended_at + retention <= now:
-            yield Path(entry.path)
+        return []
+    return [entry.name for entry in entries
+            if RUN_DIR_NAME.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)]
 
 
-def delete_expired(runs_root: Path, get_run: Callable[[str], Run | None], now: datetime,
-                   retention: timedelta) -> list[str]:
-    """Delete the expired run directories (links inside are removed, never followed); their run ids."""
+def _expired(run: Run | None, now: datetime, retention: timedelta) -> bool:
+    """A run that ended at least `retention` before `now`; not one going, nor a directory of no run in the log."""
+    return run is not None and run.status.terminal and run.ended_at is not None and run.ended_at + retention <= now
+
+
+def delete_run_dirs(runs_root: Path, names: list[str],
+                    remove_tree: Callable[[Path], None] = shutil.rmtree) -> list[str]:
+    """Delete these run directories (shutil.rmtree removes links inside, never follows them); the names deleted."""
     deleted = []
-    for run_dir in expired_run_dirs(runs_root, get_run, now, retention):
+    for name in names:
+        run_dir = runs_root / name
         try:
-            shutil.rmtree(run_dir)
+            remove_tree(run_dir)
         except OSError as error:
             log.warning("run dir %s not deleted: %r", run_dir, error)
             continue
-        deleted.append(run_dir.name)
+        deleted.append(name)
     return deleted

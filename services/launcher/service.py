@@ -265,9 +265,9 @@ class LauncherService:
                 return
             self._stop(self.get(run.id))
 
-    def delete_old_run_dirs(self) -> list[str]:
+    async def delete_old_run_dirs(self) -> list[str]:
         """Delete the directories of runs ended longer than the retention ago; the run ids."""
-        return self._sweeper.sweep(self._clock.now())
+        return await self._sweeper.sweep(self._clock.now())
 
     def _waiting(self) -> list[Run]:
         """Unfinished runs no task follows, oldest first."""
@@ -310,9 +310,11 @@ class LauncherService:
             self._spawn(self.get(run_id))
 
     async def drain(self) -> None:
-        """Wait for the runs this launcher follows (tests, orderly shutdown); retries not due yet are not waited for."""
+        """Wait for the runs this launcher follows and a sweep of run dirs going on (tests, orderly shutdown);
+        retries not due yet are not waited for."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self._sweeper.finished()
 
     def _spawn(self, run: Run) -> None:
         self._following.add(run.id)

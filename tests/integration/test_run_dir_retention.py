@@ -1,8 +1,12 @@
 """Run directories (contexts, driver logs) are deleted once their run ended longer ago than the
 retention, by the injected clock, in the launcher's timer pass: never one of a run not ended, of no
-run at all, nor anything a link points to. The option takes 7d, 12h, 30m or seconds."""
+run at all, nor anything a link points to. The deleting is done in a thread: the event loop goes on
+while it does. The option takes 7d, 12h, 30m or seconds."""
 from __future__ import annotations
 
+import asyncio
+import shutil
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -16,6 +20,7 @@ from sluice.eventlog.port import NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.config import ConfigError, resolve
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
+from sluice_services.launcher.run_control import RunDirSweeper
 from sluice_services.launcher.service import LauncherService
 
 pytestmark = pytest.mark.integration
@@ -33,9 +38,19 @@ def record(log: SqliteEventLog, run_id: str, ended_at: datetime | None) -> None:
 
 
 @pytest.fixture
-def world(tmp_path):
-    clock = SimulatedClock(T0)
-    log = SqliteEventLog(tmp_path / "events.db", clock=clock)
+def clock():
+    return SimulatedClock(T0)
+
+
+@pytest.fixture
+def log(tmp_path, clock):
+    events = SqliteEventLog(tmp_path / "events.db", clock=clock)
+    yield events
+    events.close()
+
+
+@pytest.fixture
+def world(tmp_path, clock, log):
     record(log, "old", T0 + timedelta(days=1))
     record(log, "recent", T0 + timedelta(days=6))
     record(log, "going", None)
@@ -52,20 +67,19 @@ def world(tmp_path):
     launcher = LauncherService(log, clock, DirectoryCatalog(tmp_path / "apps"), SparkSubmitter(SparkConfig()),
                                tmp_path / "data", run_dir_retention=timedelta(days=7))
     launcher.recover()
-    yield clock, launcher, runs_root, outside
-    log.close()
+    return clock, launcher, runs_root, outside
 
 
-def test_only_directories_of_runs_ended_longer_ago_than_the_retention_go(world):
+async def test_only_directories_of_runs_ended_longer_ago_than_the_retention_go(world):
     clock, launcher, runs_root, outside = world
     clock.set(T0 + timedelta(days=8) - timedelta(seconds=1))
-    assert launcher.delete_old_run_dirs() == []
+    assert await launcher.delete_old_run_dirs() == []
     clock.set(T0 + timedelta(days=8))
-    assert launcher.delete_old_run_dirs() == ["old"]
+    assert await launcher.delete_old_run_dirs() == ["old"]
     assert sorted(p.name for p in runs_root.iterdir()) == ["going", "linked", "not-a-run", "recent"]
     assert (outside / "keep.txt").read_text() == "keep", "a link inside a run dir is removed, never followed"
     clock.set(T0 + timedelta(days=400))
-    assert launcher.delete_old_run_dirs() == ["recent"]
+    assert await launcher.delete_old_run_dirs() == ["recent"]
     assert sorted(p.name for p in runs_root.iterdir()) == ["going", "linked", "not-a-run"]
     assert (outside / "keep.txt").exists()
 
@@ -78,9 +92,43 @@ async def test_a_timer_pass_sweeps_once_an_hour_is_up_by_the_clock(world):
     assert launcher.get("going").status.terminal
     clock.set(T0 + timedelta(days=8, minutes=10))
     launcher.fire_due()
+    await launcher.drain()
     assert (runs_root / "old").exists(), "expired, but the hour since the last sweep is not up"
     clock.set(T0 + timedelta(days=8, minutes=30))
     launcher.fire_due()
+    await launcher.drain()
+    assert sorted(p.name for p in runs_root.iterdir()) == ["going", "linked", "not-a-run", "recent"]
+
+
+async def test_the_event_loop_goes_on_while_a_sweep_deletes_many_directories(world, log):
+    clock, launcher, runs_root, _ = world
+    expired = [f"expired-{n:03}" for n in range(100)]
+    for run_id in expired:
+        record(log, run_id, T0)
+        (runs_root / run_id / "attempt-2").mkdir(parents=True)
+    launcher.recover()
+    deleting, go_on = threading.Event(), threading.Event()
+    ticks_while_blocked: list[int] = []
+    ticks = 0
+
+    def blocked_rmtree(path) -> None:
+        """The first deletion waits until the loop has ticked (it never would if the sweep ran on the loop)."""
+        if not deleting.is_set():
+            deleting.set()
+            if not go_on.wait(timeout=30):
+                raise AssertionError("the event loop did not tick while the sweep was deleting")
+            ticks_while_blocked.append(ticks)
+        shutil.rmtree(path)
+
+    sweeper = RunDirSweeper(runs_root, launcher.get, timedelta(days=7), remove_tree=blocked_rmtree)
+    clock.set(T0 + timedelta(days=8))
+    sweeper.sweep_if_due(clock.now())
+    while ticks < 100:
+        await asyncio.sleep(0)
+        ticks += deleting.is_set()  # counted only once the sweep's thread is inside an rmtree
+    go_on.set()
+    await sweeper.finished()
+    assert ticks_while_blocked and ticks_while_blocked[0] >= 100
     assert sorted(p.name for p in runs_root.iterdir()) == ["going", "linked", "not-a-run", "recent"]
 
 
