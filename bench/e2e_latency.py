@@ -95,6 +95,9 @@ WARM_UP_SECONDS = 10.0
 """The warm-up sends the measured load's rate for at least this long (and at least as many
 notifications); `--warm-up` sets it."""
 DRAIN_TIMEOUT = 15.0  # after the last send, how long to wait for the outstanding launch requests
+PROFILE_ENV = "SLUICE_BENCH_PROFILE"
+"""Set to a file name: this process is profiled (cProfile) while the measured load is sent and drained,
+embedded mode's services included (pstats file; overwritten by each rate)."""
 
 
 @dataclass
@@ -254,6 +257,7 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
             due: dict[str, float] = {}
             cpu = services.cpu()
             head = log.head_position()
+            profiler = _profiler()
             behind = await send_at_rate(bus.producer(), batch, rate, sent, due)
             last_send = time.perf_counter()
             deadline = last_send + DRAIN_TIMEOUT
@@ -261,6 +265,10 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
                 services.check()
                 await asyncio.sleep(0.01)
             cpu = {name: seconds - cpu[name] for name, seconds in services.cpu().items()}
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(os.environ[PROFILE_ENV])
+                progress(f"[e2e-latency] cProfile of the measured load in {os.environ[PROFILE_ENV]}")
             _report_stages(log, head, sent, received)
         finally:
             if receiver is not None:
@@ -289,6 +297,17 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
         progress(f"[e2e-latency] WARNING: {missing} of {count} notifications produced no LaunchRequested"
                  f" within {DRAIN_TIMEOUT:.0f} s; their latency is not in the percentiles")
     return latencies, throughput, total / count * 1000
+
+
+def _profiler():
+    """A running cProfile.Profile when PROFILE_ENV is set, else None."""
+    if not os.environ.get(PROFILE_ENV):
+        return None
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
 
 
 async def _create_schedules(address: str, schedules: int) -> None:
