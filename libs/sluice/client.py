@@ -111,6 +111,11 @@ class SluiceClient:
         return self._every_page(self.runs.ListRuns, "runs", lambda token: runs_pb2.ListRunsRequest(
             schedule_id=schedule_id, page_token=token))
 
+    def list_backfills(self, schedule_id: str = "") -> list[jobs_pb2.Backfill]:
+        """Every backfill (of the schedule, when given; every page), oldest first."""
+        return self._every_page(self.jobs.ListBackfills, "backfills", lambda token: jobs_pb2.ListBackfillsRequest(
+            schedule_id=schedule_id, page_token=token))
+
     def get_run(self, run_id: str) -> runs_pb2.Run:
         return self.runs.GetRun(runs_pb2.GetRunRequest(id=run_id), timeout=self._timeout)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from sluice.clock import epoch_micros
 from sluice.domain import backfills, bounds
 from sluice.domain.backfills import (
     Backfill,
@@ -17,6 +18,7 @@ from sluice.domain.backfills import (
 )
 from sluice.domain.request_book import RequestBook
 from sluice.domain.errors import InvalidArgument, NotFound
+from sluice.paging import after_key, fill_page, is_time_and_id, next_page_token, paging
 from sluice.runtime.grpc_server import grpc_errors
 from sluice.v1 import datasets_pb2, jobs_pb2
 from sluice.wire.common import timestamp_from_proto, timestamp_to_proto
@@ -73,11 +75,13 @@ class RunControlRpcs:
 
     @grpc_errors
     async def ListBackfills(self, request, context):
-        found = sorted((b for b in self._checker.state.requested.backfills.values()
-                        if not request.schedule_id or b.schedule_id == request.schedule_id),
-                       key=lambda b: (b.requested_at, b.id))
+        """A page of the backfills, oldest first: at most page_size, and no more than MAX_PAGE_BYTES."""
+        size, after = paging(request, LIST_BACKFILLS, is_time_and_id)
         book = self._checker.state.requested
-        return jobs_pb2.ListBackfillsResponse(backfills=[backfill_to_proto(b, book) for b in found])
+        found = sorted((b for b in book.backfills.values()
+                        if not request.schedule_id or b.schedule_id == request.schedule_id), key=_listing_key)
+        page, last = fill_page(after_key(found, _listing_key, after), size, lambda b: backfill_to_proto(b, book))
+        return jobs_pb2.ListBackfillsResponse(backfills=page, next_page_token=next_page_token(LIST_BACKFILLS, last))
 
     @grpc_errors
     async def CancelBackfill(self, request, context):
@@ -110,6 +114,13 @@ class RunControlRpcs:
         metadata = [(k, v) for k, v in context.invocation_metadata() if k in _FORWARDED]
         return await self._partitions.list(trigger.namespace, trigger.dataset,
                                            datasets_pb2.PartitionFilter(keys=conditions), start, end, metadata)
+
+
+LIST_BACKFILLS = "Jobs.ListBackfills"
+
+
+def _listing_key(backfill: Backfill) -> tuple[int, str]:
+    return epoch_micros(backfill.requested_at), backfill.id
 
 
 def backfill_to_proto(backfill: Backfill, book: RequestBook) -> jobs_pb2.Backfill:

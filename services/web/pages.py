@@ -311,10 +311,16 @@ def sla_misses(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, st
 
 
 def backfills(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) -> dict[str, Any]:
-    """Every backfill (ListBackfills answers them all, oldest first: the console pages them, newest first)."""
+    """Every backfill (every page of ListBackfills, oldest first: the console pages them, newest first)."""
     schedule_id = query.get("schedule", "").strip()
-    answer = api.call(token, "Jobs", "ListBackfills", jobs_pb2.ListBackfillsRequest(schedule_id=schedule_id))
-    newest_first = list(reversed(answer.backfills))
+    found, api_token = [], ""
+    while True:
+        answer = api.call(token, "Jobs", "ListBackfills", jobs_pb2.ListBackfillsRequest(
+            schedule_id=schedule_id, page_token=api_token))
+        found.extend(answer.backfills)
+        if not (api_token := answer.next_page_token):
+            break
+    newest_first = list(reversed(found))
     size = page_size(query)
     try:
         start = max(0, int(query.get("page_token") or 0))

@@ -1,15 +1,18 @@
 """Run now and backfills over the checker's gRPC API on loopback, on a simulated clock and a real SQLite
 log: the manual job waits for the schedule's constraints (--ignore-constraints skips the timing ones,
-never concurrency), the jobs view lists it, and every hostile input is refused naming its field."""
+never concurrency), the jobs view lists it, backfills are listed in pages, and every hostile input is
+refused naming its field."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timedelta, timezone
 
 import grpc
 import pytest
 
 from sluice.bus.port import Record
+from sluice.cli.main import main as cli_main
 from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef
 from sluice.domain.constraints import ConcurrencyConstraint, DelayConstraint
@@ -109,7 +112,76 @@ async def test_a_time_backfill_over_grpc_reports_its_progress_and_cancels(served
         raise AssertionError("the cancelled backfill's jobs are not all DISCARDED")
 
 
+async def test_backfills_are_listed_oldest_first_in_pages_none_skipped_or_repeated(served):
+    stub, _, clock = served
+    day = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+    async def start(schedule_id: str, days: int) -> str:
+        clock.advance(timedelta(seconds=days % 2))  # two of them share a request time: ordered by id then
+        return (await stub.StartBackfill(jobs_pb2.StartBackfillRequest(
+            schedule_id=schedule_id, start=timestamp_to_proto(day + timedelta(days=days)),
+            end=timestamp_to_proto(day + timedelta(days=days + 1))), timeout=10)).id
+
+    started = [await start("daily", days) for days in range(5)]
+
+    async def pages(size: int, schedule_id: str = "daily", added: list | None = None) -> list[list[str]]:
+        found, token = [], ""
+        while True:
+            answer = await stub.ListBackfills(jobs_pb2.ListBackfillsRequest(
+                schedule_id=schedule_id, page_size=size, page_token=token), timeout=10)
+            found.append([b.id for b in answer.backfills])
+            if added is not None and len(found) == 1:
+                added.append(await start("daily", 9))  # newer than every one listed: on the last page
+            if not (token := answer.next_page_token):
+                return found
+
+    listed = await pages(2)
+    assert [len(page) for page in listed] == [2, 2, 1]
+    assert sum(listed, []) == [b.id for b in (await stub.ListBackfills(
+        jobs_pb2.ListBackfillsRequest(schedule_id="daily"), timeout=10)).backfills]
+    assert sum(listed, []) == [started[0], *sorted(started[1:3]), *sorted(started[3:])]
+    added: list[str] = []
+    again = await pages(2, added=added)
+    assert sum(again, []) == sum(listed, []) + added
+    assert await pages(0, schedule_id="off") == [[]]
+
+
+class PagedBackfills(jobs_pb2_grpc.JobsServicer):
+    """ListBackfills answering three pages of two, each token naming the page after it."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+
+    async def ListBackfills(self, request, context):
+        self.tokens.append(request.page_token)
+        page = int(request.page_token or 0)
+        return jobs_pb2.ListBackfillsResponse(backfills=[jobs_pb2.Backfill(id=f"b{page}{n}") for n in range(2)],
+                                              next_page_token=str(page + 1) if page < 2 else "")
+
+
+async def test_backfills_list_on_the_command_line_follows_every_page(capsys):
+    servicer = PagedBackfills()
+    server = grpc.aio.server()
+    jobs_pb2_grpc.add_JobsServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        said = await asyncio.to_thread(cli_main, ["--server", f"127.0.0.1:{port}", "--json", "backfills", "list"])
+    finally:
+        await server.stop(None)
+    assert said == 0 and servicer.tokens == ["", "1", "2"]
+    assert [b["id"] for b in json.loads(capsys.readouterr().out)] == ["b00", "b01", "b10", "b11", "b20", "b21"]
+
+
 @pytest.mark.parametrize("call, request_, code, text", [
+    ("ListBackfills", jobs_pb2.ListBackfillsRequest(page_size=-1), grpc.StatusCode.INVALID_ARGUMENT, "page_size"),
+    ("ListBackfills", jobs_pb2.ListBackfillsRequest(page_token="not a token"), grpc.StatusCode.INVALID_ARGUMENT,
+     "page_token"),
+    ("ListBackfills", jobs_pb2.ListBackfillsRequest(page_token="W10="), grpc.StatusCode.INVALID_ARGUMENT,
+     "page_token"),
+    ("ListBackfills", jobs_pb2.ListBackfillsRequest(
+        page_token="WyJKb2JzLkxpc3RKb2JzIixbMSwiYSJdXQ=="), grpc.StatusCode.INVALID_ARGUMENT, "page_token"),
+
     ("RunSchedule", jobs_pb2.RunScheduleRequest(), grpc.StatusCode.INVALID_ARGUMENT, "schedule_id"),
     ("RunSchedule", jobs_pb2.RunScheduleRequest(schedule_id="nope"), grpc.StatusCode.NOT_FOUND, "schedule nope"),
     ("RunSchedule", jobs_pb2.RunScheduleRequest(schedule_id="off"), grpc.StatusCode.FAILED_PRECONDITION, "schedule off"),

@@ -91,7 +91,7 @@ def _backfill(client: SluiceClient, args) -> int:
 
 def _list(client: SluiceClient, args) -> int:
     schedule_id = ids.schedule_id(client, args.schedule, with_history=True) if args.schedule else ""
-    found = client.jobs.ListBackfills(jobs_pb2.ListBackfillsRequest(schedule_id=schedule_id), timeout=10).backfills
+    found = client.list_backfills(schedule_id)
     return print_many(args, found, "\n".join(progress(b) for b in found) or "no backfills")
 
 
