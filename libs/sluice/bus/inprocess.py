@@ -18,6 +18,8 @@ Decisions:
 - The file uses synchronous=FULL (sluice.sqlite_wal): a send or an offset commit is on disk when it
   returns, so it survives a power loss as the event log's commits do, and neither file can keep
   a later write of the pair (an offset, a relay's saved position) while losing the earlier one.
+  Sends are group-committed off the event loop (`sluice.bus.inprocess_writer`), offset commits
+  written off it too; reads use a connection of their own, so they never wait for an fsync.
 - Wake-ups use asyncio.Event: one bus serves one event loop. SQLite access holds a lock.
 - A poll reads only the partitions whose end, as this bus knows it (`EndOffsets`), is beyond
   the position: this bus's sends raise the ends at once; other processes' appends are seen when
@@ -33,6 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from sluice.bus.inprocess_store import BusStore, EndOffsets, dump_headers
+from sluice.bus.inprocess_writer import GroupCommit, Row
 from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 from sluice.clock import Clock
 from sluice.waiting import wait_set
@@ -65,6 +68,7 @@ class InProcessBus:
         self._store = BusStore(path)
         self.poll_interval = poll_interval
         self._ends = EndOffsets(self._store, poll_interval)
+        self._writer = GroupCommit(self._store, self._timestamp_ms, self._appended)
         self._clock = clock
         self._topics: dict[str, TopicSpec] = {}
         self._groups: dict[str, dict[str, InProcessConsumer]] = {}
@@ -102,6 +106,7 @@ class InProcessBus:
             for member in list(members.values()):
                 await member.close()
         self._closed = True
+        await self._writer.settle()
         self._store.close()
 
     # -- used by the producer and consumers -------------------------------------------------
@@ -117,20 +122,20 @@ class InProcessBus:
         self._topics[topic] = spec
         return spec.partitions
 
-    def _append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, Sequence[tuple[str, bytes]]]]) -> list[int]:
+    async def _append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, Sequence[tuple[str, bytes]]]]) -> list[int]:
         self._check_open()
-        offsets = self._store.append([(tp, key, value, dump_headers(headers)) for tp, key, value, headers in records],
-                                     self._timestamp_ms())
+        return await self._writer.append([(tp, key, value, dump_headers(headers)) for tp, key, value, headers in records])
+
+    def _appended(self, rows: Sequence[Row], offsets: list[int]) -> None:
         ends: dict[TopicPartition, int] = {}
-        for (tp, _, _, _), offset in zip(records, offsets):
+        for (tp, _, _, _), offset in zip(rows, offsets):
             ends[tp] = max(ends.get(tp, 0), offset + 1)
         self._ends.raise_to(ends)
-        topics = {tp.topic for tp, _, _, _ in records}
+        topics = {tp.topic for tp, _, _, _ in rows}
         for members in self._groups.values():
             for member in members.values():
                 if not topics.isdisjoint(member.topics):
                     member._wake.set()
-        return offsets
 
     def _timestamp_ms(self) -> int:
         if self._clock is None:
@@ -180,7 +185,7 @@ class InProcessProducer:
                    for m in messages]
         if not records:
             return []
-        offsets = self._bus._append(records)
+        offsets = await self._bus._append(records)
         return [(tp.partition, offset) for (tp, _, _, _), offset in zip(records, offsets)]
 
     def _partition(self, topic: str, key: bytes | None) -> int:
@@ -243,7 +248,10 @@ class InProcessConsumer:
                 f" (assigned: {sorted(self._positions)}); the group may have rebalanced"
             )
         if offsets:
-            self._bus._store.commit(self.group_id, offsets)
+            if self._bus._store.durable:  # a commit waits for an fsync: off the event loop
+                await asyncio.to_thread(self._bus._store.commit, self.group_id, offsets)
+            else:
+                self._bus._store.commit(self.group_id, offsets)
 
     async def close(self) -> None:
         if self._closed:

@@ -5,6 +5,7 @@ outside the in-process bus uses it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -12,7 +13,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 
 from sluice.bus.port import Record, TopicPartition, TopicSpec
 from sluice.sqlite_wal import WalCheckpointer, open_wal
@@ -33,19 +33,29 @@ CREATE TABLE IF NOT EXISTS offsets (
 
 
 class BusStore:
-    """The SQLite tables; each call holds the lock, so threads may share one store."""
+    """The SQLite tables; each call holds a lock, so threads may share one store.
+
+    A file has two connections: writes (transactions) on one, reads on the other, each under its
+    own lock, so a read never waits for a write's fsync (WAL readers see the last commit). An
+    in-memory database is one connection (a second would be another database)."""
 
     def __init__(self, path: str | os.PathLike | None) -> None:
         self._lock = threading.Lock()
         target = ":memory:" if path is None else os.fspath(path)
         self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._checkpointer: WalCheckpointer | None = None
+        self.durable = path is not None
+        """Whether a write waits for an fsync (a file): then it is worth doing off the event loop."""
         if path is not None:
             open_wal(self._db)  # synchronous=FULL: see sluice.sqlite_wal
             self._checkpointer = WalCheckpointer(target, self._db)
         self._db.executescript(_SCHEMA)
+        self._reader, self._read_lock = self._db, self._lock
+        if path is not None:
+            self._reader = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
+            self._read_lock = threading.Lock()
 
-    @contextmanager
+    @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")  # takes the write lock: offsets stay contiguous across processes
@@ -59,8 +69,8 @@ class BusStore:
                 self._checkpointer.committed()
 
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
+        with self._read_lock:
+            return self._reader.execute(sql, args).fetchall()
 
     def create_topics(self, specs: Sequence[TopicSpec]) -> None:
         with self._transaction() as db:
@@ -117,8 +127,8 @@ class BusStore:
         return {TopicPartition(topic, partition): end for topic, partition, end in rows}
 
     def data_version(self) -> int:
-        """Changes whenever another connection (another process, or another bus on the same file)
-        commits to the file; this connection's own commits leave it as it is."""
+        """Changes whenever another connection (another process, another bus on the same file, or
+        this store's writing connection) commits to the file."""
         return self._query("PRAGMA data_version")[0][0]
 
     def committed(self, group_id: str, tp: TopicPartition) -> int | None:
@@ -137,10 +147,12 @@ class BusStore:
             )
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock if self._reader is not self._db else contextlib.nullcontext():
             if self._checkpointer is not None:
                 self._checkpointer.close()
                 self._checkpointer = None
+            if self._reader is not self._db:
+                self._reader.close()
             self._db.close()
 
 
