@@ -78,10 +78,15 @@ class RunDirSweeper:
         self._going: asyncio.Task | None = None
 
     def sweep_if_due(self, now: datetime) -> None:
-        """Start a sweep in the background once SWEEP_EVERY is up, unless one is still going."""
+        """Start a sweep in the background once SWEEP_EVERY is up, unless one is still going. Called off an
+        event loop (a synchronous start), it leaves the sweep to the next pass on one."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
         if (self._next_at is None or self._next_at <= now) and (self._going is None or self._going.done()):
             self._next_at = now + SWEEP_EVERY
-            self._going = asyncio.get_running_loop().create_task(self.sweep(now))
+            self._going = loop.create_task(self.sweep(now))
             self._going.add_done_callback(_log_failure)
 
     async def finished(self) -> None:

@@ -143,3 +143,17 @@ def test_the_option_takes_durations(given, expected):
 def test_a_bad_retention_is_refused_naming_the_option(given):
     with pytest.raises(ConfigError, match="--run-dir-retention: must be"):
         resolve({"run_dir_retention": given}, {}, service="launcher")
+
+
+def test_a_sweep_due_off_an_event_loop_is_left_to_the_next_pass_on_one(world):
+    clock, launcher, runs_root, _ = world
+    sweeper = RunDirSweeper(runs_root, launcher.get, timedelta(days=7))
+    clock.set(T0 + timedelta(days=8))
+    sweeper.sweep_if_due(clock.now())  # a synchronous start (no event loop): nothing deleted, nothing raised
+    assert (runs_root / "old").exists()
+
+    async def timer_pass() -> None:
+        sweeper.sweep_if_due(clock.now())
+        await sweeper.finished()
+    asyncio.run(timer_pass())
+    assert not (runs_root / "old").exists()
