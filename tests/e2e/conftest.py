@@ -1,12 +1,10 @@
 from __future__ import annotations
 
 import os
-import time
-from typing import Callable, TypeVar
 
 import pytest
 
-T = TypeVar("T")
+from tests.support.waiting import eventually  # noqa: F401 -- the e2e tests import it from here
 
 
 @pytest.fixture(scope="session")
@@ -21,15 +19,3 @@ def spark():
                .getOrCreate())
     yield session
     session.stop()
-
-
-def eventually(probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5) -> T:
-    """Poll a condition that depends on other processes (a Spark run), up to `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)

@@ -28,13 +28,12 @@ from sluice_examples.clickstream.demo_cluster import start_services
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService
 from sluice_services.localserver import LocalServer
-from tests.e2e.conftest import eventually
 from tests.integration.test_launcher_history import request
-from tests.integration.test_launcher_restart import eventually as eventually_async
 from tests.e2e.test_distributed import FINISHED, NAMESPACE, inputs, postgres_url, schedule, wait_until_matcher_observed
 from tests.support.kafka import KafkaBroker
 from tests.support.postgres import PostgresServer
 from tests.support.spark_cluster import SparkCluster, kill_programs_under
+from tests.support.waiting import eventually, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(1800)]
 
@@ -158,7 +157,7 @@ async def test_cancel_ends_the_spark_application_on_the_master(tmp_path, cluster
         job = Job(derived_id("job", "cluster"), "schedule-1", 1, PROGRAM, TriggerContext("schedule-1", "c"),
                   datetime.now(timezone.utc))
         launching = asyncio.ensure_future(request(launcher, job))
-        run_id = await eventually_async(
+        run_id = await until(
             lambda: next((r.id for r in launcher.runs() if r.attempt.spark_application_id), None),
             "the driver to report its application", timeout=300)
         app_id = launcher.get(run_id).spark_application_id
@@ -168,7 +167,7 @@ async def test_cancel_ends_the_spark_application_on_the_master(tmp_path, cluster
         run = await launcher.cancel(run_id, "on the cluster", "token:ops")
         assert run.status is RunStatus.KILLED and time.monotonic() - began < 5
         await asyncio.wait_for(launching, 30)
-        apps_now = await eventually_async(
+        apps_now = await until(
             lambda: app_id in (found := master_apps(cluster.master_webui))["completed"] and found,
             "the master to see the application end", timeout=60)
         assert apps_now["active"] == [] and app_id in apps_now["completed"]

@@ -27,6 +27,7 @@ from sluice.v1 import alerts_pb2, alerts_pb2_grpc, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice_services.alerts.service import AlertsService
 from sluice_services.composition import alerts_spec
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -244,12 +245,12 @@ async def test_over_grpc_and_the_bus_a_failed_run_reaches_the_receiver_once_and_
 
     record = status_record(RunStatus.FAILED)
     await producer.send(PROGRAM_NOTIFICATIONS, record.value, key=b"program:ns.app.daily.FAILED")
-    await _until(lambda: len(receiver.calls) == 1)
+    await until(lambda: len(receiver.calls) == 1, "the first webhook call", timeout=10)
     (_, _, body), = receiver.calls
     assert body["sluice"]["schedule_id"] == "s-1" and body["sluice"]["run_id"] == "r-1"
 
     clock.set(datetime(2026, 11, 26, 5, 0, 1, tzinfo=timezone.utc) + NOTICE_GRACE)  # past the deadline, no run completed
-    await _until(lambda: len(receiver.calls) == 2)
+    await until(lambda: len(receiver.calls) == 2, "the second webhook call", timeout=10)
     misses = await stub.ListSlaMisses(alerts_pb2.ListSlaMissesRequest(schedule_id="s-1", page_size=1))
     assert [(m.schedule_id, m.kind) for m in misses.misses] == [("s-1", "complete_by")]
     assert receiver.calls[1][2]["sluice"]["event"] == "sla_missed"
@@ -261,14 +262,6 @@ async def test_over_grpc_and_the_bus_a_failed_run_reaches_the_receiver_once_and_
     assert gone.value.code() == grpc.StatusCode.NOT_FOUND
     assert len(receiver.calls) == 2
     await producer.close()
-
-
-async def _until(condition, timeout: float = 10.0) -> None:
-    """The service's loops notice a message or the moved clock within their one-second wake-up."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 async def test_sluice_rebuild_alerts_writes_the_snapshot_the_service_recovers_from(tmp_path, receiver_factory):
@@ -300,7 +293,7 @@ async def test_sla_misses_are_listed_newest_first_in_pages(alerts_server, receiv
         complete_by=alerts_pb2.CompleteBy(time_of_day="06:00", zone="Europe/Berlin")))
     await stub.SetAlertPolicy(alerts_pb2.SetAlertPolicyRequest(policy=policy))
     clock.advance(timedelta(days=2, hours=3))  # three deadlines passed while nothing ran
-    await _until(lambda: len(receiver.calls) == 3)
+    await until(lambda: len(receiver.calls) == 3, "the third webhook call", timeout=10)
     first = await stub.ListSlaMisses(alerts_pb2.ListSlaMissesRequest(page_size=2))
     second = await stub.ListSlaMisses(alerts_pb2.ListSlaMissesRequest(page_size=2, page_token=first.next_page_token))
     days = [m.deadline.ToDatetime().day for m in [*first.misses, *second.misses]]

@@ -4,7 +4,6 @@ on the in-process bus, read through the registry run_services reports to, as /me
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from sluice.runtime.consumer import Subscription
 from sluice.runtime.metrics import Registry
 from sluice.runtime.service import ServiceSpec, run_services
 from tests.integration.test_metrics_endpoint import samples, total, value
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -23,11 +23,12 @@ PROBE = {"topic": PARTITION_NOTIFICATIONS, "group": "probe", "service": "probe"}
 BEHIND = 5
 
 
-async def until(registry: Registry, done, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while not done(found := samples(registry.render())):
-        assert time.monotonic() < deadline, registry.render()
-        await asyncio.sleep(0.05)
+async def samples_once(registry: Registry, done, timeout: float = 20):
+    """The registry's samples, as /metrics renders them, once `done` holds of them."""
+    def probe():
+        found = samples(registry.render())
+        return (found,) if done(found) else None
+    (found,) = await until(probe, "the consumer metrics", timeout=timeout, interval=0.05)
     return found
 
 
@@ -53,14 +54,14 @@ async def test_consumer_lag_rises_while_the_consumer_is_held_and_falls_to_zero_a
         assert total(before, "sluice_consumer_lag_records", **PROBE) == 0
         for index in range(BEHIND):
             await producer.send(PARTITION_NOTIFICATIONS, f"queued-{index}".encode(), key=b"one-key")
-        held = await until(registry, lambda f: total(f, "sluice_consumer_lag_records", **PROBE) == BEHIND)
+        held = await samples_once(registry, lambda f: total(f, "sluice_consumer_lag_records", **PROBE) == BEHIND)
         assert value(held, "sluice_consumer_messages_total", **PROBE) == 0     # the first is still being handled
         assert max(v for (name, labels), v in held.items()
                    if name == "sluice_consumer_lag_records" and set(PROBE.items()) <= labels) == BEHIND
 
         release.set()
-        await until(registry, lambda f: value(f, "sluice_consumer_messages_total", **PROBE) == BEHIND + 1)
-        after = await until(registry, lambda f: total(f, "sluice_consumer_lag_records", **PROBE) == 0)
+        await samples_once(registry, lambda f: value(f, "sluice_consumer_messages_total", **PROBE) == BEHIND + 1)
+        after = await samples_once(registry, lambda f: total(f, "sluice_consumer_lag_records", **PROBE) == 0)
         assert all(v == 0 for (name, labels), v in after.items()
                    if name == "sluice_consumer_lag_records" and set(PROBE.items()) <= labels)
     finally:

@@ -4,7 +4,6 @@ restarted on the same data dir takes over at once and re-attaches; and one proce
 dir, shown with two real `sluice` processes."""
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -31,6 +30,7 @@ from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, LeaseTerms
 from sluice_services.launcher.programs import SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService, NotLeaseHolder
 from sluice_services.localserver import LocalServer
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -89,13 +89,6 @@ def hosts(tmp_path: Path):
         log.close()
 
 
-async def until(condition, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_launch_request_whose_job_id_is_no_uuid_is_malformed_and_records_nothing(hosts: Hosts):
     a = hosts.launcher("host-a")
     before = hosts.events()
@@ -111,7 +104,7 @@ async def test_a_standby_never_takes_the_runs_of_a_live_launcher(hosts: Hosts):
     assert a.holds_lease and not b.holds_lease
     await a.on_launch_requested(hosts.request(1))
     run_id = run_id_for(derived_id("job", "1"))
-    await until(lambda: a.get(run_id).status is RunStatus.RUNNING)
+    await until(lambda: a.get(run_id).status is RunStatus.RUNNING, "the run RUNNING")
     with pytest.raises(NotLeaseHolder):
         await b.on_launch_requested(hosts.request(2))
     for _ in range(12):  # two minutes: four lease durations, the owner renewing all along
@@ -133,7 +126,7 @@ async def test_a_launcher_whose_lease_was_taken_over_appends_nothing_and_kills_i
     a, b = hosts.launcher("host-a"), hosts.launcher("host-b")
     await a.on_launch_requested(hosts.request(1))
     run_id = run_id_for(derived_id("job", "1"))
-    await until(lambda: a.get(run_id).status is RunStatus.RUNNING and hosts.starts.exists())
+    await until(lambda: a.get(run_id).status is RunStatus.RUNNING and hosts.starts.exists(), "the program started")
     wrapper = a.get(run_id).attempt.pid
     hosts.clock.advance(timedelta(seconds=31))  # a is paused past its lease
     assert await b.lease_tick() is LeaseChange.ACQUIRED
@@ -145,7 +138,7 @@ async def test_a_launcher_whose_lease_was_taken_over_appends_nothing_and_kills_i
     assert hosts.events() == before, "fenced: nothing appended"
     assert await a.lease_tick() is LeaseChange.LOST
     await until(lambda: not Path(f"/proc/{wrapper}").exists() or
-                Path(f"/proc/{wrapper}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")
+                Path(f"/proc/{wrapper}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", "the wrapper killed")
     with pytest.raises(NotLeaseHolder):
         await a.on_launch_requested(hosts.request(2))
 
@@ -154,13 +147,13 @@ async def test_a_launcher_restarted_on_the_same_data_dir_takes_over_at_once_and_
     first = hosts.launcher("host-a")
     await first.on_launch_requested(hosts.request(1))
     run_id = run_id_for(derived_id("job", "1"))
-    await until(lambda: first.get(run_id).status is RunStatus.RUNNING and hosts.starts.exists())
+    await until(lambda: first.get(run_id).status is RunStatus.RUNNING and hosts.starts.exists(), "the program started")
     for task in list(first._tasks):  # kill -9 of the launcher alone: its program goes on
         task.cancel()
     second = hosts.launcher("host-a")  # same home: its data dir's lock says the first one ended
     assert second.holds_lease and second._lease.epoch == 2
     hosts.gate.touch()
-    await until(lambda: second.get(run_id).status.terminal)
+    await until(lambda: second.get(run_id).status.terminal, "the run ended")
     assert second.get(run_id).status is RunStatus.COMPLETED and len(second.get(run_id).attempts) == 1
     assert len(hosts.starts.read_text().splitlines()) == 1
 

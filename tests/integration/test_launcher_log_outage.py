@@ -13,7 +13,8 @@ import pytest
 
 from sluice.domain.common import RunStatus
 from sluice.eventlog.port import EventLogUnavailable
-from tests.integration.test_launcher_restart import World, eventually
+from tests.integration.test_launcher_restart import World
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -50,12 +51,12 @@ async def test_a_run_ending_while_the_log_cannot_write_is_recorded_completed_aft
     world.log = FailingAppends(world.log)
     launcher = world.launcher()
     run_id = await world.request(launcher, world.job())
-    await eventually(lambda: launcher.get(run_id).status is RunStatus.RUNNING, "the run RUNNING")
+    await until(lambda: launcher.get(run_id).status is RunStatus.RUNNING, "the run RUNNING")
 
     world.log.failures = failures
     world.gate.touch()  # the program ends while the log refuses appends
-    await eventually(lambda: world.log.failures == 0, "the launcher to meet every refused append")
-    await eventually(lambda: launcher.get(run_id).status.terminal, "the run recorded ended", timeout=30)
+    await until(lambda: world.log.failures == 0, "the launcher to meet every refused append")
+    await until(lambda: launcher.get(run_id).status.terminal, "the run recorded ended", timeout=30)
     await launcher.drain()
 
     run = launcher.get(run_id)

@@ -28,6 +28,7 @@ from sluice.wire.jobs import job_to_proto
 from sluice_services.launcher import supervise
 from sluice_services.launcher.programs import SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -113,15 +114,6 @@ async def crash(launcher: LauncherService) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def eventually(condition, what: str, timeout: float = 20.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (value := condition()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
-
-
 @pytest.fixture
 def world(tmp_path: Path):
     w = World(tmp_path)
@@ -140,7 +132,7 @@ def world(tmp_path: Path):
 async def test_a_run_going_when_the_launcher_restarts_is_re_attached_and_published_once(world: World):
     first = world.launcher()
     run_id = await world.request(first, world.job())
-    await eventually(lambda: world.starts_of(run_id), "the program to start")
+    await until(lambda: world.starts_of(run_id), "the program to start")
     await crash(first)
     assert first.get(run_id).status is RunStatus.RUNNING
 
@@ -163,10 +155,10 @@ async def test_a_run_going_when_the_launcher_restarts_is_re_attached_and_publish
 async def test_a_program_that_ended_while_the_launcher_was_down_is_taken_with_its_exit_code_and_outputs(world: World):
     first = world.launcher()
     run_id = await world.request(first, world.job())
-    await eventually(lambda: world.starts_of(run_id), "the program to start")
+    await until(lambda: world.starts_of(run_id), "the program to start")
     await crash(first)
     world.gate.touch()
-    await eventually(lambda: (world.root / "runs" / run_id / supervise.EXIT_CODE).exists(), "the program to end")
+    await until(lambda: (world.root / "runs" / run_id / supervise.EXIT_CODE).exists(), "the program to end")
 
     second = world.launcher()
     second.resume()
@@ -179,11 +171,11 @@ async def test_a_program_that_ended_while_the_launcher_was_down_is_taken_with_it
 async def test_a_program_killed_while_the_launcher_was_down_is_lost_then_retried_per_policy(world: World):
     first = world.launcher()
     run_id = await world.request(first, world.job(RetryPolicy(max_retries=1, delay_seconds=30)))
-    await eventually(lambda: world.starts_of(run_id), "the program to start")
+    await until(lambda: world.starts_of(run_id), "the program to start")
     await crash(first)
     wrapper = int((world.root / "runs" / run_id / supervise.SPAWNED).read_text().split()[0])
     os.killpg(wrapper, signal.SIGKILL)  # the wrapper and the program, without an exit code
-    await eventually(lambda: _gone(wrapper), "the kill")
+    await until(lambda: _gone(wrapper), "the kill")
 
     second = world.launcher()
     second.resume()
@@ -208,11 +200,11 @@ async def test_a_program_killed_while_the_launcher_was_down_is_lost_then_retried
 async def test_what_a_killed_wrapper_left_running_is_killed_before_the_retry(world: World):
     launcher = world.launcher()
     run_id = await world.request(launcher, world.job(RetryPolicy(max_retries=1, delay_seconds=0)))
-    (line,) = await eventually(lambda: world.starts_of(run_id), "the program to start")
+    (line,) = await until(lambda: world.starts_of(run_id), "the program to start")
     await crash(launcher)
     wrapper = int((world.root / "runs" / run_id / supervise.SPAWNED).read_text().split()[0])
     os.kill(wrapper, signal.SIGKILL)  # the wrapper only: its program goes on, orphaned
-    await eventually(lambda: not Path(f"/proc/{wrapper}").exists(), "the wrapper to be reaped")
+    await until(lambda: not Path(f"/proc/{wrapper}").exists(), "the wrapper to be reaped")
     orphan = int(line.split()[2])
     assert Path(f"/proc/{orphan}").exists()
 
@@ -220,7 +212,7 @@ async def test_what_a_killed_wrapper_left_running_is_killed_before_the_retry(wor
     launcher.resume()
     await launcher.drain()
     assert launcher.get(run_id).attempts[0].status is RunStatus.LOST
-    await eventually(lambda: _gone(orphan), "the orphaned program to be killed")
+    await until(lambda: _gone(orphan), "the orphaned program to be killed")
 
 
 def kill_program(world: World, run_id: str) -> None:
@@ -232,7 +224,7 @@ async def test_a_lost_retry_that_completes_reports_the_run_once_to_the_checker(w
     policy = RetryPolicy(max_retries=2, delay_seconds=10)
     launcher = world.launcher()
     run_id = await world.request(launcher, world.job(policy))
-    await eventually(lambda: world.starts_of(run_id), "the program to start")
+    await until(lambda: world.starts_of(run_id), "the program to start")
     await crash(launcher)
     kill_program(world, run_id)
 
@@ -257,7 +249,7 @@ async def test_a_lost_retry_that_completes_reports_the_run_once_to_the_checker(w
 async def test_a_lost_run_without_retries_left_ends_lost(world: World):
     launcher = world.launcher()
     run_id = await world.request(launcher, world.job(RetryPolicy(max_retries=0)))
-    await eventually(lambda: world.starts_of(run_id), "the program to start")
+    await until(lambda: world.starts_of(run_id), "the program to start")
     await crash(launcher)
     kill_program(world, run_id)
     launcher = world.launcher()
@@ -301,7 +293,7 @@ async def test_a_crash_between_the_spawn_and_recording_it_launches_once(world: W
 
     second = world.launcher()  # at once: the first wrapper may not even have claimed the attempt yet
     second.resume()
-    await eventually(lambda: world.starts_of(run_id), "the program to start")
+    await until(lambda: world.starts_of(run_id), "the program to start")
     world.gate.touch()
     await second.drain()
     run = second.get(run_id)
@@ -403,7 +395,7 @@ async def test_a_real_spark_submit_outlives_the_launcher_and_is_re_attached(worl
 
     first = launcher()
     run_id = await world.request(first, world.job())
-    await eventually(lambda: first.get(run_id).status is RunStatus.RUNNING, "spark-submit to start")
+    await until(lambda: first.get(run_id).status is RunStatus.RUNNING, "spark-submit to start")
     await crash(first)
     second = launcher()
     second.resume()

@@ -42,6 +42,7 @@ from sluice_services.launcher.lease import EPOCH_METADATA, LeaseChange, LeaseKee
 from sluice_services.launcher.programs import SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService, NotLeaseHolder
 from sluice_services.launcher.tracking import spawned
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -189,15 +190,6 @@ class World:
         return {line["run_id"] for line in self.ledger_lines() if line["host"] == host.name}
 
 
-async def eventually(condition, what: str, timeout: float = 30.0):
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (value := condition()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
-
-
 def settled(host: Host, recorded: bool) -> bool:
     """Every run its launcher follows has started (recorded RUNNING): it only waits for programs now;
     `recorded`: and every program that ended was recorded ended (a launcher that has been running a while)."""
@@ -256,7 +248,7 @@ async def test_two_launchers_over_20_seeded_takeovers_never_execute_a_run_twice(
             owner.launcher.fire_due()
             await asyncio.sleep(rng.uniform(0, 0.15))
         recorded = rng.random() < 0.8  # else the failure may come between a program's end and its record
-        await eventually(lambda: settled(owner, recorded), "the owner's programs to have started")
+        await until(lambda: settled(owner, recorded), "the owner's programs to have started", timeout=30)
 
         kind = rng.choice(("kill", "pause"))
         kinds[kind] += 1

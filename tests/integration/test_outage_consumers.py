@@ -17,6 +17,7 @@ from sluice.v1 import jobs_pb2
 from sluice_services.composition import matcher_spec, registry_spec
 from sluice_services.registry.service import RegistryService
 from tests.integration.test_dead_letter import CLOCK, SCHEDULE, valid_notification
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -52,13 +53,6 @@ async def records(bus, topic: str, group: str, timeout: float) -> list:
     return found
 
 
-async def until(condition, timeout: float, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.02)
-
-
 @pytest.mark.parametrize("outage", ["sqlite read-only", "EventLogUnavailable"])
 async def test_a_notification_during_an_outage_waits_and_fires_once_the_log_writes_again(tmp_path, outage):
     sqlite_log = SqliteEventLog(tmp_path / "events.db", clock=CLOCK)
@@ -72,15 +66,15 @@ async def test_a_notification_during_an_outage_waits_and_fires_once_the_log_writ
     specs = [registry_spec(log, CLOCK, producer), matcher_spec(log, CLOCK, producer)]
     task = asyncio.create_task(run_services(specs, bus, log, on_ready=ready.set_result, stop=stop, health=health))
     await asyncio.wait_for(ready, 10)
-    await until(lambda: sqlite_log.stream_version(f"matcher-{SCHEDULE.id}") >= 0, 10, "schedule never observed")
-    await until(health.ready, 10, "never ready")
+    await until(lambda: sqlite_log.stream_version(f"matcher-{SCHEDULE.id}") >= 0, "the schedule observed", timeout=10)
+    await until(health.ready, "the service ready", timeout=10)
 
     if outage == "sqlite read-only":
         read_only(sqlite_log, True)
     else:
         log.down = True
     await producer.send(PARTITION_NOTIFICATIONS, valid_notification(), key=b"partition:experiments.clickstream")
-    await until(lambda: not health.ready(), 10, "the service stayed ready while its log refused writes")
+    await until(lambda: not health.ready(), "the service not ready while its log refuses writes", timeout=10)
     assert "log or bus unreachable" in health.why_not_ready()
     await asyncio.sleep(1.5)  # well past the old 5 tries in ~1.5 s
     assert await records(bus, JOBS, "probe-jobs-early", 0.1) == []
@@ -92,7 +86,7 @@ async def test_a_notification_during_an_outage_waits_and_fires_once_the_log_writ
         assert log.refused >= 3
     triggered = await records(bus, JOBS, "probe-jobs", 15)
     assert [n.id for n in jobs_pb2.JobTriggered.FromString(triggered[0].value).job.context.notifications] == ["n-ok"]
-    await until(health.ready, 15, "not ready again after the log came back")
+    await until(health.ready, "the service ready again once the log writes", timeout=15)
     assert await records(bus, DEAD_LETTER, "probe-dead", 0.2) == []
 
     stop.set()

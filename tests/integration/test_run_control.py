@@ -28,8 +28,9 @@ from sluice_services.launcher.service import LauncherService
 from sluice_services.launcher.supervise import process_start_ticks
 from sluice.ids import run_id_for
 from tests.integration.test_launcher_history import request
-from tests.integration.test_launcher_lease import hosts, until  # noqa: F401  (hosts: a fixture)
-from tests.integration.test_launcher_restart import crash, eventually
+from tests.integration.test_launcher_lease import hosts  # noqa: F401  (a fixture)
+from tests.integration.test_launcher_restart import crash
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -76,9 +77,9 @@ class World:
     async def running(self, launcher: LauncherService, job: Job) -> tuple[str, int]:
         """Launch the job; its run id and the pid of the child its program started, once both are up."""
         task = asyncio.ensure_future(request(launcher, job))
-        run_id = await eventually(lambda: _running_id(launcher, job), "the run to start")
+        run_id = await until(lambda: _running_id(launcher, job), "the run to start")
         child = launcher.attempt_dir(launcher.get(run_id)) / "child.pid"
-        pid = await eventually(lambda: child.exists() and child.read_text() and int(child.read_text()),
+        pid = await until(lambda: child.exists() and child.read_text() and int(child.read_text()),
                                "the program's child")
         self.draining = task
         return run_id, pid
@@ -119,7 +120,7 @@ async def test_cancel_kills_the_program_and_what_it_started_within_5_s_and_the_r
     took = time.monotonic() - began
     assert run.status is RunStatus.KILLED and took < 5, (run.status, took)
     assert run.error == "killed by token:alice: wrong input" and run.attempt.status is RunStatus.KILLED
-    await eventually(lambda: gone(child) and gone(wrapper), "the program's processes to end", timeout=5)
+    await until(lambda: gone(child) and gone(wrapper), "the program's processes to end", timeout=5)
     await world.draining
     assert world.statuses(launcher) == ["RUNNING", "KILLED"]
     assert [r.type for r in world.log.read_all(0, 100)][-2:] == ["RunCancelRequested", "RunKilled"]
@@ -143,7 +144,7 @@ async def test_cancel_of_a_queued_run_ends_it_killed_without_starting_its_progra
     first, _ = await world.running(launcher, world.job("first"))
     queued = world.job("queued")
     waiting = asyncio.ensure_future(request(launcher, queued))
-    queued_id = await eventually(lambda: next((r.id for r in launcher.runs() if r.job.id == queued.id), None), "it queued")
+    queued_id = await until(lambda: next((r.id for r in launcher.runs() if r.job.id == queued.id), None), "it queued")
     run = await launcher.cancel(queued_id, "not today", "token:bob")
     assert run.status is RunStatus.KILLED and run.attempt.started_at is None
     await launcher.cancel(first, "", "token:bob")
@@ -159,9 +160,9 @@ async def test_a_cancel_recorded_by_a_launcher_that_died_before_killing_is_finis
     assert not gone(child)
     second = world.launcher()
     second.resume()
-    await eventually(lambda: second.get(run_id).status.terminal, "the run to end", timeout=10)
+    await until(lambda: second.get(run_id).status.terminal, "the run to end", timeout=10)
     assert second.get(run_id).status is RunStatus.KILLED
-    await eventually(lambda: gone(child), "the program's child to end", timeout=5)
+    await until(lambda: gone(child), "the program's child to end", timeout=5)
 
 
 async def test_a_program_past_its_time_limit_on_the_clock_is_killed_and_marked_so(world):
@@ -174,17 +175,17 @@ async def test_a_program_past_its_time_limit_on_the_clock_is_killed_and_marked_s
     assert launcher.get(run_id).status is RunStatus.RUNNING
     world.clock.advance(timedelta(seconds=1))
     launcher.fire_due()
-    await eventually(lambda: launcher.get(run_id).status.terminal, "the run to end", timeout=5)
+    await until(lambda: launcher.get(run_id).status.terminal, "the run to end", timeout=5)
     run = launcher.get(run_id)
     assert run.status is RunStatus.KILLED and run.error == "killed by launcher (time limit): time limit 2s exceeded"
-    await eventually(lambda: gone(child), "the program's child to end", timeout=5)
+    await until(lambda: gone(child), "the program's child to end", timeout=5)
 
 
 async def test_a_standby_launcher_refuses_a_cancel_and_the_lease_holder_carries_it_out(hosts):
     holder, standby = hosts.launcher("host-a"), hosts.launcher("host-b")
     await holder.on_launch_requested(hosts.request(1))
     run_id = run_id_for(derived_id("job", "1"))
-    await until(lambda: holder.get(run_id).status is RunStatus.RUNNING)
+    await until(lambda: holder.get(run_id).status is RunStatus.RUNNING, "the run RUNNING")
     with pytest.raises(FailedPrecondition, match="does not hold the launcher lease"):
         await standby.cancel(run_id, "from the wrong launcher", "token:ops")
     assert holder.get(run_id).cancel is None

@@ -18,18 +18,11 @@ from sluice.sqlite_wal import WalCheckpointer
 COMMITS = 200
 
 from tests.integration.eventlog.contract import new_events
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 10.0
-
-
-def wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {TIMEOUT} s: {what}")
-        time.sleep(0.01)
 
 
 def checkpointer_threads() -> int:
@@ -44,8 +37,8 @@ def test_the_event_logs_commits_never_checkpoint_and_the_thread_moves_the_wal_in
         empty = path.stat().st_size
         for version in range(COMMITS):
             log.append("s", new_events(1), version - 1)
-        wait_until(lambda: log._checkpointer.checkpoints >= 1 and path.stat().st_size > empty,
-                   "a background checkpoint copied the WAL's pages into the database file")
+        eventually(lambda: log._checkpointer.checkpoints >= 1 and path.stat().st_size > empty, TIMEOUT,
+                   "a background checkpoint copied the WAL's pages into the database file", interval=0.01)
     finally:
         log.close()
     assert log._checkpointer is None
@@ -65,8 +58,8 @@ def test_the_bus_files_commits_never_checkpoint_and_the_thread_moves_the_wal_int
         empty = path.stat().st_size
         for n in range(COMMITS):
             store.append([(TopicPartition("t", 0), b"k", b"v" * 200, "[]")], n)
-        wait_until(lambda: store._checkpointer.checkpoints >= 1 and path.stat().st_size > empty,
-                   "a background checkpoint copied the WAL's pages into the bus file")
+        eventually(lambda: store._checkpointer.checkpoints >= 1 and path.stat().st_size > empty, TIMEOUT,
+                   "a background checkpoint copied the WAL's pages into the bus file", interval=0.01)
     finally:
         store.close()
 
@@ -82,12 +75,12 @@ def test_checkpoints_follow_commits_at_most_one_an_interval_and_closing_stops_th
         assert checkpointer.checkpoints == 0  # nothing committed, nothing to do
         writer.execute("CREATE TABLE t (x)")
         checkpointer.committed()
-        wait_until(lambda: checkpointer.checkpoints == 1, "a checkpoint after a commit")
+        eventually(lambda: checkpointer.checkpoints == 1, TIMEOUT, "a checkpoint after a commit", interval=0.01)
         for _ in range(50):
             writer.execute("INSERT INTO t VALUES (1)")
             checkpointer.committed()
         assert checkpointer.checkpoints == 1  # the next waits for the interval
-        wait_until(lambda: checkpointer.checkpoints == 2, "the next checkpoint, one interval later")
+        eventually(lambda: checkpointer.checkpoints == 2, TIMEOUT, "the next checkpoint, one interval later", interval=0.01)
         assert checkpointer_threads() == before + 1
     finally:
         checkpointer.close()
@@ -131,7 +124,7 @@ def test_a_wal_grown_past_its_limit_is_truncated(tmp_path: Path) -> None:
         grown = wal.stat().st_size
         assert grown > 1024 * 1024
         checkpointer.committed()
-        wait_until(lambda: checkpointer.truncations >= 1, "a TRUNCATE checkpoint")
+        eventually(lambda: checkpointer.truncations >= 1, TIMEOUT, "a TRUNCATE checkpoint", interval=0.01)
         assert wal.stat().st_size == 0 < grown
         assert writer.execute("SELECT count(*) FROM t").fetchone()[0] == 400
     finally:
@@ -149,7 +142,7 @@ def test_a_wal_is_truncated_periodically_even_when_small(tmp_path: Path) -> None
         writer.execute("INSERT INTO t VALUES (1)")
         time.sleep(0.3)
         checkpointer.committed()
-        wait_until(lambda: checkpointer.truncations >= 1, "a periodic TRUNCATE checkpoint")
+        eventually(lambda: checkpointer.truncations >= 1, TIMEOUT, "a periodic TRUNCATE checkpoint", interval=0.01)
         assert Path(path + "-wal").stat().st_size == 0
     finally:
         checkpointer.close()

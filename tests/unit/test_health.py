@@ -14,6 +14,7 @@ from aiohttp import web
 from sluice.runtime.health import Health, watch_dependency
 from sluice.runtime.metrics import Registry
 from sluice.runtime.metrics_http import metrics_app
+from tests.support.waiting import until
 
 
 async def test_not_ready_until_recovered_nor_while_a_dependency_fails_and_listeners_hear_each_change() -> None:
@@ -46,10 +47,10 @@ async def test_the_probe_flips_readiness_while_its_check_fails_and_back() -> Non
     probe = asyncio.create_task(watch_dependency(health, "event log", check, every=0.02, timeout=1.0))
     try:
         failing.set()
-        await until(lambda: not health.ready())
+        await until(lambda: not health.ready(), "not ready", timeout=5)
         assert "server down" in health.why_not_ready()
         failing.clear()
-        await until(health.ready)
+        await until(health.ready, "ready", timeout=5)
     finally:
         probe.cancel()
 
@@ -64,12 +65,12 @@ async def test_a_check_that_hangs_is_a_failure_and_is_never_started_twice() -> N
 
     probe = asyncio.create_task(watch_dependency(health, "event log", check, every=0.01, timeout=0.05))
     try:
-        await until(lambda: not health.ready())
+        await until(lambda: not health.ready(), "not ready", timeout=5)
         assert "no answer within 0.05 s" in health.why_not_ready()
         await asyncio.sleep(0.2)
         assert len(started) == 1
         release.set()
-        await until(health.ready)
+        await until(health.ready, "ready", timeout=5)
     finally:
         release.set()
         probe.cancel()
@@ -128,8 +129,3 @@ async def test_healthz_and_readyz_answer_apart() -> None:
         await runner.cleanup()
 
 
-async def until(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)

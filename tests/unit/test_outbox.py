@@ -11,6 +11,7 @@ from sluice.bus.topics import JOBS, PARTITION_NOTIFICATIONS
 from sluice.eventlog.port import ANY_VERSION, NewEvent, RecordedEvent
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.outbox import CHECKPOINT_SECONDS, OutboxRelay, Outgoing
+from tests.support.waiting import until
 
 CHECKPOINT = "outbox:test"
 
@@ -100,14 +101,9 @@ async def test_a_stopping_relay_saves_its_position(log):
     append(log, "a", "b")
     running = asyncio.create_task(relay.run())
 
-    async def until_sent(count: int) -> None:
-        for _ in range(200):
-            if len(sent.messages) == count:
-                return
-            await asyncio.sleep(0.01)
-    await until_sent(2)
+    await until(lambda: len(sent.messages) == 2, "2 messages sent", timeout=5)
     append(log, "c")
-    await until_sent(3)
+    await until(lambda: len(sent.messages) == 3, "3 messages sent", timeout=5)
     assert len(sent.messages) == 3 and log.read_checkpoint(CHECKPOINT) == 2
     running.cancel()
     with pytest.raises(asyncio.CancelledError):

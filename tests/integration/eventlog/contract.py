@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 from datetime import timedelta, timezone
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import AsyncIterator, Iterator
 
 import pytest
 
@@ -41,6 +41,7 @@ from sluice.eventlog import (
 )
 
 from tests.integration.eventlog.filter_contract import StreamFilterContract
+from tests.support.waiting import until
 
 TIMEOUT = 5.0  # upper bound for anything asynchronous; passing tests take milliseconds
 
@@ -74,14 +75,6 @@ async def assert_nothing_more(subscription: AsyncIterator[RecordedEvent], wait: 
     with pytest.raises(TimeoutError):
         event = await asyncio.wait_for(anext(subscription), wait)
         pytest.fail(f"unexpected extra event {event}")
-
-
-async def eventually(condition: Callable[[], bool]) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), TIMEOUT)
 
 
 class EventLogContract(StreamFilterContract):
@@ -527,7 +520,7 @@ class EventLogContract(StreamFilterContract):
                 received.append(event)
 
         consumer = asyncio.ensure_future(consume())
-        await eventually(lambda: len(received) == 1)
+        await until(lambda: len(received) == 1, "the event received", timeout=TIMEOUT, interval=0.005)
         consumer.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(consumer, TIMEOUT)
