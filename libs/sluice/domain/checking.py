@@ -432,19 +432,19 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
         case ManualJobRequested(job, _, at):
             return _queued(state, job, at, requested=state.requested.with_manual_job(event))
         case BackfillRequested():
-            state = replace(state, requested=state.requested.with_backfill(event),
-                            watched=state.watched | {event.template.program})  # its runs' ends are its progress
+            state = _changed(state, requested=state.requested.with_backfill(event),
+                             watched=state.watched | {event.template.program})  # its runs' ends are its progress
             return _queued_together(state, backfills.jobs_of(event), event.template, event.at)
         case BackfillCancelled(_, _, withdrawn):
             for job_id in withdrawn:
                 state = _dequeued(state, job_id)
-            return replace(state, requested=state.requested.cancelled(event))
+            return _changed(state, requested=state.requested.cancelled(event))
         case JobDeferred(job_id):
             queued = state.queue[job_id]
-            state = replace(state, queue=state.queue.set(job_id, replace(queued, checked=True)))
+            state = _changed(state, queue=state.queue.set(job_id, _changed(queued, checked=True)))
             schedule_id = queued.job.schedule_id
             if queued.job.joinable and schedule_id not in state.joinable:
-                state = replace(state, joinable=state.joinable.set(schedule_id, job_id))
+                state = _changed(state, joinable=state.joinable.set(schedule_id, job_id))
             return state
         case NotificationsJoined(job_id, into, schedule_id, sequence, notifications):
             state = _dequeued(state, job_id)
@@ -452,9 +452,9 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             context = target.job.context
             joined = replace(target.job, context=replace(context, notifications=context.notifications + notifications))
             tracked = state.schedules[schedule_id]
-            return replace(state, queue=state.queue.set(into, replace(target, job=joined)),
-                           schedules=state.schedules.set(schedule_id, replace(
-                               tracked, last_sequence=max(tracked.last_sequence, sequence))))
+            return _changed(state, queue=state.queue.set(into, replace(target, job=joined)),
+                            schedules=state.schedules.set(schedule_id, replace(
+                                tracked, last_sequence=max(tracked.last_sequence, sequence))))
         case JobAdmitted(job, at) if job.id not in state.queue:
             # Admitted on arrival: what JobQueued then JobAdmitted make, the queue left as it was.
             world = join_groups(state.world, job.program, job.constraints)
@@ -463,7 +463,7 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
                        "horizon": max(state.horizon, history_needed(job.constraints))}
             watching = state.watch_all or job.program in watched
             changes.update(_admitted_changes(state.requested, world, watching, job, at))
-            return replace(state, schedules=_sequence_seen(state, job), **changes)
+            return _changed(state, schedules=_sequence_seen(state, job), **changes)
         case JobAdmitted(job, at):
             changes = _admitted_changes(state.requested, state.world, state.watches(job.program), job, at)
             return _dequeued(state, job.id, **changes)
@@ -477,26 +477,26 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             if status.terminal:
                 world = world.forget(at - state.horizon, (program,))
                 requested = requested.run_ended(run_id, status is RunStatus.COMPLETED)
-            return replace(state, world=world, requested=requested)
+            return _changed(state, world=world, requested=requested)
         case ScheduleTracked(schedule_id):
             old = state.schedules.get(schedule_id)
             new = _tracked(event, old)
-            return _regroup(replace(state, schedules=state.schedules.set(schedule_id, new),
-                                    horizon=max(state.horizon, history_needed(event.constraints)),
-                                    watched=_watch(state.watched, event.program, event.constraints)), old, new)
+            return _regroup(_changed(state, schedules=state.schedules.set(schedule_id, new),
+                                     horizon=max(state.horizon, history_needed(event.constraints)),
+                                     watched=_watch(state.watched, event.program, event.constraints)), old, new)
         case LoadLimited():
-            return replace(state, watch_all=True)
+            return _changed(state, watch_all=True)
         case ScheduleUntracked(schedule_id):
             old = state.schedules[schedule_id]
             new = replace(old, active=False, groups=frozenset(), deleted=True, schedule=None)
-            return _regroup(replace(state, schedules=state.schedules.set(schedule_id, new)), old, new)
+            return _regroup(_changed(state, schedules=state.schedules.set(schedule_id, new)), old, new)
     raise TypeError(f"unknown event {event!r}")
 
 
 def _sequence_seen(state: CheckerState, job: Job) -> immutables.Map:
     """The schedules, the job's one tracked (if it was not) with its sequence seen."""
     tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
-    seen = replace(tracked, last_sequence=max(tracked.last_sequence, job.sequence))
+    seen = _changed(tracked, last_sequence=max(tracked.last_sequence, job.sequence))
     return state.schedules.set(job.schedule_id, seen)
 
 
@@ -520,9 +520,9 @@ def _queued(state: CheckerState, job: Job, at: datetime, **changes: Any) -> Chec
     # Its program joins the groups it names, tracked schedule or not (a job can arrive first):
     # its runs count for them from now on, also in a pass that checks only newer jobs.
     world = join_groups(state.world, job.program, job.constraints)
-    return replace(state, queue=queue, queued_by_program=_indexed(state.queued_by_program, job.program, job.id),
-                   world=world, horizon=max(state.horizon, history_needed(job.constraints)),
-                   watched=_watch(state.watched, job.program, job.constraints), **changes)
+    return _changed(state, queue=queue, queued_by_program=_indexed(state.queued_by_program, job.program, job.id),
+                    world=world, horizon=max(state.horizon, history_needed(job.constraints)),
+                    watched=_watch(state.watched, job.program, job.constraints), **changes)
 
 
 def _queued_together(state: CheckerState, jobs: list[Job], template: Job, at: datetime) -> CheckerState:
@@ -535,22 +535,22 @@ def _queued_together(state: CheckerState, jobs: list[Job], template: Job, at: da
         for job in jobs[1:]:
             queue[job.id] = QueuedJob(job, job.triggered_at or at)
             of_program[job.id] = None
-        return replace(state, queue=queue.finish(),
-                       queued_by_program=state.queued_by_program.set(program, of_program.finish()))
+        return _changed(state, queue=queue.finish(),
+                        queued_by_program=state.queued_by_program.set(program, of_program.finish()))
 
 
 def _dequeued(state: CheckerState, job_id: str, **changes: Any) -> CheckerState:
     """The job out of the queue, and `changes` (other fields of the state) made in the same replace."""
     queued = state.queue.get(job_id)
     if queued is None:
-        return replace(state, **changes) if changes else state
+        return _changed(state, **changes) if changes else state
     program = queued.job.program
     ids = state.queued_by_program[program].delete(job_id)
     by_program = state.queued_by_program.set(program, ids) if ids else state.queued_by_program.delete(program)
     schedule_id = queued.job.schedule_id
     if state.joinable.get(schedule_id) == job_id:
         changes["joinable"] = _next_joinable(state, schedule_id, program, job_id)
-    return replace(state, queue=state.queue.delete(job_id), queued_by_program=by_program, **changes)
+    return _changed(state, queue=state.queue.delete(job_id), queued_by_program=by_program, **changes)
 
 
 def _next_joinable(state: CheckerState, schedule_id: str, program: ProgramRef, leaving: str) -> immutables.Map:
@@ -566,6 +566,17 @@ def _next_joinable(state: CheckerState, schedule_id: str, program: ProgramRef, l
 
 def _indexed(by_program: immutables.Map, program: ProgramRef, job_id: str) -> immutables.Map:
     return by_program.set(program, by_program.get(program, immutables.Map()).set(job_id, None))
+
+
+def _changed(value: Any, **changes: Any) -> Any:
+    """dataclasses.replace for the state's frozen dataclasses, given fields in their final form
+    (immutables.Map, not a dict): a copy of the instance's fields with the changes, without the
+    __init__ and __post_init__ that replace runs (evolve's cost, once per event)."""
+    new = object.__new__(type(value))
+    fields = new.__dict__
+    fields.update(value.__dict__)
+    fields.update(changes)
+    return new
 
 
 def fold(state: CheckerState, events: list[CheckerEvent]) -> CheckerState:
@@ -605,4 +616,4 @@ def _regroup(state: CheckerState, old: TrackedSchedule | None, new: TrackedSched
     for key in after - before:
         refs[key] = refs.get(key, 0) + 1
         world = world.join(*key)
-    return replace(state, group_refs=refs, world=world)
+    return _changed(state, group_refs=refs, world=world)

@@ -118,6 +118,8 @@ def admit(pending_jobs: Iterable[PendingJobFacts], world: WorldFacts, now: datet
     for job in jobs:
         world = join_groups(world, job.program, job.constraints)
     load = world.running_total()
+    # Nothing in a pass of jobs without constraints, under no limit, reads the world: no run reserved.
+    reserving = capacity.limit is not None or capacity.hard_limit is not None or any(job.constraints for job in jobs)
     launch, forced, discard, waiting = [], [], [], []
     same: dict[tuple, _Discard | Waiting] = {}
     """Outcomes by `_alike` key while the world stays as it is: a backfill's thousands of jobs alike
@@ -132,10 +134,11 @@ def admit(pending_jobs: Iterable[PendingJobFacts], world: WorldFacts, now: datet
             if not isinstance(outcome, _Launch):
                 same[key] = outcome
         if isinstance(outcome, _Launch):
-            reserved = world.reserve(job.program, job.run_id, now)
-            load += reserved is not world
-            world = reserved
-            same.clear()
+            if reserving:
+                reserved = world.reserve(job.program, job.run_id, now)
+                load += reserved is not world
+                world = reserved
+                same.clear()
             launch.append(job.job_id)
             if outcome.forced:
                 forced.append(job.job_id)
