@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from sluice.domain.errors import InvalidArgument
 from sluice.eventlog.port import EventLogNotMigrated
@@ -150,7 +151,7 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
         return 1
     configure_logging(settings.log_level, settings.log_format)
     try:
-        asyncio.run(_serve(settings, names, label))
+        _profiled(label, lambda: asyncio.run(_serve(settings, names, label)))
     except EventLogNotMigrated as error:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 2
@@ -164,6 +165,21 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
         for lock in locks:
             lock.release()
     return 0
+
+
+def _profiled(label: str, run: Callable[[], None]) -> None:
+    """`run()`, under cProfile when SLUICE_PROFILE_DIR is set (benchmarks): the stats go to <dir>/<label>.pstats
+    when the server stops."""
+    directory = os.environ.get("SLUICE_PROFILE_DIR")
+    if not directory:
+        return run()
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(run)
+    finally:
+        profiler.dump_stats(os.path.join(directory, f"{label}.pstats"))
 
 
 async def _serve(settings: "Settings", names: tuple[str, ...], label: str) -> None:
