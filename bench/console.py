@@ -46,7 +46,7 @@ DESCRIPTION = ("p99 page load of the console's schedules, jobs and runs pages ov
                "1,000,000 runs (ms)")
 DEFAULT_SCHEDULES = 100_000
 DEFAULT_RUNS = 1_000_000
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 WRITE_BATCH = 20_000
 LOADS_PER_URL = 40
 TARGET_MS = 300.0
@@ -150,7 +150,7 @@ def _generated(schedule_count: int, run_count: int) -> Path:
                 progress(f"[console]   {index:,} runs ({time.perf_counter() - started:.0f} s)")
         _flush(log, batch, force=True)
         head = log.head_position()
-        for relay in ("registry", "launcher", "datasets"):  # published before: no relay sends it again
+        for relay in ("registry", "matcher", "launcher", "datasets"):  # published before: no relay sends it again
             log.save_checkpoint(Checkpoint(f"outbox:{relay}", head))
     finally:
         log.close()

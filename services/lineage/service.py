@@ -40,10 +40,16 @@ the index is derived from them when loaded): bump it when the columns or RunFact
 1: a dict of RunFacts by run id (decoding it took twice as long as deriving the index); 2: the integer
 columns as lists (the codec checked each integer)."""
 _READ_BATCH = 10_000
+LONG_READ = 100_000
+"""Log positions a recovery read past (the other services' events) after which it saves a snapshot even
+when it found few lineage events: the next start reads from there."""
+
+
+STREAM_PREFIX = "lineage-run-"
 
 
 def stream_name(run_id: str) -> str:
-    return f"lineage-run-{run_id}"
+    return STREAM_PREFIX + run_id
 
 
 def event_id(record: RunEventRecord) -> str:
@@ -127,8 +133,9 @@ class LineageService:
         """The last usable snapshot and the log after it; the whole log when there is none."""
         with _collector_paused():
             self._state, self._position = self._loaded()
+            loaded_at = self._position
             self._unsaved = self._fold_tail()
-        if self._unsaved >= SNAPSHOT_EVERY:
+        if self._unsaved >= SNAPSHOT_EVERY or self._position - loaded_at >= LONG_READ:
             self.save_snapshot()
 
     def _loaded(self) -> tuple[LineageState, int]:
@@ -159,15 +166,20 @@ class LineageService:
         return saved
 
     def _fold_tail(self) -> int:
-        """Fold the lineage events recorded after the position reached; how many there were."""
+        """Fold the lineage events recorded after the position reached (reading only the lineage
+        streams: the others' events are never fetched); how many there were."""
         folded = 0
-        while batch := self._log.read_all(after=self._position, limit=_READ_BATCH):
+        while True:
+            batch, head = self._log.read_all_to_head(after=self._position, limit=_READ_BATCH,
+                                                     prefixes=(STREAM_PREFIX,))
             for recorded in batch:
                 if recorded.type == EVENT_TYPE:
                     self._state = evolve(self._state, parse_run_event(json.loads(recorded.data)))
                     folded += 1
+            if len(batch) < _READ_BATCH:  # every lineage event up to the head (committed) is read
+                self._position = max(self._position, head, batch[-1].position if batch else 0)
+                return folded
             self._position = batch[-1].position
-        return folded
 
 
 @contextmanager

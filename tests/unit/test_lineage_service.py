@@ -248,3 +248,20 @@ def test_a_snapshot_is_written_every_snapshot_every_events(log, monkeypatch):
         service.handle_message(value)
     snapshot = log.read_snapshot("lineage")
     assert snapshot is not None and snapshot.position > 0
+
+
+def test_a_recovery_that_read_past_many_other_events_snapshots_where_it_reached(log, monkeypatch):
+    from sluice.eventlog.port import ANY_VERSION, NewEvent
+    from sluice_services.lineage import service as lineage_service
+
+    monkeypatch.setattr(lineage_service, "LONG_READ", 3)
+    monkeypatch.setattr(lineage_service, "_READ_BATCH", 2)
+    for number in range(5):  # other services' events only: none is lineage's
+        log.append(f"run-{number}", [NewEvent(f"other-{number}", "RunRequested", b"{}")], ANY_VERSION)
+    service = LineageService(log, SimulatedClock(T0))
+    service.recover()
+    assert log.read_snapshot("lineage").position == log.head_position()
+    service.handle_message(MESSAGES[0])
+    recovered = LineageService(log, SimulatedClock(T0))
+    recovered.recover()
+    assert recovered.state == service.state and recovered.state.runs
