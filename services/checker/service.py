@@ -33,7 +33,8 @@ from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_from_bytes, parse_bus_message
-from sluice.wire.jobs import job_from_proto, job_to_proto
+from sluice.wire.job_json import job_message
+from sluice.wire.jobs import job_from_proto
 from sluice.wire.schedules import parse_schedule_change
 from sluice_services.catalogue import CHECKER
 
@@ -139,9 +140,8 @@ class CheckerService:
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
         if recorded.stream != QUEUE_STREAM or recorded.type != JobAdmitted.__name__:
             return []
-        event: JobAdmitted = TYPES.decode(recorded)
-        message = jobs_pb2.LaunchRequested(job=job_to_proto(event.job))
-        return [Outgoing(LAUNCH_REQUESTS, event.job.id, message.SerializeToString())]
+        message = job_message(recorded, TYPES, jobs_pb2.LaunchRequested)
+        return [Outgoing(LAUNCH_REQUESTS, message.job.id, message.SerializeToString())]
 
     def _decide(self, commands: list[CheckerCommand], checkpoints: list[Checkpoint] = ()) -> bool:
         """One attempt: decide on the queue and append with the checkpoints; whether it appended.

@@ -31,7 +31,7 @@ from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2
 from sluice.wire.common import notification_from_proto, parse_bus_message
-from sluice.wire.jobs import job_to_proto
+from sluice.wire.job_json import job_message
 from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
 from sluice_services.matcher.decisions import Decisions
 from sluice_services.catalogue import MATCHER
@@ -316,9 +316,8 @@ class MatcherService:
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
         if recorded.type != JobTriggered.__name__ or not recorded.stream.startswith(STREAM_PREFIX):
             return []
-        event: JobTriggered = TYPES.decode(recorded)
-        message = jobs_pb2.JobTriggered(job=job_to_proto(event.job))
-        return [Outgoing(JOBS, event.job.schedule_id, message.SerializeToString())]
+        message = job_message(recorded, TYPES, jobs_pb2.JobTriggered)
+        return [Outgoing(JOBS, message.job.schedule_id, message.SerializeToString())]
 
 
 def _source_name(record: Record, source: SourcePosition) -> str:
