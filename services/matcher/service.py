@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, NamedTuple
 from datetime import datetime
 
 from sluice.bus.port import Record, TopicPartition, kafka_partition
@@ -50,10 +50,9 @@ SHARED_NOTIFICATIONS = 1024
 one copy per matches partition): equal protobuf bytes give the same object, which pending jobs share."""
 
 
-@dataclass(frozen=True)
-class MatchRequest:
+class MatchRequest(NamedTuple):
     """A notification for one schedule, with the schedule's definition when it is newer than the
-    one this member knows (else None: not decoded at all)."""
+    one this member knows (else None: not decoded at all). A tuple: one is made per schedule reached."""
 
     schedule_id: str
     notification: Notification

@@ -178,13 +178,20 @@ def wake_at(state: MatcherState, now: datetime) -> datetime | None:
     A trigger already satisfied (time passed while the matcher was down) is due now."""
     if state.pending is None or state.schedule is None or not state.schedule.enabled:
         return None
-    if isinstance(state.schedule.trigger, _UNTIMED_LEAVES):
+    if _untimed(state.schedule.trigger):
         return None  # satisfied only by a notification, and then fired in the same decision
     evaluation = triggers.evaluate(state.schedule.trigger, state.pending.trigger, now)
     return now if evaluation.satisfied else evaluation.wake_at
 
 
 _UNTIMED_LEAVES = (PartitionTrigger, DataSizeTrigger, ProgramStatusTrigger)
+
+
+def _untimed(trigger: triggers.Trigger) -> bool:
+    """Only notifications count towards it (no cron, elapsed or quiet-period leaf, however combined)."""
+    if isinstance(trigger, _UNTIMED_LEAVES):
+        return True
+    return all(isinstance(leaf, _UNTIMED_LEAVES) for leaf in triggers.leaves(trigger))
 
 
 def _observe(state: MatcherState, schedule: Schedule, now: datetime) -> list[MatcherEvent]:
@@ -240,7 +247,7 @@ def _check_time(state: MatcherState, now: datetime) -> list[MatcherEvent]:
             skipped = MissedFiresSkipped(pending.job_id, until, schedule.misfire_policy, now)
             moved = replace(pending, trigger=replace(pending.trigger, started_at=until))
             return [skipped, *_fire_if_satisfied(schedule, moved, now)]
-    return _fire_if_satisfied(schedule, pending, now)
+    return _fire_if_satisfied(schedule, pending, now, evaluation)
 
 
 def _skip_missed_until(schedule: Schedule, started_at: datetime, first_missed: datetime,
@@ -264,8 +271,11 @@ def _skip_missed_until(schedule: Schedule, started_at: datetime, first_missed: d
     raise TypeError(f"unknown misfire policy {schedule.misfire_policy!r}")
 
 
-def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime) -> list[MatcherEvent]:
-    evaluation = triggers.evaluate(schedule.trigger, pending.trigger, now)
+def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime,
+                       evaluation: triggers.Evaluation | None = None) -> list[MatcherEvent]:
+    """`evaluation`: the trigger's at `now` for this very pending job, when the caller has it."""
+    if evaluation is None:
+        evaluation = triggers.evaluate(schedule.trigger, pending.trigger, now)
     if not evaluation.satisfied:
         return []
     context = TriggerContext(schedule.id, schedule.name, dict(schedule.properties),
@@ -287,7 +297,7 @@ def _then_wait_for_time(events: list[MatcherEvent], after: MatcherState,
     schedule = after.schedule
     if schedule is None or not schedule.enabled or after.pending is not None:
         return events, after
-    if isinstance(schedule.trigger, _UNTIMED_LEAVES) or not triggers.time_alone_can_satisfy(schedule.trigger):
+    if _untimed(schedule.trigger) or not triggers.time_alone_can_satisfy(schedule.trigger):
         return events, after
     fired = next((e for e in reversed(events) if isinstance(e, JobTriggered)), None)
     since = (fired.job.context.logical_time or now) if fired else now
@@ -311,17 +321,21 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
         case JobCreated(job_id, _, _, at, waiting_since):
             pending = PendingJob(job_id, at, triggers.start(state.schedule.trigger, waiting_since or at),
                                  state.jobs_created + 1)
-            return replace(state, pending=pending, jobs_created=state.jobs_created + 1)
+            return MatcherState(state.schedule, pending, state.jobs_created + 1, state.retired_generation,
+                                state.recent)
         case NotificationMatched(_, notification, at):
-            observed = triggers.observe(state.schedule.trigger, state.pending.trigger, notification, at)
+            pending = state.pending
+            observed = triggers.observe(state.schedule.trigger, pending.trigger, notification, at)
             recent = state.recent[-(_RECENT_BYTES - DIGEST_SIZE):] + notification_digest(notification.id)
-            return replace(state, pending=replace(state.pending, trigger=observed), recent=recent)
+            return MatcherState(state.schedule, PendingJob(pending.job_id, pending.created_at, observed,
+                                                           pending.sequence),
+                                state.jobs_created, state.retired_generation, recent)
         case MissedFiresSkipped(_, until):
             return replace(state, pending=replace(state.pending, trigger=replace(state.pending.trigger, started_at=until)))
         case JobTriggered(job) if state.pending is None or state.pending.job_id != job.id:
             return _fired_at_creation(state, job)
         case JobTriggered() | JobDiscarded():
-            return replace(state, pending=None)
+            return MatcherState(state.schedule, None, state.jobs_created, state.retired_generation, state.recent)
     raise TypeError(f"unknown event {event!r}")
 
 

@@ -49,16 +49,20 @@ def evaluate(trigger: Trigger, state: TriggerState, now: datetime) -> Evaluation
 
 
 def _evaluate(trigger: Trigger, states: Iterator[LeafState], started_at: datetime, now: datetime) -> Evaluation:
-    match trigger:
-        case AndTrigger(all_of):
-            return _all([_evaluate(child, states, started_at, now) for child in all_of])
-        case OrTrigger(any_of):
-            return _any([_evaluate(child, states, started_at, now) for child in any_of])
+    kind = type(trigger)
+    if kind is PartitionTrigger:  # the common leaf, without the dispatch below
+        return SATISFIED if next(states).count >= trigger.count else NOT_YET
+    if kind is AndTrigger:
+        return _all([_evaluate(child, states, started_at, now) for child in trigger.all_of])
+    if kind is OrTrigger:
+        return _any([_evaluate(child, states, started_at, now) for child in trigger.any_of])
     return _leaf(trigger, next(states), started_at, now)
 
 
 def _all(results: list[Evaluation]) -> Evaluation:
     waiting = [r for r in results if not r.satisfied]
+    if waiting and all(r is NOT_YET for r in waiting):
+        return NOT_YET
     if not waiting:
         return Evaluation(True, None, _latest(r.logical_time for r in results))
     wakes = [r.wake_at for r in waiting]

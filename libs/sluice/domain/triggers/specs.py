@@ -8,7 +8,7 @@ field: the codec could not tell AND from OR by a value, and a tag could disagree
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Iterator, Mapping
 
 from sluice.domain.common import PartitionRef, ProgramRef, RunStatus
@@ -198,9 +198,16 @@ def children(trigger: Trigger) -> tuple[Trigger, ...]:
 
 def leaves(trigger: Trigger) -> tuple[Leaf, ...]:
     """The leaves in depth-first order: a leaf's position is its index in TriggerState.leaves."""
-    if isinstance(trigger, (AndTrigger, OrTrigger)):
-        return tuple(leaf for child in children(trigger) for leaf in leaves(child))
-    return (trigger,)
+    if isinstance(trigger, AndTrigger):
+        kids = trigger.all_of
+    elif isinstance(trigger, OrTrigger):
+        kids = trigger.any_of
+    else:
+        return (trigger,)
+    for child in kids:
+        if isinstance(child, (AndTrigger, OrTrigger)):
+            return tuple(leaf for child in kids for leaf in leaves(child))
+    return kids  # children that are all leaves (the usual composite): its own tuple, nothing built
 
 
 def event_key(trigger: Leaf) -> tuple[str, ...]:
@@ -233,6 +240,9 @@ def time_alone_can_satisfy(trigger: Trigger) -> bool:
 
 def require_aware(value: datetime) -> datetime:
     """Reject naive datetimes: the domain never guesses a zone (and never reads the clock)."""
-    if value.tzinfo is None or value.utcoffset() is None:
+    zone = value.tzinfo
+    if zone is timezone.utc:  # the usual zone: nothing to ask it
+        return value
+    if zone is None or value.utcoffset() is None:
         raise ValueError(f"a time-zone-aware datetime is required, got {value!r}")
     return value

@@ -35,6 +35,10 @@ class LeafState:
     """Runs counted by a program-status leaf: a run is counted once however often it is announced."""
 
 
+_NOTHING_YET = LeafState()
+"""Every leaf of a new job starts here: one object (it is immutable) instead of one per leaf and job."""
+
+
 @dataclass(frozen=True, slots=True)
 class TriggerState:
     """A pending job's progress towards its trigger; serializable by the codec.
@@ -53,7 +57,7 @@ def start(trigger: Trigger, now: datetime) -> TriggerState:
     """The state of a job that starts waiting at `now`. To catch up missed cron fires one job
     per fire, start the next job at the previous job's logical time instead of `now`."""
     require_aware(now)
-    return TriggerState(now, tuple(LeafState() for _ in leaves(trigger)))
+    return TriggerState(now, tuple(_NOTHING_YET for _ in leaves(trigger)))
 
 
 def observe(trigger: Trigger, state: TriggerState, notification: Notification, now: datetime) -> TriggerState:
@@ -62,14 +66,21 @@ def observe(trigger: Trigger, state: TriggerState, notification: Notification, n
     Returns `state` itself when nothing changed: the notification matches no leaf, or it was
     already observed (same id), or it announces a run a program-status leaf already counted."""
     require_aware(now)
-    if any(seen.id == notification.id for seen in state.notifications):
-        return state
+    notification_id = notification.id
+    for seen in state.notifications:
+        if seen.id == notification_id:
+            return state
     specs = leaves(trigger)
     _check_shape(specs, state)
-    updated = tuple([_observe_leaf(spec, leaf, notification, now) for spec, leaf in zip(specs, state.leaves)])
-    if all(new is old for new, old in zip(updated, state.leaves)):
+    updated, changed = [], False
+    for spec, leaf in zip(specs, state.leaves):
+        new = _observe_leaf(spec, leaf, notification, now)
+        if new is not leaf:
+            changed = True
+        updated.append(new)
+    if not changed:
         return state
-    return TriggerState(state.started_at, updated, (*state.notifications, notification))
+    return TriggerState(state.started_at, tuple(updated), (*state.notifications, notification))
 
 
 def matched_notifications(trigger: Trigger, state: TriggerState) -> tuple[Notification, ...]:
@@ -100,20 +111,24 @@ def _check_shape(specs: tuple[Leaf, ...], state: TriggerState) -> None:
                          f"the state belongs to another trigger (start a new job when a schedule changes)")
 
 
+_DATASET_LEAVES = (PartitionTrigger, DataSizeTrigger, QuietPeriodTrigger)
+
+
 def _observe_leaf(spec: Leaf, leaf: LeafState, notification: Notification, now: datetime) -> LeafState:
     payload = notification.payload
+    if isinstance(spec, _DATASET_LEAVES):
+        if (not isinstance(payload, PartitionCommitted) or payload.dataset != spec.dataset
+                or payload.namespace != spec.namespace):
+            return leaf
+        spec_filter = spec.filter
+        matching = ([p for p in payload.partitions if partition_matches(spec_filter, p)] if spec_filter
+                    else payload.partitions)
+        if not matching:
+            return leaf
+        last = now if leaf.last_event_at is None else max(leaf.last_event_at, now)
+        return LeafState((*leaf.notification_ids, notification.id), leaf.count + len(matching),
+                         leaf.size_bytes + sum(p.size_bytes for p in matching), last, leaf.run_ids)
     match spec:
-        case PartitionTrigger() | DataSizeTrigger() | QuietPeriodTrigger():
-            if not isinstance(payload, PartitionCommitted):
-                return leaf
-            if (payload.namespace, payload.dataset) != (spec.namespace, spec.dataset):
-                return leaf
-            matching = [p for p in payload.partitions if partition_matches(spec.filter, p)]
-            if not matching:
-                return leaf
-            last = now if leaf.last_event_at is None else max(leaf.last_event_at, now)
-            return LeafState((*leaf.notification_ids, notification.id), leaf.count + len(matching),
-                             leaf.size_bytes + sum(p.size_bytes for p in matching), last, leaf.run_ids)
         case ProgramStatusTrigger():
             if not isinstance(payload, ProgramStatusChanged) or payload.status.value not in spec.statuses:
                 return leaf
