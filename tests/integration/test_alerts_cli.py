@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sluice_services.localserver import LocalServer
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -56,15 +57,6 @@ def receiver():
     http.shutdown()
     http.server_close()
     thread.join()
-
-
-def wait_for(probe, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := probe():
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 def sluice(server, *args: str) -> subprocess.CompletedProcess:
@@ -125,7 +117,7 @@ def test_a_run_that_fails_calls_the_webhook_once(server, receiver):
     ok(sluice(server, "alerts", "set", created["id"], "--webhook", url, "--on", "failure"))
     ok(sluice(server, "notify", "partition", "--namespace", NS, "--dataset", "feed", "--key", "hour=01",
               "--location", "/data/feed/1"))
-    (body,) = wait_for(lambda: list(bodies))
+    (body,) = eventually(lambda: list(bodies), what="the webhook call")
     assert body["sluice"]["event"] == "run_failed" and body["sluice"]["schedule_id"] == created["id"]
     assert body["sluice"]["status"] == "FAILED" and "boom" in body["text"]
     runs = json.loads(ok(sluice(server, "runs", "list", "--schedule", created["id"], "--json")))

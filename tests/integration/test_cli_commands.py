@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from sluice.v1 import schedules_pb2 as spb
 from sluice_services.cli.main import build_parser
 from sluice_services.localserver import LocalServer
 from tests.conftest import free_port
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -68,15 +68,6 @@ def create(server, name: str, *extra: str, program: str = "hourly", dataset: str
     result = sluice(server, "schedules", "create", "--json", "--name", name, "--namespace", NS, "--app", "jobs",
                     "--program", program, "--dataset", dataset or f"{NS}.{name}", *extra)
     return json.loads(ok(result))
-
-
-def wait_for(probe, timeout: float = 40.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := probe():
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 # -- help ------------------------------------------------------------------------------------------
@@ -241,7 +232,7 @@ def test_pending_jobs_say_what_their_trigger_waits_for(server, tmp_path):
         found = {line.split()[1]: line for line in lines if "PENDING_TRIGGER" in line}
         return found if len(found.keys() & {waiting["id"][:8], quiet["id"][:8], either["id"][:8]}) == 3 else {}
 
-    found = wait_for(rows)
+    found = eventually(rows, what="the three pending jobs listed")
     assert f"trigger: 1 of 2 partitions of {NS}.two_needed" in found[waiting["id"][:8]]
     assert "trigger: quiet until " in found[quiet["id"][:8]] and f"3600s without data of {NS}.quiet" in found[quiet["id"][:8]]
     assert f"(1 of 24 partitions of {NS}.either) or (cron at 02:00 Asia/Tokyo)" in found[either["id"][:8]]
@@ -260,14 +251,14 @@ def test_a_failed_run_leads_with_the_exception_and_a_missing_program_names_its_f
         runs = json.loads(ok(sluice(server, "runs", "list", "--schedule", schedule["id"][:8], "--json")))
         return [r for r in runs if r["status"] == "FAILED"]
 
-    (run,) = wait_for(lambda: failed(boom))
+    (run,) = eventually(lambda: failed(boom), what="boom's run FAILED")
     assert run["error"].startswith("exit code 1: ValueError: bad input | ")
     table = ok(sluice(server, "runs", "list", "--schedule", boom["id"][:8]))
     assert "exit code 1: ValueError: bad input" in table.splitlines()[2]
     detail = json.loads(ok(sluice(server, "runs", "get", run["id"][:8])))
     assert detail["id"] == run["id"] and detail["error"].startswith("exit code 1: ValueError: bad input | ")
 
-    (gone,) = wait_for(lambda: failed(missing))
+    (gone,) = eventually(lambda: failed(missing), what="the missing program's run FAILED")
     assert gone["error"] == f"program {NS}.jobs.not_there has no entry point: no file {server.apps}/jobs/not_there.py"
 
 

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from sluice_services.localserver import LocalServer
-from tests.integration.test_cli_commands import FAKE_SPARK_SUBMIT, NS, create, ok, sluice, wait_for
+from tests.integration.test_cli_commands import FAKE_SPARK_SUBMIT, NS, create, ok, sluice
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +72,7 @@ def test_partitions_arriving_while_the_job_waits_join_it_and_one_run_gets_them_a
     later = [notifying(server, "spaced", hour) for hour in (2, 3, 4)]  # together, inside the interval:
     for process in later:                                              # the first waits, the others join it
         assert process.wait(timeout=60) == 0, process.stderr.read()
-    runs = wait_for(lambda: (found := listed(server, "runs", schedule)) and len(found) == 2
+    runs = eventually(lambda: (found := listed(server, "runs", schedule)) and len(found) == 2
                     and all(r["status"] == "COMPLETED" for r in found) and found, timeout=INTERVAL + 60)
     assert input_hours(runs[0]) == ["01"] and sorted(input_hours(runs[1])) == ["02", "03", "04"]
 

@@ -21,7 +21,8 @@ from sluice.cli.output import jsonable
 from sluice.client import SluiceClient
 from sluice.v1 import runs_pb2
 from sluice_services.localserver import LocalServer
-from tests.integration.test_cli_commands import FAKE_SPARK_SUBMIT, error, ok, wait_for
+from tests.integration.test_cli_commands import FAKE_SPARK_SUBMIT, error, ok
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,7 +89,7 @@ def launched(server, program: str, *options: str, status: str = "RUNNING") -> di
               "--program", program, "--dataset", f"{NS}.{program}_in", "--enabled", *options))
     ok(sluice(server, "notify", "partition", "--namespace", NS, "--dataset", f"{program}_in", "--key", "hour=01",
               "--location", f"/data/{program}/1"))
-    return wait_for(lambda: _run_of(server, program, status))
+    return eventually(lambda: _run_of(server, program, status))
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +125,7 @@ def test_runs_logs_tail_starts_at_the_last_lines_then_follows(server):
     run = launched(server, "chatty")
     with SluiceClient(server.address) as client:
         request = runs_pb2.StreamRunLogRequest(id=run["id"], tail_lines=2)
-        wait_for(lambda: b"line 3000" in b"".join(c.data for c in client.runs.StreamRunLog(request, timeout=10)))
+        eventually(lambda: b"line 3000" in b"".join(c.data for c in client.runs.StreamRunLog(request, timeout=10)))
         chunks = list(client.runs.StreamRunLog(request, timeout=10))
         whole = b"".join(c.data for c in client.runs.StreamRunLog(runs_pb2.StreamRunLogRequest(id=run["id"]), timeout=10))
     assert b"".join(c.data for c in chunks).decode() == "line 2999 · zählt\nline 3000 · zählt\n"
@@ -161,7 +162,7 @@ def test_cancel_kills_the_program_within_5_s_and_a_schedule_on_killed_fires(serv
     assert detail["status"] == "KILLED" and detail["attempts"][0]["status"] == "KILLED"
     wrapper = detail["attempts"][0]["pid"]
     assert not Path(f"/proc/{wrapper}").exists() or "Z" in Path(f"/proc/{wrapper}/stat").read_text().split(")")[1][:3]
-    downstream = wait_for(lambda: _run_of(server, "after_kill"))
+    downstream = eventually(lambda: _run_of(server, "after_kill"))
     assert downstream["status"] in ("STARTING", "RUNNING", "COMPLETED", "FAILED")
     again = sluice(server, "runs", "cancel", run["id"][:8])
     error(again, 1, "FAILED_PRECONDITION: run ")

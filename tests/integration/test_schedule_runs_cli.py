@@ -8,8 +8,9 @@ import json
 import pytest
 
 from sluice_services.localserver import LocalServer
-from tests.integration.test_cli_commands import FAKE_SPARK_SUBMIT, error, ok, sluice, wait_for
+from tests.integration.test_cli_commands import FAKE_SPARK_SUBMIT, error, ok, sluice
 from tests.integration.test_cli_job_queue import PROGRAM
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,7 @@ def test_run_now_waits_for_the_delay_and_ignore_constraints_does_not(server):
     waiting = ok(sluice(server, "schedules", "run", schedule["id"][:8], "--property", "day=mon")).split()[1]
     forced = json.loads(ok(sluice(server, "schedules", "run", schedule["id"][:8], "--ignore-constraints",
                                   "--logical-time", "2026-11-01T00:00:00Z", "--json")))["jobId"]
-    jobs = wait_for(lambda: (found := jobs_of(server, schedule)) and found.get(forced, {}).get("state") == "LAUNCHED"
+    jobs = eventually(lambda: (found := jobs_of(server, schedule)) and found.get(forced, {}).get("state") == "LAUNCHED"
                     and found)
     assert jobs[waiting]["state"] == "PENDING_CONSTRAINT" and "delay" in jobs[waiting]["reason"]
     assert jobs[waiting]["context"]["properties"] == {"day": "mon"}
@@ -87,12 +88,12 @@ def test_cancel_running_kills_the_backfills_runs_going(server):
     started = ok(sluice(server, "schedules", "backfill", schedule["id"][:8], "--from", "2026-11-01T00:00:00Z",
                         "--to", "2026-11-04T00:00:00Z"))
     backfill_id = started.split()[1]
-    running = wait_for(lambda: (found := json.loads(ok(sluice(server, "backfills", "get", backfill_id, "--json"))))
+    running = eventually(lambda: (found := json.loads(ok(sluice(server, "backfills", "get", backfill_id, "--json"))))
                        .get("runningRuns") and found)
     (run_id,) = running["runningRuns"]
-    wait_for(lambda: json.loads(ok(sluice(server, "runs", "get", run_id[:8], "--json"))).get("status") == "RUNNING")
+    eventually(lambda: json.loads(ok(sluice(server, "runs", "get", run_id[:8], "--json"))).get("status") == "RUNNING")
     ok(sluice(server, "backfills", "cancel", backfill_id, "--running"))
-    wait_for(lambda: json.loads(ok(sluice(server, "runs", "get", run_id[:8], "--json"))).get("status") == "KILLED")
-    ended = wait_for(lambda: "1 done (1 failed), 0 running, 0 waiting, 2 discarded" in (
+    eventually(lambda: json.loads(ok(sluice(server, "runs", "get", run_id[:8], "--json"))).get("status") == "KILLED")
+    ended = eventually(lambda: "1 done (1 failed), 0 running, 0 waiting, 2 discarded" in (
         text := ok(sluice(server, "backfills", "get", backfill_id))) and text)
     assert "(cancelled)" in ended

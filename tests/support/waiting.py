@@ -11,7 +11,8 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5) -> T:
+def eventually(probe: Callable[[], T | None], timeout: float = 60.0, what: str = "the condition",
+               interval: float = 0.5) -> T:
     """The probe's first truthy value, polled every `interval` s; AssertionError after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:
