@@ -41,8 +41,8 @@ from tests.support.console import (
     chrome,
     dead_letter_poison,
     load_demo_data,
-    wait_for,
 )
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -73,13 +73,13 @@ def world(tmp_path_factory) -> Iterator[dict]:
         metadata = bearer(ADMIN_TOKEN)
         runs = runs_pb2_grpc.RunsStub(channel)
         partitions = datasets_pb2_grpc.PartitionsStub(channel)
-        wait_for(lambda: sum(r.status == 3 for r in runs.ListRuns(runs_pb2.ListRunsRequest(), metadata=metadata).runs)
+        eventually(lambda: sum(r.status == 3 for r in runs.ListRuns(runs_pb2.ListRunsRequest(), metadata=metadata).runs)
                  >= 2, what="two completed runs")
-        quarantined = wait_for(lambda: [s for s in partitions.ListCommitSequences(
+        quarantined = eventually(lambda: [s for s in partitions.ListCommitSequences(
             datasets_pb2.ListCommitSequencesRequest(), metadata=metadata).sequences if s.status == "QUARANTINED"],
             what="a quarantined commit sequence")
         asyncio.run(dead_letter_poison(server.data_dir, 1))
-        letter = wait_for(lambda: dead_letters(channel), what="a dead letter")[0]
+        letter = eventually(lambda: dead_letters(channel), what="a dead letter")[0]
         yield {"server": server, "channel": channel, "ids": ids, "quarantined": quarantined[0].id,
                "letter": letter.id}
     finally:
@@ -114,7 +114,7 @@ def sign_in(driver, web: str, token: str) -> None:
     assert driver.current_url.startswith(f"{web}/login")
     driver.find_element("id", "token").send_keys(token)
     navigate(driver, driver.find_element("css selector", "#login button[type=submit]"))
-    wait_for(lambda: driver.current_url.startswith(f"{web}/schedules"), 15, "the schedules page after signing in")
+    eventually(lambda: driver.current_url.startswith(f"{web}/schedules"), 15, "the schedules page after signing in")
 
 
 def sign_out(driver) -> None:
@@ -128,7 +128,7 @@ def schedule_row(driver, schedule_id: str):
 def confirm(driver, action_link) -> None:
     """Follow an action's link to its confirm page and confirm."""
     navigate(driver, action_link)
-    wait_for(lambda: driver.find_elements("id", "confirm"), 15, "the confirm page")
+    eventually(lambda: driver.find_elements("id", "confirm"), 15, "the confirm page")
     shot(driver, f"confirm-{action_link_name(driver)}")
     navigate(driver, driver.find_element("id", "confirm"))
 
@@ -160,7 +160,7 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     assert driver.find_element("id", "principal").text == "token:ada"
 
     # schedules: trigger in words, next fire, enabled, last runs (loaded by htmx)
-    wait_for(lambda: "COMPLETED" in schedule_row(driver, ids["hourly_counts"]).text, 15, "last runs of hourly_counts")
+    eventually(lambda: "COMPLETED" in schedule_row(driver, ids["hourly_counts"]).text, 15, "last runs of hourly_counts")
     nightly = schedule_row(driver, ids["nightly_report"]).text
     assert "every day at 02:00 Asia/Tokyo (cron 0 2 * * *)" in nightly and "(when enabled)" in nightly and "disabled" in nightly
     assert "1 new partition of web.clicks" in schedule_row(driver, ids["hourly_counts"]).text
@@ -168,11 +168,11 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
 
     # enable, then disable, each confirmed; the effect read back through the registry's API
     confirm(driver, schedule_row(driver, ids["nightly_report"]).find_element("css selector", "a[data-action=enable]"))
-    wait_for(lambda: "enabled" in schedule_row(driver, ids["nightly_report"]).find_element("class name", "enabled").text,
+    eventually(lambda: "enabled" in schedule_row(driver, ids["nightly_report"]).find_element("class name", "enabled").text,
              15, "nightly_report shown enabled")
     assert get_schedule(world, "nightly_report").enabled
     confirm(driver, schedule_row(driver, ids["hourly_counts"]).find_element("css selector", "a[data-action=disable]"))
-    wait_for(lambda: "disabled" in schedule_row(driver, ids["hourly_counts"]).text, 15, "hourly_counts shown disabled")
+    eventually(lambda: "disabled" in schedule_row(driver, ids["hourly_counts"]).text, 15, "hourly_counts shown disabled")
     assert not get_schedule(world, "hourly_counts").enabled
 
     # cancelling a confirm step does nothing
@@ -183,7 +183,7 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     # searchable (htmx as you type) and paged
     search = driver.find_element("css selector", "form.search input[name=q]")
     search.send_keys("night")
-    wait_for(lambda: len(driver.find_elements("css selector", "#schedules tbody tr[data-schedule-id]")) == 1, 15,
+    eventually(lambda: len(driver.find_elements("css selector", "#schedules tbody tr[data-schedule-id]")) == 1, 15,
              "the filtered table")
     assert driver.find_elements("css selector", f"tr[data-schedule-id='{ids['nightly_report']}']")
     driver.get(f"{web}/schedules?page_size=3")
@@ -197,16 +197,16 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     confirm(driver, schedule_row(driver, ids["long_report"]).find_element("css selector", "a[data-action=run-now]"))
     assert jobs_pb2_grpc.JobsStub(world["channel"]).ListJobs(jobs_pb2.ListJobsRequest(
         schedule_id=ids["long_report"]), metadata=bearer(ADMIN_TOKEN)).jobs
-    running = wait_for(lambda: [r for r in runs_of(world, "long_report") if r.status == notifications_pb2.RUNNING],
+    running = eventually(lambda: [r for r in runs_of(world, "long_report") if r.status == notifications_pb2.RUNNING],
                        what="the run-now run going")[0]
 
     # a run's page: its log tail, followed while it goes (htmx polls), and cancel
     driver.get(f"{web}/runs/{running.id}")
-    wait_for(lambda: "counting 0 notifications into web.counts" in driver.find_element("id", "run-log").text, 30,
+    eventually(lambda: "counting 0 notifications into web.counts" in driver.find_element("id", "run-log").text, 30,
              "the run's log line")
     shot(driver, "run-log")
     confirm(driver, driver.find_element("css selector", "a[data-action=cancel]"))
-    wait_for(lambda: runs_pb2_grpc.RunsStub(world["channel"]).GetRun(runs_pb2.GetRunRequest(id=running.id),
+    eventually(lambda: runs_pb2_grpc.RunsStub(world["channel"]).GetRun(runs_pb2.GetRunRequest(id=running.id),
              metadata=bearer(ADMIN_TOKEN)).status == notifications_pb2.KILLED, 30, "the run KILLED")
     driver.get(f"{web}/runs/{running.id}")
     assert driver.find_element("id", "run-status").text == "KILLED" and not driver.find_elements(
@@ -244,7 +244,7 @@ def test_an_admin_opens_every_page_and_performs_every_action(browser, world):
     driver.get(f"{web}/datasets")
     row = driver.find_element("css selector", f"tr[data-sequence-id='{world['quarantined']}']")
     confirm(driver, row.find_element("css selector", "a[data-action=release]"))
-    wait_for(lambda: driver.current_url.startswith(f"{web}/datasets"), 15, "back on the datasets page")
+    eventually(lambda: driver.current_url.startswith(f"{web}/datasets"), 15, "back on the datasets page")
     assert sequence_status(world, world["quarantined"]) == "FINISHED"
     assert not driver.find_elements("css selector", f"tr[data-sequence-id='{world['quarantined']}']")
 
@@ -358,7 +358,7 @@ def test_with_authorization_off_nobody_signs_in_and_every_action_is_offered(brow
         assert browser.find_element("id", "principal").text == "authorization off"
         row = schedule_row(browser, created.id)
         confirm(browser, row.find_element("css selector", "a[data-action=disable]"))
-        wait_for(lambda: not registry_.GetSchedule(schedules_pb2.GetScheduleRequest(id=created.id)).enabled, 15,
+        eventually(lambda: not registry_.GetSchedule(schedules_pb2.GetScheduleRequest(id=created.id)).enabled, 15,
                  "the schedule disabled")
         shot(browser, "authorization-off")
     finally:

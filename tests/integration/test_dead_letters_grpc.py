@@ -14,7 +14,8 @@ from sluice.bus.topics import PARTITION_NOTIFICATIONS
 from sluice.v1 import dead_letters_pb2 as dl, dead_letters_pb2_grpc, event_log_pb2 as el, event_log_pb2_grpc
 from sluice.v1 import schedules_pb2, schedules_pb2_grpc
 from sluice_services.localserver import LocalServer
-from tests.support.console import dead_letter_poison, wait_for
+from tests.support.console import dead_letter_poison
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ def test_dead_letters_listed_and_replayed_once(tmp_path):
     with LocalServer(tmp_path / "data") as server, grpc.insecure_channel(server.address) as channel:
         letters = dead_letters_pb2_grpc.DeadLettersStub(channel)
         asyncio.run(dead_letter_poison(server.data_dir, 3))
-        listed = wait_for(lambda: len(letters.ListDeadLetters(dl.ListDeadLettersRequest()).dead_letters) == 3 and
+        listed = eventually(lambda: len(letters.ListDeadLetters(dl.ListDeadLettersRequest()).dead_letters) == 3 and
                           letters.ListDeadLetters(dl.ListDeadLettersRequest()).dead_letters, 30, "three dead letters")
         first = listed[0]
         assert first.source_topic == PARTITION_NOTIFICATIONS and first.value == b"\xff poison 0"
@@ -49,7 +50,7 @@ def test_dead_letters_listed_and_replayed_once(tmp_path):
         code, details = code_of(lambda: letters.ReplayDeadLetter(dl.ReplayDeadLetterRequest(id=first.id)))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "replayed before" in details
         # still malformed: the matcher dead-letters the replayed message again, a fourth letter
-        again = wait_for(lambda: [d for d in letters.ListDeadLetters(dl.ListDeadLettersRequest()).dead_letters
+        again = eventually(lambda: [d for d in letters.ListDeadLetters(dl.ListDeadLettersRequest()).dead_letters
                                   if d.value == first.value and d.id != first.id], 30, "the replay dead-lettered again")
         assert not again[0].replayed
         assert [d.replayed for d in letters.ListDeadLetters(dl.ListDeadLettersRequest()).dead_letters[:3]] == [

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import grpc
 
@@ -165,15 +164,6 @@ async def dead_letter_poison(data_dir: Path, count: int) -> None:
         await producer.send(PARTITION_NOTIFICATIONS, b"\xff poison %d" % index, key=b"partition:web.clicks")
     await producer.close()
     await bus.close()
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def chrome(download_dir: Path):
