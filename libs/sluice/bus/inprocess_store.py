@@ -6,12 +6,13 @@ outside the in-process bus uses it.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sqlite3
 import threading
 import time
+
+import orjson
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from sluice.bus.port import Record, TopicPartition, TopicSpec
@@ -207,8 +208,15 @@ def _all_partitions(partitions: Mapping[str, int]) -> list[TopicPartition]:
 
 
 def dump_headers(headers: Iterable[tuple[str, bytes]]) -> str:
-    return json.dumps([[name, bytes(value).hex()] for name, value in headers])
+    if not headers:
+        return _NO_HEADERS
+    return orjson.dumps([[name, bytes(value).hex()] for name, value in headers]).decode()
 
 
 def _load_headers(text: str) -> tuple[tuple[str, bytes], ...]:
-    return tuple((name, bytes.fromhex(value)) for name, value in json.loads(text))
+    if text == _NO_HEADERS:
+        return ()
+    return tuple((name, bytes.fromhex(value)) for name, value in orjson.loads(text))
+
+
+_NO_HEADERS = "[]"
