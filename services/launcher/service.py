@@ -28,6 +28,7 @@ from sluice.runtime.consumer import Pauses
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
+from sluice.runtime.snapshots import collector_paused
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_to_proto, parse_bus_message
 from sluice.wire.jobs import job_from_proto
@@ -107,8 +108,10 @@ class LauncherService:
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
-        found = [run for run in self._store.states().values() if run is not None]
-        for run_id in self._kept.index((listing_key(run), run.job.schedule_id, run.status.terminal) for run in found):
+        with collector_paused():
+            found = [run for run in self._store.states().values() if run is not None]
+            kept = self._kept.index((listing_key(run), run.job.schedule_id, run.status.terminal) for run in found)
+        for run_id in kept:
             self._store.forget(runs.stream_name(run_id))
 
     def resume(self) -> None:

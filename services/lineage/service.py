@@ -169,17 +169,15 @@ class LineageService:
         """Fold the lineage events recorded after the position reached (reading only the lineage
         streams: the others' events are never fetched); how many there were."""
         folded = 0
-        while True:
-            batch, head = self._log.read_all_to_head(after=self._position, limit=_READ_BATCH,
-                                                     prefixes=(STREAM_PREFIX,))
+        head = self._log.head_position()  # every event up to it is committed: read past it, all are folded
+        while batch := self._log.read_all(after=self._position, limit=_READ_BATCH, prefixes=(STREAM_PREFIX,)):
             for recorded in batch:
                 if recorded.type == EVENT_TYPE:
                     self._state = evolve(self._state, parse_run_event(json.loads(recorded.data)))
                     folded += 1
-            if len(batch) < _READ_BATCH:  # every lineage event up to the head (committed) is read
-                self._position = max(self._position, head, batch[-1].position if batch else 0)
-                return folded
             self._position = batch[-1].position
+        self._position = max(self._position, head)
+        return folded
 
 
 @contextmanager

@@ -29,7 +29,7 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
-from sluice.runtime.snapshots import LoopPacer, Schema
+from sluice.runtime.snapshots import LoopPacer, Schema, collector_paused
 
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
@@ -171,8 +171,10 @@ class JobsView:
         self._index_all()
 
     def _index_all(self) -> None:
-        self._forget(self._kept.index((listing_key(job), job.schedule_id, job.state in FINISHED)
-                                      for job in self._jobs.values()))  # a snapshot of a view that kept more
+        with collector_paused():
+            forgotten = self._kept.index((listing_key(job), job.schedule_id, job.state in FINISHED)
+                                         for job in self._jobs.values())
+        self._forget(forgotten)  # a snapshot of a view that kept more
 
     def snapshot(self, store: MapSnapshots) -> None:
         store.save(self.position, self._jobs, self._changed)

@@ -338,19 +338,22 @@ def forget_conflicting(store: AggregateStore[Any], conflict: WrongExpectedVersio
 def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, types: EventTypes,
              on_event: Callable[[Any], None] = lambda event: None, batch: int = READ_BATCH) -> None:
     """Fold every stream with the prefix into the store's cache (service recovery): from the store's
-    last snapshot on, if it keeps snapshots (then `on_event` sees only the events after it)."""
-    after = store.restore()
-    folded = read = 0
-    while records := log.read_all(after, batch):
-        read += len(records)
+    last snapshot on, if it keeps snapshots (then `on_event` sees only the events after it). Only
+    the prefix's streams are read (filtered by the log: the other services' events are never
+    fetched), up to at least the head as it was when the read began."""
+    restored = after = store.restore()
+    head = log.head_position()  # every event up to it is committed: read past it, the store is complete up to it
+    folded = 0
+    while records := log.read_all(after, batch, (stream_prefix,)):
         for recorded in records:
-            if recorded.stream.startswith(stream_prefix) and recorded.type in types:
+            if recorded.type in types:
                 event = types.decode(recorded)
                 store.observe(recorded.stream, recorded.version, event)
                 on_event(event)
                 folded += 1
         after = records[-1].position
-    store.followed(stream_prefix, after, folded, read)
+    after = max(after, head)
+    store.followed(stream_prefix, after, folded, after - restored)
 
 
 class _Untracked:

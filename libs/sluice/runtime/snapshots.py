@@ -44,7 +44,7 @@ from sluice.runtime.state_codec import RAW_FROM, YIELD_EVERY, Packing, StateCode
 log = logging.getLogger(__name__)
 
 __all__ = ["SNAPSHOT_EVERY", "YIELD_EVERY", "RAW_FROM", "PART_ENTRIES", "FORMAT", "Schema", "SnapshotUnusable", "pack", "unpack",
-           "LoopPacer", "Snapshots"]
+           "LoopPacer", "Snapshots", "collector_paused"]
 
 SNAPSHOT_EVERY = 2_000
 """Events folded since the last snapshot before a service writes a new one, or as many as the state
@@ -114,7 +114,7 @@ def pack(state: Any, schema: Schema, name: str, pace: Callable[[], None] | None 
     pace = pace or _release_gil
     entries = _entries_type(schema.type)
     frames: list[bytes] = []
-    with _collector_paused():
+    with collector_paused():
         if entries is not None and type(state) is dict and len(state) > PART_ENTRIES:
             codec, items = _codec(entries), list(state.items())
             starts = range(0, len(items), PART_ENTRIES)
@@ -136,7 +136,7 @@ def unpack(data: bytes, schema: Schema, name: str) -> Any:
     if len(digest) < 32 or hashlib.sha256(body).digest() != digest:
         raise SnapshotUnusable("checksum mismatch")
     try:
-        with _collector_paused():
+        with collector_paused():
             frames = _frames(zlib.decompress(body))
             header = msgspec.msgpack.decode(next(frames))
             if header[:3] != [FORMAT, name, schema.version] or type(header[3]) is not int:
@@ -171,11 +171,12 @@ def _frames(body: bytes) -> typing.Iterator[memoryview]:
 
 
 @contextlib.contextmanager
-def _collector_paused():
+def collector_paused():
     """No cyclic garbage collection while packing or unpacking: packing makes a list per dataclass
     and unpacking builds the whole state, so the collector ran full collections over the whole heap
     again and again (with pickle: much of packing a jobs view, in long pauses). Reference
-    counting still frees what they drop; the collector runs again after."""
+    counting still frees what they drop; the collector runs again after. Also for indexing a
+    recovered state (a key per run or job): the same full collections over the heap just loaded."""
     if not gc.isenabled():
         yield
         return
