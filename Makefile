@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 GEN_STAMP := libs/sluice/v1/.generated
 PROTOS := $(wildcard protos/sluice/v1/*.proto)
 PYTEST_ARGS ?=
+DURATIONS ?= --durations=25
 BENCH ?=
 
 .PHONY: env demo test test-fast crash-test fault-test fuzz bench proto clean standalone postgres chromium promtool kafka-fetch kafka-up kafka-down kafka-cluster-up kafka-cluster-down compose-schema spark-up spark-down demo-cluster
@@ -44,7 +45,7 @@ promtool:
 	sh deploy/prometheus/install-promtool.sh
 
 test: env postgres chromium promtool kafka-fetch compose-schema
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(DURATIONS) $(PYTEST_ARGS)
 
 # The Compose file schema (from the docker-compose release on PyPI), to validate docker-compose.yml without Docker.
 compose-schema: env
