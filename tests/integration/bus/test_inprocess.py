@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from datetime import datetime, timezone
 
 from sluice.bus import TopicPartition, TopicSpec
 from sluice.bus.inprocess import InProcessBus, range_assignment
+from sluice.bus.inprocess_store import BusStore
 from sluice.clock import SimulatedClock
 from tests.integration.bus.contract import BusContract, DurableBusContract
 
@@ -98,3 +100,46 @@ async def test_two_buses_on_one_file_see_each_others_records(tmp_path) -> None:
     await on_first.commit()
     await first.close()
     await second.close()
+
+
+async def test_sends_made_during_a_commit_go_to_the_file_together_in_send_order(tmp_path, monkeypatch) -> None:
+    """Group commit: each send returns its own offsets once they are durable, fewer commits than sends."""
+    bus = InProcessBus(tmp_path / "bus.db")
+    await bus.create_topics([TopicSpec("t")])
+    commits: list[int] = []
+    original = BusStore.append
+
+    def counted(store: BusStore, rows, timestamp_ms: int) -> list[int]:
+        commits.append(len(rows))
+        return original(store, rows, timestamp_ms)
+
+    monkeypatch.setattr(BusStore, "append", counted)
+    producer = bus.producer()
+    sent = await asyncio.gather(*(producer.send("t", str(n).encode()) for n in range(50)))
+    assert sent == [(0, n) for n in range(50)]
+    assert sum(commits) == 50 and len(commits) < 50
+    reopened = InProcessBus(tmp_path / "bus.db")
+    records = await reopened.consumer("g", ["t"]).poll(timeout=0, max_records=100)
+    assert [(r.offset, r.value) for r in records] == [(n, str(n).encode()) for n in range(50)]
+    await reopened.close()
+    await bus.close()
+
+
+async def test_a_failed_group_commit_fails_each_of_its_sends_and_the_next_sends_go_through(tmp_path, monkeypatch) -> None:
+    bus = InProcessBus(tmp_path / "bus.db")
+    await bus.create_topics([TopicSpec("t")])
+    original = BusStore.append
+    failing = [True]
+
+    def disk_full_once(store: BusStore, rows, timestamp_ms: int) -> list[int]:
+        if failing:
+            failing.clear()
+            raise sqlite3.OperationalError("database or disk is full")
+        return original(store, rows, timestamp_ms)
+
+    monkeypatch.setattr(BusStore, "append", disk_full_once)
+    producer = bus.producer()
+    outcomes = await asyncio.gather(*(producer.send("t", b"v") for _ in range(3)), return_exceptions=True)
+    assert all(isinstance(outcome, sqlite3.OperationalError) for outcome in outcomes)
+    assert await producer.send("t", b"w") == (0, 0)
+    await bus.close()
