@@ -12,7 +12,8 @@ and the generator's version, and reused (the standalone's snapshots with it).
 Each page is loaded LOADS_PER_URL times at each of three URLs: the first page, a middle page (its
 page_token made by the API's own paging code at the middle item), and a search by name (`q`,
 which scans up to pages.SCAN_PAGES API pages), once the pages have settled after the start. Figures: p99_ms_<page>_page over the page's loads
-(target 300 ms), and median_ms_<page>_page. Sizes: --schedules (BENCH_SCHEDULES) and
+(target 300 ms), and median_ms_<page>_page; seconds_to_ready, the standalone's start (its recovery:
+of the whole log the first time, from the snapshots it wrote after). Sizes: --schedules (BENCH_SCHEDULES) and
 BENCH_CONSOLE_RUNS."""
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def run(options: object) -> list[Figure]:
     urls = _urls(schedule_count, run_count)
     with _Standalone(data_dir) as server:
         _settle(server, [path for paths in urls.values() for path in paths])
-        figures = []
+        figures = [Figure("seconds_to_ready", server.ready_seconds, "s")]
         for page, paths in urls.items():
             timings = []
             for path in paths:
@@ -221,6 +222,8 @@ class _Standalone:
         self._data_dir = data_dir
         self.process: subprocess.Popen | None = None
         self._connection: http.client.HTTPConnection | None = None
+        self.ready_seconds = 0.0
+        """From the start to the ready line: the recovery, from the snapshots once a run has written them."""
 
     def __enter__(self) -> "_Standalone":
         env = {key: value for key, value in os.environ.items() if not key.startswith("SLUICE_")}
@@ -236,7 +239,8 @@ class _Standalone:
             raise RuntimeError(f"standalone did not start: {line!r}; see {self._data_dir / 'standalone.stderr'}")
         host, port = line.split(" web on ")[1].split()[0].rsplit(":", 1)
         self._connection = http.client.HTTPConnection(host, int(port), timeout=READY_TIMEOUT)
-        progress(f"[console] ready in {time.perf_counter() - started:.0f} s")
+        self.ready_seconds = time.perf_counter() - started
+        progress(f"[console] ready in {self.ready_seconds:.0f} s")
         return self
 
     def get(self, path: str) -> bytes:
