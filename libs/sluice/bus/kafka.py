@@ -18,8 +18,10 @@ Decisions:
   than min.insync.replicas the broker refuses the write (NotEnoughReplicas, retried by aiokafka): the
   send fails or waits, it is never acknowledged by fewer replicas. The idempotent producer retries
   until the write is acknowledged (no batch expires); a send still waiting after
-  `unacknowledged_warning_after` seconds logs a warning saying so, and again each such period. aiokafka's default
-  partitioner is Kafka's murmur2 (kafka_partition); keyless records go to a random partition.
+  `unacknowledged_warning_after` seconds logs a warning saying so, and again each such period. Records go
+  to the partition Kafka's default partitioner picks (murmur2 of the key), computed by kafka_partition,
+  which caches it: the keys recur (schedule ids, datasets), and aiokafka's own murmur2 hashed each record
+  again in Python; keyless records go to a random partition.
   A topic the broker does not know raises UnknownTopic at once (one metadata request that does not
   auto-create) instead of aiokafka's wait of request_timeout_ms for it to appear.
 - Consumers: the classic group protocol with the range assignor (the one the in-process bus uses),
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Mapping, Sequence
 
@@ -57,7 +60,7 @@ from aiokafka.errors import (
 from aiokafka.protocol.metadata import MetadataRequest
 
 from sluice.bus.kafka_security import KafkaSecurity, KafkaUnreachable, diagnose, parse_kafka_url
-from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic
+from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 from sluice.bus.topics import DEAD_LETTER
 
 __all__ = ["KafkaBus", "KafkaConsumer", "KafkaProducer", "KafkaSecurity", "KafkaUnreachable"]
@@ -288,7 +291,8 @@ class KafkaProducer:
     async def _start(self) -> AIOKafkaProducer:
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bus.bootstrap, client_id=self._bus.client_id,
-            acks="all", enable_idempotence=True, **self._bus.security.client_options(),
+            acks="all", enable_idempotence=True, partitioner=_partition_of,
+            **self._bus.security.client_options(),
         )
         try:
             await self._bus._start_client(producer)
@@ -296,6 +300,13 @@ class KafkaProducer:
             await producer.stop()
             raise
         return producer
+
+
+def _partition_of(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+    """aiokafka's DefaultPartitioner, with murmur2 of the key cached (kafka_partition)."""
+    if key is None:
+        return random.choice(available or all_partitions)
+    return all_partitions[kafka_partition(bytes(key), len(all_partitions))]
 
 
 async def _require_topic(producer: AIOKafkaProducer, topic: str) -> None:

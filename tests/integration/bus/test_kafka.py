@@ -14,7 +14,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.partitioner import DefaultPartitioner
 
 from sluice.bus import TopicPartition, TopicSpec, UnknownTopic, kafka_partition
-from sluice.bus.kafka import KafkaBus
+from sluice.bus.kafka import KafkaBus, _partition_of
 from tests.support.kafka import KafkaBroker
 from tests.integration.bus.contract import DurableBusContract
 
@@ -60,7 +60,7 @@ public class Partitions {
 
 
 def test_partitioner_is_the_java_clients(kafka_broker: KafkaBroker, tmp_path) -> None:
-    """kafka_partition, aiokafka's default partitioner (the one KafkaBus's producers use) and the
+    """kafka_partition, KafkaBus's producers' partitioner, aiokafka's default partitioner and the
     Java client's BuiltInPartitioner (from the broker's jars) put every key on the same partition."""
     rng = random.Random(20260301)
     keys = [b"", b"a", b"schedule-42"] + [rng.randbytes(rng.randint(1, 40)) for _ in range(300)]
@@ -78,9 +78,10 @@ def test_partitioner_is_the_java_clients(kafka_broker: KafkaBroker, tmp_path) ->
         everything = list(range(partitions))
         assert [DefaultPartitioner()(k, everything, everything) for k in keys] == expected
         assert [kafka_partition(k, partitions) for k in keys] == expected
+        assert [_partition_of(k, everything, everything) for k in keys] == expected
 
 
-async def test_producer_uses_the_default_partitioner(kafka_broker: KafkaBroker) -> None:
+async def test_producer_puts_a_key_where_kafka_partition_does(kafka_broker: KafkaBroker) -> None:
     bus = KafkaBus(kafka_broker.bootstrap)
     try:
         topic = f"partitioner-{time.time_ns()}"
@@ -89,7 +90,7 @@ async def test_producer_uses_the_default_partitioner(kafka_broker: KafkaBroker) 
         keys = [f"job-{i}".encode() for i in range(30)]
         sent = [await producer.send(topic, b"v", key=key) for key in keys]
         assert [p for p, _ in sent] == [kafka_partition(k, 5) for k in keys]
-        assert isinstance((await producer._started())._partitioner, DefaultPartitioner)
+        assert (await producer._started())._partitioner is _partition_of
     finally:
         await bus.close()
 
