@@ -28,12 +28,13 @@ Figures:
   memory_per_schedule_registered: the same right after registration.
 - schedules_registered_per_s: S / time in the schedules handler.
 
-Where the time goes (cProfile of the matches handler, 10,000 schedules, 2026-11-24, before
-snapshots were counted): deciding ~40% (trigger observe and evaluate, the Job of a fire), SQLite
-~20% (a row per event, two indexes), encoding ~10% (orjson) and derived event ids ~5%; the
-incremental snapshots now add their packing. About 8,600 decisions/s: at ~12 schedules per
-notification, ~700 notifications/s per core. With a row and an event per decision, 20,000/s is out
-of reach; it needs one record per poll (docs/decisions.md, "Measured, not reached").
+Where the time goes (cProfile of the matches handler's thread, 10,000 schedules, 2026-11-26, after
+the cheaper decide): deciding ~40% (trigger observe and evaluate, the Job of a fire, the new
+states), SQLite ~20% (~1.5 rows per decision: JobCreated, NotificationMatched, JobTriggered; two
+indexes, the (stream, version) one on random pages), encoding and event ids ~18%, parsing ~9%,
+the store's commit ~6%; the snapshot thread takes another ~10-20% of the process's CPU. With an
+event and a row per decision the ratio target is out of reach; it needs one record per poll and
+matches partition, as matcher-bound writes (docs/decisions.md, issue 27).
 
 Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
 size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules);
