@@ -1,5 +1,5 @@
 """A job decoded from a message and encoded again (the checker passing on what the matcher sent) is
-the message it came from; a fresh job, or one listed with a state, is encoded field by field."""
+the message it came from; one listed with a state does not keep that state when passed on."""
 import copy
 
 from sluice.domain.jobs import JobState

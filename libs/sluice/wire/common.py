@@ -42,10 +42,20 @@ def timestamp_to_proto(when: datetime | None) -> timestamp_pb2.Timestamp | None:
 def timestamp_from_proto(stamp: timestamp_pb2.Timestamp, path: str = "timestamp") -> datetime:
     """Timestamp.ToDatetime(tzinfo=UTC)'s result, without its per-call conversions. A time outside
     bounds.EARLIEST_TIME..LATEST_TIME is an InvalidArgument naming `path` (it would overflow date
-    arithmetic later, or here)."""
-    if not EARLIEST_SECONDS <= stamp.seconds < LATEST_SECONDS or not 0 <= stamp.nanos <= 999_999_999:
-        check_timestamp_seconds(path, stamp.seconds, stamp.nanos)
-    return _EPOCH + timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
+    arithmetic later, or here). The times of a burst of jobs are few: they are shared, not made each."""
+    key = (stamp.seconds, stamp.nanos)
+    when = _TIMES.get(key)
+    if when is None:
+        if not EARLIEST_SECONDS <= stamp.seconds < LATEST_SECONDS or not 0 <= stamp.nanos <= 999_999_999:
+            check_timestamp_seconds(path, stamp.seconds, stamp.nanos)
+        if len(_TIMES) >= _TIMES_KEPT:
+            _TIMES.clear()
+        when = _TIMES[key] = _EPOCH + timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
+    return when
+
+
+_TIMES: dict[tuple[int, int], datetime] = {}
+_TIMES_KEPT = 1024
 
 
 def program_to_proto(program: ProgramRef) -> pb.ProgramRef:

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from google.protobuf import duration_pb2
 
 from sluice.domain.jobs import Job, JobState, TriggerContext, WaitingJobPolicy
@@ -41,23 +39,13 @@ def context_from_proto(message: pb.TriggerContext) -> TriggerContext:
     return TriggerContext(
         message.schedule_id,
         message.schedule_name,
-        dict(message.properties),
+        dict(message.properties) if message.properties else {},
         tuple(notification_from_proto(n) for n in message.notifications),
         timestamp_from_proto(message.logical_time, "logical_time") if message.HasField("logical_time") else None,
     )
 
 
-_decoded: OrderedDict[int, tuple[Job, bytes]] = OrderedDict()
-"""id(job) -> (job, the message it was decoded from), for the last jobs decoded: the checker passes
-on the job it received, which is then encoded from its message instead of field by field. The job
-is held, so its id is not reused while it is here."""
-_DECODED_MAX = 256
-
-
 def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> pb.Job:
-    decoded = _decoded.get(id(job)) if state is None and not reason else None
-    if decoded is not None and decoded[0] is job:
-        return pb.Job.FromString(decoded[1])
     return pb.Job(
         id=job.id,
         schedule_id=job.schedule_id,
@@ -81,15 +69,6 @@ def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> p
 
 
 def job_from_proto(message: pb.Job) -> Job:
-    job = _job_from_proto(message)
-    if message.state == pb.JOB_STATE_UNSPECIFIED and not message.reason:  # else not what job_to_proto(job) is
-        _decoded[id(job)] = (job, message.SerializeToString())
-        if len(_decoded) > _DECODED_MAX:
-            _decoded.popitem(last=False)
-    return job
-
-
-def _job_from_proto(message: pb.Job) -> Job:
     return Job(
         message.id,
         message.schedule_id,
@@ -105,7 +84,7 @@ def _job_from_proto(message: pb.Job) -> Job:
         timestamp_from_proto(message.triggered_at) if message.HasField("triggered_at") else None,
         retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy") else DEFAULT_RETRY_POLICY,
         waiting_job_policy=_waiting_job_policy(message.waiting_job_policy),
-        spark_conf=dict(message.spark_conf),
+        spark_conf=dict(message.spark_conf) if message.spark_conf else {},
         max_run_seconds=message.max_run_seconds,
     )
 
