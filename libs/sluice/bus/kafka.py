@@ -27,7 +27,11 @@ Decisions:
 - Consumers: the classic group protocol with the range assignor (the one the in-process bus uses),
   enable_auto_commit=False, auto_offset_reset="earliest". The subscription is made after start, so
   a topic created later joins the assignment at the next metadata refresh (metadata_max_age_ms).
-  Heartbeats every `heartbeat_interval_ms` let members notice a rebalance quickly.
+  Heartbeats every `heartbeat_interval_ms` let members notice a rebalance quickly. The broker holds a
+  fetch at most `fetch_max_wait_ms` (100, not aiokafka's 500): aiokafka fetches a partition again only
+  once its records are polled, and after a poll's records wait 100 ms unpolled it fetches the member's
+  other partitions without them; when those are idle topics (a service follows several, most quiet),
+  the busy partitions, once polled, waited for that idle fetch to come back empty: up to 500 ms.
 - Commit errors (a partition not assigned, a group that rebalanced meanwhile) raise CommitFailed.
 - Security (TLS, SASL) comes from the bus URL (`KafkaBus.from_url`, sluice.bus.kafka_security) and
   goes to every client the bus creates: producers, consumers and the admin client alike. A client that
@@ -81,6 +85,7 @@ class KafkaBus:
         dead_letter_retention_ms: int = -1,
         heartbeat_interval_ms: int = 1000,
         session_timeout_ms: int = 10_000,
+        fetch_max_wait_ms: int = 100,
         metadata_max_age_ms: int = 30_000,
         topic_ready_timeout: float = 30.0,
         unacknowledged_warning_after: float = 10.0,
@@ -98,6 +103,7 @@ class KafkaBus:
             heartbeat_interval_ms=heartbeat_interval_ms,
             session_timeout_ms=session_timeout_ms,
             metadata_max_age_ms=metadata_max_age_ms,
+            fetch_max_wait_ms=fetch_max_wait_ms,
         )
         self._admin: AIOKafkaAdminClient | None = None
         self._producers: list[KafkaProducer] = []
