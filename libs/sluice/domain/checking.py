@@ -267,6 +267,8 @@ def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: d
         events.append(LoadLimited(now))  # the load counts every run from now on
         state = evolve(state, events[-1])
         settled = None
+    elif settled is not None and (settled.until is None or now < settled.until) and _apart(commands):
+        return _admitting_arrivals(state, [command.job for command in commands], now, capacity, settled)
     for command in commands:
         own = _own_events(state, command, now)
         state = fold(state, own)
@@ -286,6 +288,42 @@ def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: d
     # admitted or joined on arrival: that event also queues the job
     queued_by = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
     queued_by |= {event.job_id for event in admission if isinstance(event, NotificationsJoined)}
+    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in queued_by)), *admission], Settled(until)
+
+
+def _apart(commands: list[CheckerCommand]) -> bool:
+    """Arriving jobs only, each of another schedule: no job's own events depend on another's."""
+    if not all(type(command) is EnqueueJob for command in commands):
+        return False
+    return len({command.job.schedule_id for command in commands}) == len({command.job.id for command in commands}) \
+        == len(commands)
+
+
+def _admitting_arrivals(state: CheckerState, jobs: list[Job], now: datetime, capacity: Capacity,
+                        settled: Settled) -> tuple[list[CheckerEvent], Settled | None]:
+    """decide_admitting of arriving jobs of distinct schedules, before `settled.until`: the same
+    events, but a job the pass admits is never folded into the queue (the JobAdmitted that queues
+    it is folded by the caller), only the jobs it leaves waiting or discards are."""
+    events: list[CheckerEvent] = []
+    arrived: dict[str, Job] = {}
+    """Job id -> a job whose own event is its JobQueued alone: checked before it is queued."""
+    for job in jobs:
+        own = _enqueue(state, job, now)
+        if len(own) == 1:
+            arrived[job.id] = job
+        else:
+            state = fold(state, own)  # withdrawn at once (or nothing: redelivered)
+        events += own
+    if not events:
+        return [], None
+    decision = admit([QueuedJob(job, job.triggered_at or now).facts() for job in arrived.values()], state.world, now,
+                     capacity)
+    launched = set(decision.launch)
+    state = fold(state, [event for event in events if isinstance(event, JobQueued) and event.job.id in arrived
+                         and event.job.id not in launched])
+    admission = _admission(state, decision, now, arrived)
+    queued_by = launched | {event.job_id for event in admission if isinstance(event, NotificationsJoined)}
+    until = min((t for t in (settled.until, decision.wake_at) if t is not None), default=None)
     return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in queued_by)), *admission], Settled(until)
 
 
@@ -387,10 +425,12 @@ def _withdraw(state: CheckerState, schedule_id: str, reason: str, now: datetime,
     return [JobWithdrawn(job.id, schedule_id, reason, now) for job in sorted(withdrawn, key=lambda job: job.sequence)]
 
 
-def _admission(state: CheckerState, decision: AdmissionDecision, now: datetime) -> list[CheckerEvent]:
+def _admission(state: CheckerState, decision: AdmissionDecision, now: datetime,
+               arrived: Mapping[str, Job] = immutables.Map()) -> list[CheckerEvent]:
+    """The decision's events; a launched job is in the queue, or among `arrived` (not queued yet)."""
     forced = set(decision.forced)
-    events: list[CheckerEvent] = [JobAdmitted(state.queue[job_id].job, now, job_id in forced)
-                                  for job_id in decision.launch]
+    events: list[CheckerEvent] = [JobAdmitted(arrived[job_id] if job_id in arrived else state.queue[job_id].job, now,
+                                              job_id in forced) for job_id in decision.launch]
     events += [JobWithdrawn(job_id, state.queue[job_id].job.schedule_id, reason, now)
                for job_id, reason in decision.discard]
     leaving = {*decision.launch, *(job_id for job_id, _ in decision.discard)}
