@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, TypeVar
 
 import orjson
@@ -143,6 +143,6 @@ def _waiting_job_policy(value: str) -> int:
     return waiting_job_policy_to_proto(WaitingJobPolicy(value))
 
 
-@cache
+@lru_cache(maxsize=256)  # schedules' settings: few, but not bounded by the code
 def _retry_policy(max_retries: int, delay_seconds: int, backoff: float, retry_failed: bool) -> pb.RetryPolicy:
     return retry_policy_to_proto(RetryPolicy(max_retries, delay_seconds, backoff, retry_failed))
