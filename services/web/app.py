@@ -27,6 +27,7 @@ COOKIE = "sluice_console_token"
 API_KEY = web.AppKey("api", object)
 SECRET_KEY = web.AppKey("csrf_secret", bytes)
 TEMPLATES_KEY = web.AppKey("templates", jinja2.Environment)
+SECURE_COOKIE_KEY = web.AppKey("secure_cookie", bool)
 HTTP_STATUS = {grpc.StatusCode.PERMISSION_DENIED: 403, grpc.StatusCode.NOT_FOUND: 404,
                grpc.StatusCode.INVALID_ARGUMENT: 400, grpc.StatusCode.FAILED_PRECONDITION: 409,
                grpc.StatusCode.UNAVAILABLE: 503, grpc.StatusCode.DEADLINE_EXCEEDED: 504}
@@ -41,7 +42,7 @@ def build_app(api: ConsoleApi, *, secure_cookie: bool = False) -> web.Applicatio
     app[TEMPLATES_KEY] = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                             autoescape=True, undefined=jinja2.StrictUndefined)
     app[TEMPLATES_KEY].globals["permission"] = lambda name: permission_of(ACTIONS[name])
-    app["secure_cookie"] = secure_cookie
+    app[SECURE_COOKIE_KEY] = secure_cookie
     app.add_routes([
         web.get("/", lambda request: _redirect("/schedules")),
         web.get("/login", _login_form), web.post("/login", _login), web.post("/logout", _logout),
@@ -156,7 +157,7 @@ async def _login(request: web.Request) -> web.Response:
         return _render(request, "login.html", http_status=401, error="The servers do not know this token.")
     response = web.HTTPSeeOther("/schedules")
     if me.authorization and token:
-        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=request.app["secure_cookie"],
+        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", secure=request.app[SECURE_COOKIE_KEY],
                             path="/")
     raise response
 

@@ -142,7 +142,10 @@ def run(api: ConsoleApi, token: str, me: Identity, run_id: str) -> dict[str, Any
     row["outputs"] = [{"dataset": f"{o.namespace}.{o.dataset}", "key": present.key_text(o.partition.key),
                        "records": o.partition.record_count} for o in found.outputs]
     row["attempts"] = [{"number": a.number, "status": present.status_name(a.status), "started": present.when(a.started_at),
-                        "ended": present.when(a.ended_at), "error": a.error} for a in found.attempts]
+                        "ended": present.when(a.ended_at), "error": a.error,
+                        "spark_application_id": a.spark_application_id} for a in found.attempts]
+    row["spark_application_id"] = found.spark_application_id
+    row["spark_ui"] = present.link_target(found.spark_ui_url)
     row["going"] = not found.ended_at.seconds
     row["may_cancel"] = allowed(me, "cancel", found.program.namespace)
     row["log"] = run_log(api, token, run_id, {}, found)

@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
+from urllib.parse import urlsplit
 
 from google.protobuf import timestamp_pb2
 
@@ -41,6 +42,16 @@ def run_duration(run: runs_pb2.Run, now: datetime) -> str:
 
 def run_rows(run: runs_pb2.Run) -> int:
     return sum(output.partition.record_count for output in run.outputs)
+
+
+def link_target(url: str) -> str:
+    """`url` if a browser may follow it as a plain link (http or https with a host), else "": a driver
+    reports its UI's address, and a `javascript:` or `data:` one must not become a link."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ""
+    return url if parts.scheme in ("http", "https") and parts.hostname else ""
 
 
 def status_name(value: int) -> str:
