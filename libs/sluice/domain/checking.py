@@ -16,225 +16,50 @@ already waits instead, when both may (`Job.joinable`, WaitingJobPolicy.JOIN): th
 trigger context gains its notifications (NotificationsJoined), and its one run gets them all.
 Only a waiting job is joined, never one admitted (PENDING_LAUNCH), and the joining is decided in
 the same pass that would have deferred the job, so it does not depend on how arrivals are batched.
+
+The commands and events are in `sluice.domain.checking_messages`, the state and its fold (`evolve`)
+in `sluice.domain.checking_state`; this module decides, and its importers find them all here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from typing import Any, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Mapping
 
 import immutables
 
 from sluice.domain import backfills
-from sluice.domain.backfills import (
-    BackfillCancelled,
-    BackfillRequested,
-    CancelBackfill,
-    ManualJobRequested,
-    RunScheduleNow,
-    StartBackfill,
+from sluice.domain.backfills import CancelBackfill, RunScheduleNow, StartBackfill
+from sluice.domain.checking_messages import (
+    EVENTS,
+    CheckerCommand,
+    CheckerEvent,
+    EnqueueJob,
+    JobAdmitted,
+    JobDeferred,
+    JobQueued,
+    JobWithdrawn,
+    LoadLimited,
+    NotificationsJoined,
+    ObserveRun,
+    RunObserved,
+    ScheduleTracked,
+    ScheduleUntracked,
 )
-from sluice.domain.common import Notification, ProgramRef, RunStatus
+from sluice.domain.checking_state import CheckerState, QueuedJob, TrackedSchedule, evolve, fold, tracked_schedule
 from sluice.domain.constraints import (
     UNLIMITED,
     AdmissionDecision,
     Capacity,
-    ConcurrencyConstraint,
-    Constraint,
-    MaxRunsPerWindowConstraint,
-    MinSinceLastRunConstraint,
     PendingJobFacts,
     WorldFacts,
     admit,
-    history_needed,
-    join_groups,
 )
 from sluice.domain.jobs import Job
 from sluice.domain.observations import CheckTime, ObserveSchedule
-from sluice.domain.request_book import RequestBook
 from sluice.domain.schedules import Schedule
-from sluice.ids import run_id_for
 
 QUEUE_STREAM = "checker-queue"
-
-
-# Commands
-@dataclass(frozen=True)
-class EnqueueJob:
-    """The matcher triggered a job."""
-
-    job: Job
-
-
-@dataclass(frozen=True)
-class ObserveRun:
-    """A program's run changed status (from the program-status notifications)."""
-
-    program: ProgramRef
-    run_id: str
-    status: RunStatus
-    at: datetime
-
-
-CheckerCommand = EnqueueJob | ObserveRun | ObserveSchedule | CheckTime | RunScheduleNow | StartBackfill | CancelBackfill
-"""What the aggregate's `decide` takes."""
-
-
-# Events
-@dataclass(frozen=True)
-class JobQueued:
-    """The job entered PENDING_CONSTRAINT."""
-
-    job: Job
-    at: datetime
-
-
-@dataclass(frozen=True)
-class JobDeferred:
-    """The job's first check left it waiting; from now on its ABORT constraints wait too."""
-
-    job_id: str
-    waiting_on: tuple[str, ...]
-    at: datetime
-
-
-@dataclass(frozen=True)
-class JobAdmitted:
-    """PENDING_LAUNCH: the launcher is asked to start the job's run, which counts as running from `at`.
-    Without a JobQueued before it, the job was admitted on arrival: this event also queued it."""
-
-    job: Job
-    at: datetime
-    forced: bool = False
-    """Launched by its timeout's FORCE_LAUNCH policy although timing constraints were not met."""
-
-
-@dataclass(frozen=True)
-class NotificationsJoined:
-    """The job's trigger fired while `into`, an earlier job of its schedule, waited for its
-    constraints: instead of waiting too, its notifications joined `into`'s trigger context, and it
-    leaves the queue JOINED, without a run of its own. Without a JobQueued before it, the job
-    joined on arrival: this event also stands for its queueing (its `sequence`)."""
-
-    job_id: str
-    into: str
-    schedule_id: str
-    sequence: int
-    notifications: tuple[Notification, ...]
-    at: datetime
-
-
-@dataclass(frozen=True)
-class JobWithdrawn:
-    """DISCARDED by the checker: a constraint can never be met, a timeout, or its schedule changed."""
-
-    job_id: str
-    schedule_id: str
-    reason: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class RunObserved:
-    program: ProgramRef
-    run_id: str
-    status: RunStatus
-    at: datetime
-
-
-@dataclass(frozen=True)
-class ScheduleTracked:
-    """What the checker keeps of a schedule: enough to discard stale jobs and to know its groups."""
-
-    schedule_id: str
-    program: ProgramRef
-    generation: int
-    enabled: bool
-    constraints: tuple[Constraint, ...]
-    at: datetime
-    schedule: Schedule | None = None
-    """The whole definition: run-now and backfill jobs are built from it (None in events before it was kept)."""
-
-
-@dataclass(frozen=True)
-class ScheduleUntracked:
-    schedule_id: str
-    at: datetime
-
-
-@dataclass(frozen=True)
-class LoadLimited:
-    """The checker runs with a load limit: from now on it counts the runs of every program."""
-
-    at: datetime
-
-
-EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobWithdrawn, RunObserved, ScheduleTracked, ScheduleUntracked,
-          LoadLimited, NotificationsJoined, ManualJobRequested, BackfillRequested, BackfillCancelled)
-CheckerEvent = (JobQueued | JobDeferred | JobAdmitted | JobWithdrawn | RunObserved | ScheduleTracked
-                | ScheduleUntracked | LoadLimited | NotificationsJoined | ManualJobRequested | BackfillRequested
-                | BackfillCancelled)
-
-
-@dataclass(frozen=True)
-class QueuedJob:
-    job: Job
-    triggered_at: datetime
-    checked: bool = False
-
-    def facts(self) -> PendingJobFacts:
-        job = self.job
-        return PendingJobFacts(job.id, job.program, job.schedule_id, self.triggered_at, job.constraints, job.priority,
-                               job.timeout_seconds, job.timeout_policy, self.checked, job.sequence)
-
-
-@dataclass(frozen=True)
-class TrackedSchedule:
-    program: ProgramRef
-    generation: int
-    active: bool
-    """Exists and is enabled: its jobs may launch."""
-    groups: frozenset[str] = frozenset()
-    last_sequence: int = 0
-    """The highest job sequence queued: a job at or below it is a redelivery."""
-    deleted: bool = False
-    schedule: Schedule | None = None
-    """The definition last observed (run now and backfill build jobs from it)."""
-
-
-@dataclass(frozen=True)
-class CheckerState:
-    queue: Mapping[str, QueuedJob] = field(default_factory=immutables.Map)
-    """Persistent: a job queued, deferred or admitted costs O(log n), not a copy of the whole queue."""
-    queued_by_program: Mapping[ProgramRef, Mapping[str, None]] = field(default_factory=immutables.Map)
-    """The queue's job ids by program: a run concerns the jobs of few programs (`_rechecked`)."""
-    world: WorldFacts = field(default_factory=WorldFacts)
-    schedules: Mapping[str, TrackedSchedule] = field(default_factory=immutables.Map)
-    """Persistent: a queued job records its schedule's sequence without copying every schedule's entry."""
-    group_refs: Mapping[tuple[str, ProgramRef], int] = field(default_factory=dict)
-    """How many schedules put a program into a group: it leaves the group when none does."""
-    horizon: timedelta = timedelta(0)
-    """How long ended runs are remembered: the longest any schedule's constraints need."""
-    watched: frozenset[ProgramRef] = frozenset()
-    """Programs whose runs some constraint counts (concurrency, groups, intervals, caps)."""
-    watch_all: bool = False
-    """A load limit counts every program's runs."""
-    joinable: Mapping[str, str] = field(default_factory=immutables.Map)
-    """Schedule id -> its waiting job that the schedule's next fires join (deferred, `Job.joinable`)."""
-    requested: RequestBook = field(default_factory=RequestBook)
-    """Run-now jobs and backfills (sluice.domain.backfills)."""
-
-    def __post_init__(self) -> None:
-        for name in ("queue", "queued_by_program", "schedules", "joinable"):
-            if not isinstance(getattr(self, name), immutables.Map):
-                object.__setattr__(self, name, immutables.Map(getattr(self, name)))
-
-    def watches(self, program: ProgramRef) -> bool:
-        """Runs of other programs change no answer: the checker neither records nor reserves them."""
-        return self.watch_all or program in self.watched
-
-    def facts(self) -> list[PendingJobFacts]:
-        return [queued.facts() for queued in self.queue.values()]
 
 
 def decide(state: CheckerState, command: CheckerCommand, now: datetime, capacity: Capacity = UNLIMITED) -> list[CheckerEvent]:
@@ -407,7 +232,7 @@ def _observe_schedule(state: CheckerState, schedule_id: str, schedule: Schedule 
         return []  # an older change delivered late
     change = ScheduleTracked(schedule_id, schedule.program, schedule.generation, schedule.enabled,
                              schedule.constraints, now, schedule)
-    if tracked is not None and _tracked(change, tracked) == tracked:
+    if tracked is not None and tracked_schedule(change, tracked) == tracked:
         return []
     withdrawn = _withdraw(state, schedule_id, "schedule updated", now, below=schedule.generation)
     if not schedule.enabled:
@@ -463,197 +288,3 @@ def _job_to_join(state: CheckerState, job: Job, leaving: set[str], deferred_now:
                 and waiting.job.sequence < job.sequence:
             return candidate
     return None
-
-
-def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
-    match event:
-        case JobQueued(job, at):
-            return _queued(state, job, at, schedules=_sequence_seen(state, job))
-        case ManualJobRequested(job, _, at):
-            return _queued(state, job, at, requested=state.requested.with_manual_job(event))
-        case BackfillRequested():
-            state = _changed(state, requested=state.requested.with_backfill(event),
-                             watched=state.watched | {event.template.program})  # its runs' ends are its progress
-            return _queued_together(state, backfills.jobs_of(event), event.template, event.at)
-        case BackfillCancelled(_, _, withdrawn):
-            for job_id in withdrawn:
-                state = _dequeued(state, job_id)
-            return _changed(state, requested=state.requested.cancelled(event))
-        case JobDeferred(job_id):
-            queued = state.queue[job_id]
-            state = _changed(state, queue=state.queue.set(job_id, _changed(queued, checked=True)))
-            schedule_id = queued.job.schedule_id
-            if queued.job.joinable and schedule_id not in state.joinable:
-                state = _changed(state, joinable=state.joinable.set(schedule_id, job_id))
-            return state
-        case NotificationsJoined(job_id, into, schedule_id, sequence, notifications):
-            state = _dequeued(state, job_id)
-            target = state.queue[into]
-            context = target.job.context
-            joined = replace(target.job, context=replace(context, notifications=context.notifications + notifications))
-            tracked = state.schedules[schedule_id]
-            return _changed(state, queue=state.queue.set(into, replace(target, job=joined)),
-                            schedules=state.schedules.set(schedule_id, replace(
-                                tracked, last_sequence=max(tracked.last_sequence, sequence))))
-        case JobAdmitted(job, at) if job.id not in state.queue:
-            # Admitted on arrival: what JobQueued then JobAdmitted make, the queue left as it was.
-            world = join_groups(state.world, job.program, job.constraints)
-            watched = _watch(state.watched, job.program, job.constraints)
-            changes = {"world": world, "watched": watched,
-                       "horizon": max(state.horizon, history_needed(job.constraints))}
-            watching = state.watch_all or job.program in watched
-            changes.update(_admitted_changes(state.requested, world, watching, job, at))
-            return _changed(state, schedules=_sequence_seen(state, job), **changes)
-        case JobAdmitted(job, at):
-            changes = _admitted_changes(state.requested, state.world, state.watches(job.program), job, at)
-            return _dequeued(state, job.id, **changes)
-        case JobWithdrawn(job_id):
-            if job_id not in state.requested.queued:
-                return _dequeued(state, job_id)
-            return _dequeued(state, job_id, requested=state.requested.withdrawn(job_id))
-        case RunObserved(program, run_id, status, at):
-            world = state.world.observe(program, run_id, status, at)
-            requested = state.requested
-            if status.terminal:
-                world = world.forget(at - state.horizon, (program,))
-                requested = requested.run_ended(run_id, status is RunStatus.COMPLETED)
-            return _changed(state, world=world, requested=requested)
-        case ScheduleTracked(schedule_id):
-            old = state.schedules.get(schedule_id)
-            new = _tracked(event, old)
-            return _regroup(_changed(state, schedules=state.schedules.set(schedule_id, new),
-                                     horizon=max(state.horizon, history_needed(event.constraints)),
-                                     watched=_watch(state.watched, event.program, event.constraints)), old, new)
-        case LoadLimited():
-            return _changed(state, watch_all=True)
-        case ScheduleUntracked(schedule_id):
-            old = state.schedules[schedule_id]
-            new = replace(old, active=False, groups=frozenset(), deleted=True, schedule=None)
-            return _regroup(_changed(state, schedules=state.schedules.set(schedule_id, new)), old, new)
-    raise TypeError(f"unknown event {event!r}")
-
-
-def _sequence_seen(state: CheckerState, job: Job) -> immutables.Map:
-    """The schedules, the job's one tracked (if it was not) with its sequence seen."""
-    tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
-    seen = _changed(tracked, last_sequence=max(tracked.last_sequence, job.sequence))
-    return state.schedules.set(job.schedule_id, seen)
-
-
-def _admitted_changes(requested: RequestBook, world: WorldFacts, watched: bool, job: Job,
-                      at: datetime) -> dict[str, Any]:
-    """The state's fields a job's admission changes: its backfill's progress, its run reserved in
-    a watched program; none (no run id computed) for a job of no backfill in an unwatched program."""
-    backfilled = job.id in requested.queued
-    if not (backfilled or watched):
-        return {}
-    run_id = run_id_for(job.id)
-    changes: dict[str, Any] = {"requested": requested.admitted(job.id, run_id)} if backfilled else {}
-    if watched:
-        changes["world"] = world.reserve(job.program, run_id, at)
-    return changes
-
-
-def _queued(state: CheckerState, job: Job, at: datetime, **changes: Any) -> CheckerState:
-    """The job queued, and `changes` (other fields of the state) made in the same replace."""
-    queue = state.queue.set(job.id, QueuedJob(job, job.triggered_at or at))
-    # Its program joins the groups it names, tracked schedule or not (a job can arrive first):
-    # its runs count for them from now on, also in a pass that checks only newer jobs.
-    world = join_groups(state.world, job.program, job.constraints)
-    return _changed(state, queue=queue, queued_by_program=_indexed(state.queued_by_program, job.program, job.id),
-                    world=world, horizon=max(state.horizon, history_needed(job.constraints)),
-                    watched=_watch(state.watched, job.program, job.constraints), **changes)
-
-
-def _queued_together(state: CheckerState, jobs: list[Job], template: Job, at: datetime) -> CheckerState:
-    """`_queued` of many jobs of one program and constraints (`template`'s), in one edit of each map."""
-    if not jobs:
-        return state
-    state = _queued(state, jobs[0], at)
-    program = template.program
-    with state.queue.mutate() as queue, state.queued_by_program[program].mutate() as of_program:
-        for job in jobs[1:]:
-            queue[job.id] = QueuedJob(job, job.triggered_at or at)
-            of_program[job.id] = None
-        return _changed(state, queue=queue.finish(),
-                        queued_by_program=state.queued_by_program.set(program, of_program.finish()))
-
-
-def _dequeued(state: CheckerState, job_id: str, **changes: Any) -> CheckerState:
-    """The job out of the queue, and `changes` (other fields of the state) made in the same replace."""
-    queued = state.queue.get(job_id)
-    if queued is None:
-        return _changed(state, **changes) if changes else state
-    program = queued.job.program
-    ids = state.queued_by_program[program].delete(job_id)
-    by_program = state.queued_by_program.set(program, ids) if ids else state.queued_by_program.delete(program)
-    schedule_id = queued.job.schedule_id
-    if state.joinable.get(schedule_id) == job_id:
-        changes["joinable"] = _next_joinable(state, schedule_id, program, job_id)
-    return _changed(state, queue=state.queue.delete(job_id), queued_by_program=by_program, **changes)
-
-
-def _next_joinable(state: CheckerState, schedule_id: str, program: ProgramRef, leaving: str) -> immutables.Map:
-    """The schedule's joinable entry once its job `leaving` left the queue: its oldest other deferred
-    joinable job, if any."""
-    waiting = [queued.job for job_id in state.queued_by_program.get(program, ()) if job_id != leaving
-               and (queued := state.queue[job_id]).checked and queued.job.schedule_id == schedule_id
-               and queued.job.joinable]
-    if not waiting:
-        return state.joinable.delete(schedule_id)
-    return state.joinable.set(schedule_id, min(waiting, key=lambda job: job.sequence).id)
-
-
-def _indexed(by_program: immutables.Map, program: ProgramRef, job_id: str) -> immutables.Map:
-    return by_program.set(program, by_program.get(program, immutables.Map()).set(job_id, None))
-
-
-def _changed(value: Any, **changes: Any) -> Any:
-    """dataclasses.replace for the state's frozen dataclasses, given fields in their final form
-    (immutables.Map, not a dict): a copy of the instance's fields with the changes, without the
-    __init__ and __post_init__ that replace runs (evolve's cost, once per event)."""
-    new = object.__new__(type(value))
-    fields = new.__dict__
-    fields.update(value.__dict__)
-    fields.update(changes)
-    return new
-
-
-def fold(state: CheckerState, events: list[CheckerEvent]) -> CheckerState:
-    for event in events:
-        state = evolve(state, event)
-    return state
-
-
-RUN_COUNTING = (ConcurrencyConstraint, MinSinceLastRunConstraint, MaxRunsPerWindowConstraint)
-
-
-def _watch(watched: frozenset[ProgramRef], program: ProgramRef, constraints: tuple[Constraint, ...]) -> frozenset[ProgramRef]:
-    """Watching only grows: a run started while nobody watched its program is never counted."""
-    if program in watched or not any(isinstance(c, RUN_COUNTING) for c in constraints):
-        return watched
-    return watched | {program}
-
-
-def _tracked(change: ScheduleTracked, old: TrackedSchedule | None) -> TrackedSchedule:
-    groups = frozenset(c.group for c in change.constraints if isinstance(c, ConcurrencyConstraint) and c.group)
-    return TrackedSchedule(change.program, change.generation, change.enabled, groups,
-                           old.last_sequence if old else 0, schedule=change.schedule)
-
-
-def _regroup(state: CheckerState, old: TrackedSchedule | None, new: TrackedSchedule) -> CheckerState:
-    """Move the schedule's program out of the groups it no longer names and into the new ones."""
-    before = {(g, old.program) for g in old.groups} if old else set()
-    after = {(g, new.program) for g in new.groups}
-    if before == after:
-        return state
-    refs, world = dict(state.group_refs), state.world
-    for key in before - after:
-        refs[key] -= 1
-        if not refs[key]:
-            del refs[key]
-            world = world.leave(*key)
-    for key in after - before:
-        refs[key] = refs.get(key, 0) + 1
-        world = world.join(*key)
-    return _changed(state, group_refs=refs, world=world)

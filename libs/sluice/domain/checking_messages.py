@@ -1,0 +1,137 @@
+"""The constraint-checker's commands and events (`sluice.domain.checking` decides and folds them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sluice.domain.backfills import (
+    BackfillCancelled,
+    BackfillRequested,
+    CancelBackfill,
+    ManualJobRequested,
+    RunScheduleNow,
+    StartBackfill,
+)
+from sluice.domain.common import Notification, ProgramRef, RunStatus
+from sluice.domain.constraints import Constraint
+from sluice.domain.jobs import Job
+from sluice.domain.observations import CheckTime, ObserveSchedule
+from sluice.domain.schedules import Schedule
+
+
+# Commands
+@dataclass(frozen=True)
+class EnqueueJob:
+    """The matcher triggered a job."""
+
+    job: Job
+
+
+@dataclass(frozen=True)
+class ObserveRun:
+    """A program's run changed status (from the program-status notifications)."""
+
+    program: ProgramRef
+    run_id: str
+    status: RunStatus
+    at: datetime
+
+
+CheckerCommand = EnqueueJob | ObserveRun | ObserveSchedule | CheckTime | RunScheduleNow | StartBackfill | CancelBackfill
+"""What the aggregate's `decide` takes."""
+
+
+# Events
+@dataclass(frozen=True)
+class JobQueued:
+    """The job entered PENDING_CONSTRAINT."""
+
+    job: Job
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobDeferred:
+    """The job's first check left it waiting; from now on its ABORT constraints wait too."""
+
+    job_id: str
+    waiting_on: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobAdmitted:
+    """PENDING_LAUNCH: the launcher is asked to start the job's run, which counts as running from `at`.
+    Without a JobQueued before it, the job was admitted on arrival: this event also queued it."""
+
+    job: Job
+    at: datetime
+    forced: bool = False
+    """Launched by its timeout's FORCE_LAUNCH policy although timing constraints were not met."""
+
+
+@dataclass(frozen=True)
+class NotificationsJoined:
+    """The job's trigger fired while `into`, an earlier job of its schedule, waited for its
+    constraints: instead of waiting too, its notifications joined `into`'s trigger context, and it
+    leaves the queue JOINED, without a run of its own. Without a JobQueued before it, the job
+    joined on arrival: this event also stands for its queueing (its `sequence`)."""
+
+    job_id: str
+    into: str
+    schedule_id: str
+    sequence: int
+    notifications: tuple[Notification, ...]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobWithdrawn:
+    """DISCARDED by the checker: a constraint can never be met, a timeout, or its schedule changed."""
+
+    job_id: str
+    schedule_id: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RunObserved:
+    program: ProgramRef
+    run_id: str
+    status: RunStatus
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ScheduleTracked:
+    """What the checker keeps of a schedule: enough to discard stale jobs and to know its groups."""
+
+    schedule_id: str
+    program: ProgramRef
+    generation: int
+    enabled: bool
+    constraints: tuple[Constraint, ...]
+    at: datetime
+    schedule: Schedule | None = None
+    """The whole definition: run-now and backfill jobs are built from it (None in events before it was kept)."""
+
+
+@dataclass(frozen=True)
+class ScheduleUntracked:
+    schedule_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class LoadLimited:
+    """The checker runs with a load limit: from now on it counts the runs of every program."""
+
+    at: datetime
+
+
+EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobWithdrawn, RunObserved, ScheduleTracked, ScheduleUntracked,
+          LoadLimited, NotificationsJoined, ManualJobRequested, BackfillRequested, BackfillCancelled)
+CheckerEvent = (JobQueued | JobDeferred | JobAdmitted | JobWithdrawn | RunObserved | ScheduleTracked
+                | ScheduleUntracked | LoadLimited | NotificationsJoined | ManualJobRequested | BackfillRequested
+                | BackfillCancelled)
