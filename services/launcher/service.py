@@ -1,45 +1,37 @@
-"""The launcher: one run per launch request, started with spark-submit, outputs published on success."""
+"""The launcher: one run per launch request, started with spark-submit, outputs published on success.
+Each attempt is run by `attempts`; what the runs' events send, by `outbox_routes`."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
 
-from openlineage.client.event_v2 import RunState
-
 from sluice.bus.port import Record
-from sluice.bus.topics import LINEAGE, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
 from sluice.clock import Clock, epoch_micros
 from sluice.domain import runs
 from sluice.domain.lease import LeaseLost
 from sluice.eventlog.codec import EventTypes
-from sluice.domain.common import Notification, PartitionCommitted, ProgramStatusChanged, RunStatus
-from sluice.domain.runs import (MarkCompleted, MarkFailed, MarkLost, MarkSparkApplication, MarkStarted, RequestCancel,
-                                RequestRun, Run)
+from sluice.domain.runs import MarkFailed, MarkLost, RequestCancel, RequestRun, Run
 from sluice.eventlog.port import EventLog, RecordedEvent
-from sluice.ids import UUID, derived_id
+from sluice.ids import UUID
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime.aggregates import AggregateStore, catch_up, execute
-from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from sluice.domain.errors import FailedPrecondition, NotFound
 from sluice.runtime.consumer import Pauses
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
 from sluice.runtime.snapshots import collector_paused
 from sluice.v1 import jobs_pb2
-from sluice.wire.common import notification_to_proto, parse_bus_message
+from sluice.wire.common import parse_bus_message
 from sluice.wire.jobs import job_from_proto
-from sluice_services.launcher import lineage_events, run_control, run_logs, spark_application
-from sluice_services.launcher.context_file import build_context, private_dir, write_context
+from sluice_services.launcher import outbox_routes, run_control, run_logs
+from sluice_services.launcher.attempts import Attempts
 from sluice_services.launcher.program_api import ProgramApi
-from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
-from sluice.datasets.files import PublishError, inputs_of, publish_outputs, read_result
-from sluice.sdk.partitions import CONSUMED_FILE
+from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramSubmitter
 from sluice_services.launcher.run_data import RunData
-from sluice_services.launcher.run_logs import DRIVER_LOG, lead_then_tail
 from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, fenced_execute
 from sluice_services.launcher.tracking import ProcessIdentity, kill_group
 from sluice_services.catalogue import LAUNCHER
@@ -53,7 +45,6 @@ SNAPSHOT_VERSION = 4
 """The schema version of this service's snapshots (Loaded[Run | None] per run stream): bump it when
 Run (or anything it holds) changes shape; a snapshot of another version is ignored and the
 log folded instead."""
-WRAPPER_STARTING_POLL = 0.02
 DEFAULT_FINISHED_RUNS_PER_SCHEDULE = 1_000
 """Ended runs the launcher keeps in memory per schedule, the newest by request time; the log keeps them all."""
 
@@ -84,12 +75,8 @@ class LauncherService:
         self._lease = lease
         self._stepping_down: asyncio.Task | None = None
         self._infrastructure = Pauses("launcher's runs")
-        self._run_data = run_data
-        self._program_api = program_api
         self._log = log
         self._clock = clock
-        self._catalog = catalog
-        self._submitter = submitter
         self._finder = submitter if isinstance(submitter, ProgramFinder) else None
         self._data_dir = data_dir
         self._slots = asyncio.Semaphore(max_parallel)
@@ -105,6 +92,9 @@ class LauncherService:
         """The listing order of the runs kept in memory: every run not ended (what fire_due looks at,
         instead of every run ever), each schedule's newest ended ones."""
         self._timers_changed = asyncio.Event()
+        self._attempts = Attempts(clock, catalog, submitter, data_dir, run_data, program_api, lease, self._terminations,
+                                  self.get, lambda run_id, command: self._decide(run_id, command), self.attempt_dir,
+                                  self._attached)  # _decide looked up per call, as before the split: tests replace it
 
     def recover(self) -> None:
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
@@ -334,7 +324,7 @@ class LauncherService:
     async def _launch(self, run: Run) -> None:
         async with self._slots:
             try:  # the log or the bus failing is waited out: the same steps again find where the run got to
-                await self._infrastructure.retrying(f"run {run.id}", lambda: self._execute_current(run))
+                await self._infrastructure.retrying(f"run {run.id}", lambda: self._attempts.execute_current(run))
             except asyncio.CancelledError:
                 raise
             except LeaseLost:
@@ -344,131 +334,6 @@ class LauncherService:
                 log.exception("run %s failed to launch", run.id)
                 self._decide(run.id, MarkFailed(f"launcher error: {error!r}"))
 
-    async def _execute_current(self, run: Run) -> None:
-        current = self.get(run.id) or run
-        if not current.status.terminal:
-            await self._execute(current)
-
-    async def _execute(self, run: Run) -> None:
-        attempt_dir = self.attempt_dir(run)
-        found = await self._find(run, attempt_dir)
-        if found is not None:  # started before the launcher restarted
-            self._attached(run.id, ProcessIdentity(found.pid, found.process_start))
-            if run.status is RunStatus.STARTING:  # ... and it stopped before recording that
-                self._decide(run.id, MarkStarted(found.pid, found.process_start))
-            exit_code = await self._wait(run.id, attempt_dir, found)
-        elif run.status is RunStatus.RUNNING:
-            exit_code = None  # nothing to find it by
-        else:
-            process = await self._start(run, attempt_dir)
-            if process is None:
-                return
-            self._attached(run.id, ProcessIdentity(process.pid, process.process_start))
-            exit_code = await self._wait(run.id, attempt_dir, process)
-        cancel = (self.get(run.id) or run).cancel
-        if cancel is not None:  # whatever its exit, the run ends KILLED (its outputs are not published)
-            await self._failed(run.id, attempt_dir, f"killed: {cancel.reason}")
-        elif exit_code is None:
-            await self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
-                             else f"its process {found.pid} ended without an exit status")
-        elif exit_code != 0:
-            await self._failed(run.id, attempt_dir,
-                               f"exit code {exit_code}: {lead_then_tail(attempt_dir / DRIVER_LOG)}")
-        else:
-            await self._publish(run, attempt_dir)
-
-    async def _wait(self, run_id: str, attempt_dir: Path, process: ProgramProcess) -> int | None:
-        """The program's exit code; meanwhile the Spark application its driver reports is recorded."""
-        ended = asyncio.ensure_future(process.wait())
-        watching = asyncio.ensure_future(spark_application.watch(
-            attempt_dir, lambda application_id, ui_url: self._spark_application(run_id, application_id, ui_url), ended))
-        try:
-            exit_code = await ended
-            await watching
-            return exit_code
-        finally:
-            watching.cancel()
-
-    def _spark_application(self, run_id: str, application_id: str, ui_url: str) -> None:
-        try:
-            self._decide(run_id, MarkSparkApplication(application_id, ui_url))
-        except Exception as error:  # observed, never decisive: the run goes on and ends as its program does
-            log.warning("run %s: Spark application %s not recorded: %r", run_id, application_id, error)
-
-    async def _find(self, run: Run, attempt_dir: Path) -> ProgramProcess | None:
-        if self._finder is None:
-            return None
-        recorded = ProcessIdentity(run.attempt.pid or 0, run.attempt.process_start)
-        while (found := self._finder.find(attempt_dir)) is None and run.status is RunStatus.RUNNING \
-                and recorded.process_start and recorded.alive():
-            await asyncio.sleep(WRAPPER_STARTING_POLL)  # recorded started, its wrapper has not claimed yet
-        return found
-
-    async def _start(self, run: Run, attempt_dir: Path) -> ProgramProcess | None:
-        """Start the attempt; None if its program's entry point is missing (the run FAILED naming it)."""
-        try:
-            entry_point = self._catalog.entry_point(run.job.program)
-        except InvalidArgument as refused:  # a name outside the identifier rule, a file outside the apps dir
-            self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()!r} refused: {refused}",
-                                            retryable=False))
-            return None
-        if entry_point is None:
-            expected = getattr(self._catalog, "expected", None)
-            where = f": no file {expected(run.job.program)}" if expected else ""
-            self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} has no entry point{where}",
-                                            retryable=False))
-            return None
-        private_dir(self._data_dir.parent / "runs" / run.id)
-        private_dir(attempt_dir)
-        context_path = attempt_dir / "context.json"
-        context = build_context(run.id, run.job, self._data_dir, attempt_dir, run.attempt.number)
-        context["system"].update(await self._program_api.context_for(run) if self._program_api else {})
-        write_context(context_path, context)
-        if self._lease is not None and not self._lease.valid(self._clock.now()):
-            raise LeaseLost(f"the lease of {self._lease.owner} expired before run {run.id} could start")
-        try:
-            process = await self._submitter.submit(entry_point, context_path, attempt_dir / DRIVER_LOG,
-                                                   dict(run.job.spark_conf))
-        except InvalidArgument as refused:  # a schedule's Spark setting the launcher will not pass on
-            self._decide(run.id, MarkFailed(f"Spark settings refused: {refused}", retryable=False))
-            return None
-        try:
-            started = self._decide(run.id, MarkStarted(process.pid, process.process_start))
-        except LeaseLost:  # the new owner takes the attempt for LOST and retries it: this copy must not run
-            kill_group(ProcessIdentity(process.pid, process.process_start))
-            raise
-        if not started and (self.get(run.id) or run).status.terminal:  # cancelled while it was being started
-            await run_control.terminate(ProcessIdentity(process.pid, process.process_start), self._terminations.grace_seconds)
-            return None
-        return process
-
-    async def _publish(self, run: Run, attempt_dir: Path) -> None:
-        try:
-            result = read_result(attempt_dir / "result.json")
-            outputs = (await self._run_data.publish(run.id, result) if self._run_data
-                       else publish_outputs(result, self._data_dir))
-        except (PublishError, KeyError) as error:
-            await self._failed(run.id, attempt_dir, f"publishing outputs failed: {error}", retryable=False)
-            return
-        inputs = inputs_of(result) or tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())
-        self._decide(run.id, MarkCompleted(outputs, inputs))
-
-    async def _lost(self, run: Run, attempt_dir: Path, reason: str) -> None:
-        await self._release(run.id, attempt_dir, reason)
-        self._decide(run.id, MarkLost(reason))
-
-    async def _failed(self, run_id: str, run_dir: Path, error: str, retryable: bool = True) -> None:
-        await self._release(run_id, run_dir, error)  # partitions it consumed are retried
-        self._decide(run_id, MarkFailed(error, retryable))
-
-    async def _release(self, run_id: str, run_dir: Path, reason: str) -> None:
-        if self._run_data is None:
-            return
-        try:
-            taken = json.loads((run_dir / CONSUMED_FILE).read_text())
-        except (OSError, ValueError):
-            taken = []  # it took nothing (or died before saying so: the consumer's timeout hands them out again)
-        await self._run_data.release(run_id, taken, reason)
 
     def _decide(self, run_id: str, command: runs.RunCommand) -> list:
         now = self._clock.now()
@@ -497,47 +362,9 @@ class LauncherService:
             return []
         event = TYPES.decode(recorded)
         run = self.get(event.run_id)
-        match event:
-            case runs.RunStarted(_, _, at, attempt):
-                if any(a.started_at is not None for a in run.attempts[:attempt - 1]):
-                    return []  # a retry: the run was reported RUNNING by an earlier attempt and still is
-                return [*self._status(run, RunStatus.RUNNING, recorded), *_lineage(run, lineage_events.run_started(run, at))]
-            case runs.RunCompleted(_, outputs, _, at):
-                return [*self._status(run, RunStatus.COMPLETED, recorded), *self._outputs(outputs, recorded),
-                        *_lineage(run, lineage_events.run_ended(run, RunState.COMPLETE, at, self.attempt_dir(run)))]
-            case runs.RunFailed(_, _, at):
-                return [*self._status(run, RunStatus.FAILED, recorded),
-                        *_lineage(run, lineage_events.run_ended(run, RunState.FAIL, at, self.attempt_dir(run)))]
-            case runs.RunLost(_, _, at):
-                return [*self._status(run, RunStatus.LOST, recorded),
-                        *_lineage(run, lineage_events.run_ended(run, RunState.ABORT, at, self.attempt_dir(run)))]
-            case runs.RunKilled(_, _, _, at):
-                return [*self._status(run, RunStatus.KILLED, recorded),
-                        *_lineage(run, lineage_events.run_ended(run, RunState.ABORT, at, self.attempt_dir(run)))]
-        return []
-
-    def _status(self, run: Run, status: RunStatus, recorded: RecordedEvent) -> list[Outgoing]:
-        payload = ProgramStatusChanged(run.job.program, run.id, status, run.job.schedule_id, run.job.id)
-        notification = Notification(derived_id(recorded.id, "status"), recorded.recorded_at, payload)
-        return [Outgoing(PROGRAM_NOTIFICATIONS, notification.event_key(),
-                         notification_to_proto(notification).SerializeToString())]
-
-    def _outputs(self, outputs: tuple[runs.OutputPartition, ...], recorded: RecordedEvent) -> list[Outgoing]:
-        messages = []
-        for index, output in enumerate(outputs):
-            if output.announced:
-                continue  # its dataset's transaction announced it
-            payload = PartitionCommitted(output.namespace, output.dataset, (output.partition,))
-            notification = Notification(derived_id(recorded.id, "output", str(index)), recorded.recorded_at, payload)
-            messages.append(Outgoing(PARTITION_NOTIFICATIONS, notification.event_key(),
-                                     notification_to_proto(notification).SerializeToString()))
-        return messages
+        return outbox_routes.outgoing(recorded, event, self.get(event.run_id), self.attempt_dir)
 
 
 def listing_key(run: Run) -> ListingKey:
     """Runs are listed by request time, then id."""
     return epoch_micros(run.requested_at), run.id
-
-
-def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:
-    return [Outgoing(LINEAGE, run.id, event) for event in events]
