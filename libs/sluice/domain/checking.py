@@ -92,7 +92,7 @@ def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: d
         events.append(LoadLimited(now))  # the load counts every run from now on
         state = evolve(state, events[-1])
         settled = None
-    elif settled is not None and (settled.until is None or now < settled.until) and _apart(commands):
+    elif _still_settled(settled, now) and _apart(commands):
         return _admitting_arrivals(state, [command.job for command in commands], now, capacity, settled)
     for command in commands:
         own = _own_events(state, command, now)
@@ -100,9 +100,7 @@ def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: d
         events += own
     if not events and not any(isinstance(command, CheckTime) for command in commands):
         return [], None
-    rechecked = None
-    if settled is not None and (settled.until is None or now < settled.until):
-        rechecked = _rechecked(state, commands, events, capacity)
+    rechecked = _rechecked(state, commands, events, capacity) if _still_settled(settled, now) else None
     if rechecked is not None:
         decision = admit(rechecked, state.world, now, capacity)
         until = min((t for t in (settled.until, decision.wake_at) if t is not None), default=None)
@@ -110,10 +108,20 @@ def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: d
         decision = admit(state.facts(), state.world, now, capacity)
         until = decision.wake_at
     admission = _admission(state, decision, now)
-    # admitted or joined on arrival: that event also queues the job
-    queued_by = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
-    queued_by |= {event.job_id for event in admission if isinstance(event, NotificationsJoined)}
-    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in queued_by)), *admission], Settled(until)
+    admitted = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
+    return _queued_once(events, admission, admitted), Settled(until)
+
+
+def _still_settled(settled: Settled | None, now: datetime) -> bool:
+    """Whether what the passes since the last full one settled still holds at `now`."""
+    return settled is not None and (settled.until is None or now < settled.until)
+
+
+def _queued_once(events: list[CheckerEvent], admission: list[CheckerEvent], admitted: set[str]) -> list[CheckerEvent]:
+    """The events then the admission's, less the JobQueued of a job admitted (`admitted`) or joined on
+    arrival: that event also queues the job."""
+    queued_by = admitted | {event.job_id for event in admission if isinstance(event, NotificationsJoined)}
+    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in queued_by)), *admission]
 
 
 def _apart(commands: list[CheckerCommand]) -> bool:
@@ -147,9 +155,8 @@ def _admitting_arrivals(state: CheckerState, jobs: list[Job], now: datetime, cap
     state = fold(state, [event for event in events if isinstance(event, JobQueued) and event.job.id in arrived
                          and event.job.id not in launched])
     admission = _admission(state, decision, now, arrived)
-    queued_by = launched | {event.job_id for event in admission if isinstance(event, NotificationsJoined)}
     until = min((t for t in (settled.until, decision.wake_at) if t is not None), default=None)
-    return [*(e for e in events if not (isinstance(e, JobQueued) and e.job.id in queued_by)), *admission], Settled(until)
+    return _queued_once(events, admission, launched), Settled(until)
 
 
 def _rechecked(state: CheckerState, commands: list[CheckerCommand], events: list[CheckerEvent],
