@@ -105,11 +105,24 @@ class Bus(Protocol):
     async def close(self) -> None: ...
 
 
-@lru_cache(maxsize=65_536)
+CACHED_KEY_BYTES = 256
+"""Longer keys are hashed each time: the cache keeps up to 65,536 keys alive, and huge keys (up to a
+record's size) would hold gigabytes there."""
+
+
 def kafka_partition(key: bytes, partitions: int) -> int:
     """Kafka's default partitioner (murmur2, positive, modulo), so keys land where Kafka puts them.
     Cached: murmur2 in Python costs tens of microseconds, and the keys (schedule ids, datasets) recur."""
+    if len(key) > CACHED_KEY_BYTES:
+        return _partition(key, partitions)
+    return _cached_partition(key, partitions)
+
+
+def _partition(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+_cached_partition = lru_cache(maxsize=65_536)(_partition)
 
 
 def murmur2(data: bytes) -> int:
