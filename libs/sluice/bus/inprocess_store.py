@@ -11,9 +11,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import orjson
-from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from sluice.bus.port import Record, TopicPartition, TopicSpec
 from sluice.sqlite_wal import WalCheckpointer, open_wal
