@@ -176,16 +176,12 @@ def waiting_job_policy_to_proto(policy: WaitingJobPolicy) -> int:
     return pb.WaitingJobPolicy.Value(f"WAITING_JOB_{policy.value}")
 
 
-_WAITING_JOB_POLICIES = {pb.WaitingJobPolicy.Value(f"WAITING_JOB_{p.value}"): p for p in WaitingJobPolicy}
+_WAITING_JOB_POLICIES = {waiting_job_policy_to_proto(p): p for p in WaitingJobPolicy}
 
 
 def waiting_job_policy_from_proto(value: int) -> WaitingJobPolicy:
-    known = _WAITING_JOB_POLICIES.get(value)
-    if known is not None:
-        return known
-    if value not in pb.WaitingJobPolicy.values():
-        return value  # left for validation to reject with the field's name
-    return WaitingJobPolicy(pb.WaitingJobPolicy.Name(value).removeprefix("WAITING_JOB_"))
+    """An unknown number stays a number, for validation to reject with the field's name."""
+    return _WAITING_JOB_POLICIES.get(value, value)
 
 
 def retry_policy_to_proto(policy: RetryPolicy) -> pb.RetryPolicy:
@@ -208,17 +204,12 @@ def timeout_policy_to_proto(policy: TimeoutPolicy) -> int:
     return pb.TimeoutPolicy.Value(f"TIMEOUT_{policy.value}")
 
 
-_TIMEOUT_POLICIES = {pb.TimeoutPolicy.Value(f"TIMEOUT_{p.value}"): p for p in TimeoutPolicy}
+_TIMEOUT_POLICIES = {timeout_policy_to_proto(p): p for p in TimeoutPolicy}
 
 
 def timeout_policy_from_proto(value: int) -> TimeoutPolicy:
     """An unknown number stays a number, for validation to reject with the field's name."""
-    known = _TIMEOUT_POLICIES.get(value)
-    if known is not None:
-        return known
-    if value not in pb.TimeoutPolicy.values():
-        return value
-    return TimeoutPolicy(pb.TimeoutPolicy.Name(value).removeprefix("TIMEOUT_"))
+    return _TIMEOUT_POLICIES.get(value, value)
 
 
 def constraint_to_proto(constraint: Constraint) -> pb.Constraint:
