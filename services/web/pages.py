@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import grpc
 
@@ -76,15 +76,27 @@ def schedules(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str
     return {"rows": rows, "next_token": next_token, "q": q, "namespace": namespace}
 
 
+API_PAGE = 10_000
+"""The page size asked for when the console reads every page of a listing (the APIs' most)."""
+
+
+def _every_page(api: ConsoleApi, token: str, service: str, method: str,
+                request: Callable[[str], Any]) -> Iterator[Any]:
+    """Each answer of a paged listing, from its first page to its last (`request(page_token)` asks for one)."""
+    page_token = ""
+    while True:
+        answer = api.call(token, service, method, request(page_token))
+        yield answer
+        if not (page_token := answer.next_page_token):
+            return
+
+
 def last_runs(api: ConsoleApi, token: str, schedule_id: str, count: int = 3) -> dict[str, Any]:
     """The newest runs of a schedule (ListRuns is oldest first: read to its last page)."""
-    page_token, runs = "", []
-    while True:
-        answer = api.call(token, "Runs", "ListRuns", runs_pb2.ListRunsRequest(
-            schedule_id=schedule_id, page_size=10_000, page_token=page_token))
+    runs: list[runs_pb2.Run] = []
+    for answer in _every_page(api, token, "Runs", "ListRuns", lambda page_token: runs_pb2.ListRunsRequest(
+            schedule_id=schedule_id, page_size=API_PAGE, page_token=page_token)):
         runs = (runs + list(answer.runs))[-count:]
-        if not (page_token := answer.next_page_token):
-            break
     now = datetime.now(timezone.utc)
     return {"runs": [_run_row(run, now) for run in reversed(runs)]}
 
@@ -316,13 +328,9 @@ def sla_misses(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, st
 def backfills(api: ConsoleApi, token: str, me: Identity, query: Mapping[str, str]) -> dict[str, Any]:
     """Every backfill (every page of ListBackfills, oldest first: the console pages them, newest first)."""
     schedule_id = query.get("schedule", "").strip()
-    found, api_token = [], ""
-    while True:
-        answer = api.call(token, "Jobs", "ListBackfills", jobs_pb2.ListBackfillsRequest(
-            schedule_id=schedule_id, page_token=api_token))
-        found.extend(answer.backfills)
-        if not (api_token := answer.next_page_token):
-            break
+    found = [backfill for answer in _every_page(api, token, "Jobs", "ListBackfills", lambda page_token:
+             jobs_pb2.ListBackfillsRequest(schedule_id=schedule_id, page_size=API_PAGE, page_token=page_token))
+             for backfill in answer.backfills]
     newest_first = list(reversed(found))
     size = page_size(query)
     try:
