@@ -52,6 +52,7 @@ class GroupCommit:
             await asyncio.wait([self._committing])
 
     async def _commit_waiting(self) -> None:
+        batch: list[tuple[Sequence[Row], asyncio.Future[list[int]]]] = []
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting, []
@@ -71,7 +72,9 @@ class GroupCommit:
                     start += len(sent)
         finally:
             self._committing = None
-            for _, future in self._waiting:  # cancelled (the loop is closing): nothing else will commit these
+            # cancelled (the loop is closing): nothing else will commit the waiting sends, nor answer the
+            # batch under way (its thread may still commit it)
+            for _, future in [*batch, *self._waiting]:
                 if not future.done():
                     future.set_exception(RuntimeError("the bus stopped before these records were committed"))
             self._waiting = []
