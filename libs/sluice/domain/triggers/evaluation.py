@@ -61,12 +61,10 @@ def _evaluate(trigger: Trigger, states: Iterator[LeafState], started_at: datetim
 
 def _all(results: list[Evaluation]) -> Evaluation:
     waiting = [r for r in results if not r.satisfied]
-    if waiting and all(r is NOT_YET for r in waiting):
-        return NOT_YET
     if not waiting:
         return Evaluation(True, None, _latest(r.logical_time for r in results))
     wakes = [r.wake_at for r in waiting]
-    return Evaluation(False, None if None in wakes else max(wakes))
+    return NOT_YET if None in wakes else Evaluation(False, max(wakes))
 
 
 def _any(results: list[Evaluation]) -> Evaluation:
