@@ -49,9 +49,10 @@ def _cancel(client: SluiceClient, args) -> int:
 def _logs(client: SluiceClient, args) -> int:
     if args.attempt < 0:
         raise UsageError(f"--attempt: must be 1 or more, got {args.attempt}")
-    if args.tail is not None and not 1 <= args.tail <= INT32_MAX:
-        raise UsageError(f"--tail: must be 1 or more (leave it out for the whole log), got {args.tail}"
-                         if args.tail < 1 else f"--tail: far too many lines, got {args.tail}")
+    if args.tail is not None and args.tail < 1:
+        raise UsageError(f"--tail: must be 1 or more (leave it out for the whole log), got {args.tail}")
+    if args.tail is not None and args.tail > INT32_MAX:
+        raise UsageError(f"--tail: far too many lines, got {args.tail}")
     run_id = ids.run_id(client, args.id)
     run = client.get_run(run_id)
     if run.spark_application_id:
