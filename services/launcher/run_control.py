@@ -25,6 +25,8 @@ KILL_GRACE_SECONDS = 3.0
 """Between SIGTERM (Spark stops its context, the driver says goodbye to the master) and SIGKILL."""
 DEFAULT_RUN_DIR_RETENTION = timedelta(days=7)
 SWEEP_EVERY = timedelta(hours=1)
+DECIDE_BATCH = 100
+"""Run dirs a sweep decides on (a run each, perhaps read from the log) between turns it leaves to the loop."""
 RUN_DIR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,199}")
 """What a run id (its directory's name) looks like; nothing else under runs/ is a run's."""
 
@@ -66,8 +68,9 @@ class Terminations:
 
 class RunDirSweeper:
     """Deletes the directories of runs ended longer than `retention` ago, at most once per SWEEP_EVERY. What
-    to delete is decided on the event loop by the injected clock; listing runs/ and deleting are done in a
-    thread, so that the loop goes on serving while many directories go."""
+    to delete is decided on the event loop by the injected clock (a turn left to the loop's other tasks every
+    DECIDE_BATCH run dirs); listing runs/ and deleting are done in a thread, so that the loop goes on serving
+    while many directories go."""
 
     def __init__(self, runs_root: Path, get_run: Callable[[str], Run | None],
                  retention: timedelta = DEFAULT_RUN_DIR_RETENTION,
@@ -98,7 +101,12 @@ class RunDirSweeper:
         """The run ids whose directories were deleted."""
         self._next_at = now + SWEEP_EVERY
         names = await asyncio.to_thread(run_dir_names, self._runs_root)
-        expired = [name for name in names if _expired(self._get_run(name), now, self.retention)]
+        expired = []
+        for index, name in enumerate(names, 1):
+            if _expired(self._get_run(name), now, self.retention):
+                expired.append(name)
+            if index % DECIDE_BATCH == 0:
+                await asyncio.sleep(0)  # a run let go of is read from the log: thousands must not hold up the loop
         deleted = await asyncio.to_thread(delete_run_dirs, self._runs_root, expired, self._remove_tree)
         if deleted:
             log.info("deleted the directories of %d run(s) ended before %s", len(deleted), now - self.retention)
