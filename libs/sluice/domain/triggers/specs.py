@@ -204,8 +204,8 @@ def leaves(trigger: Trigger) -> tuple[Leaf, ...]:
         kids = trigger.any_of
     else:
         return (trigger,)
-    for child in kids:
-        if isinstance(child, (AndTrigger, OrTrigger)):
+    for kid in kids:
+        if isinstance(kid, (AndTrigger, OrTrigger)):  # nested: flatten every child, not just this one
             return tuple(leaf for child in kids for leaf in leaves(child))
     return kids  # children that are all leaves (the usual composite): its own tuple, nothing built
 
