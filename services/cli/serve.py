@@ -169,10 +169,12 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
 
 def _profiled(label: str, run: Callable[[], None]) -> None:
     """`run()`, under cProfile when SLUICE_PROFILE_DIR is set (benchmarks): the stats go to <dir>/<label>.pstats
-    when the server stops."""
+    when the server stops. The directory is made (or refused, OSError) before the server starts, not found
+    missing once it stops."""
     directory = os.environ.get("SLUICE_PROFILE_DIR")
     if not directory:
         return run()
+    os.makedirs(directory, exist_ok=True)
     import cProfile
 
     profiler = cProfile.Profile()
