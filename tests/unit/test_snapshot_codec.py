@@ -71,9 +71,9 @@ def round_trip(state: Any, schema: Schema, name: str = "state") -> Any:
     return restored
 
 
-def entries(values: st.SearchStrategy) -> st.SearchStrategy:
+def entries(values: st.SearchStrategy, max_size: int = 5) -> st.SearchStrategy:
     """A map snapshot's base: stream -> Loaded(state, version)."""
-    return st.dictionaries(st.text(max_size=8), st.builds(Loaded, values, st.integers(-1, 10**6)), max_size=5)
+    return st.dictionaries(st.text(max_size=8), st.builds(Loaded, values, st.integers(-1, 10**6)), max_size=max_size)
 
 
 @EXAMPLES
@@ -103,7 +103,7 @@ checker_states = st.builds(
 
 
 @EXAMPLES
-@given(entries(checker_states))
+@given(entries(checker_states, max_size=2))
 def test_the_checkers_state_round_trips(state):
     round_trip(state, Schema(dict[str, Loaded[CheckerState]], 1))
 
