@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, TypeVar
+
 from google.protobuf import duration_pb2
 
-from sluice.domain.jobs import Job, JobState, TriggerContext, WaitingJobPolicy
+from sluice.domain.jobs import Job, JobState, RetryPolicy, TriggerContext, WaitingJobPolicy
 from sluice.v1 import jobs_pb2 as pb
 from sluice.domain.jobs import DEFAULT_RETRY_POLICY
 from sluice.wire.schedules import (
@@ -36,13 +39,14 @@ def context_to_proto(context: TriggerContext) -> pb.TriggerContext:
 
 
 def context_from_proto(message: pb.TriggerContext) -> TriggerContext:
-    return TriggerContext(
-        message.schedule_id,
-        message.schedule_name,
-        dict(message.properties) if message.properties else {},
-        tuple(notification_from_proto(n) for n in message.notifications),
-        timestamp_from_proto(message.logical_time, "logical_time") if message.HasField("logical_time") else None,
-    )
+    return _built(TriggerContext, {
+        "schedule_id": message.schedule_id,
+        "schedule_name": message.schedule_name,
+        "properties": dict(message.properties) if message.properties else {},
+        "notifications": tuple(notification_from_proto(n) for n in message.notifications) if message.notifications else (),
+        "logical_time": timestamp_from_proto(message.logical_time, "logical_time") if message.HasField("logical_time")
+        else None,
+    })
 
 
 def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> pb.Job:
@@ -69,24 +73,56 @@ def job_to_proto(job: Job, state: JobState | None = None, reason: str = "") -> p
 
 
 def job_from_proto(message: pb.Job) -> Job:
-    return Job(
-        message.id,
-        message.schedule_id,
-        message.schedule_generation,
-        program_from_proto(message.program),
-        context_from_proto(message.context),
-        timestamp_from_proto(message.created_at),
-        message.priority,
-        tuple(constraint_from_proto(c, f"job.constraints[{i}]") for i, c in enumerate(message.constraints)),
-        message.timeout.seconds,
-        timeout_policy_from_proto(message.timeout_policy),
-        message.sequence,
-        timestamp_from_proto(message.triggered_at) if message.HasField("triggered_at") else None,
-        retry_policy_from_proto(message.retry_policy) if message.HasField("retry_policy") else DEFAULT_RETRY_POLICY,
-        waiting_job_policy=_waiting_job_policy(message.waiting_job_policy),
-        spark_conf=dict(message.spark_conf) if message.spark_conf else {},
-        max_run_seconds=message.max_run_seconds,
-    )
+    return _built(Job, {
+        "id": message.id,
+        "schedule_id": message.schedule_id,
+        "schedule_generation": message.schedule_generation,
+        "program": program_from_proto(message.program),
+        "context": context_from_proto(message.context),
+        "created_at": timestamp_from_proto(message.created_at),
+        "priority": message.priority,
+        "constraints": tuple(constraint_from_proto(c, f"job.constraints[{i}]") for i, c in enumerate(message.constraints))
+        if message.constraints else (),
+        "timeout_seconds": message.timeout.seconds,
+        "timeout_policy": timeout_policy_from_proto(message.timeout_policy),
+        "sequence": message.sequence,
+        "triggered_at": timestamp_from_proto(message.triggered_at) if message.HasField("triggered_at") else None,
+        "retry_policy": _retry_policy(message.retry_policy) if message.HasField("retry_policy") else DEFAULT_RETRY_POLICY,
+        "waiting_job_policy": _waiting_job_policy(message.waiting_job_policy),
+        "spark_conf": dict(message.spark_conf) if message.spark_conf else {},
+        "max_run_seconds": message.max_run_seconds,
+    })
+
+
+T = TypeVar("T")
+_FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (Job, TriggerContext)}
+
+
+def _built(cls: type[T], fields: dict[str, Any]) -> T:
+    """cls(**fields) of a frozen dataclass without its __init__, which sets each field through
+    object.__setattr__ (most of a parsed job's cost). Job's __post_init__ only makes its constraints
+    a tuple, which they are here. Every field is given: a field added to the class and not here is a
+    KeyError, not a silently missing value."""
+    if fields.keys() != _FIELDS[cls]:
+        raise KeyError(f"{cls.__name__} fields {sorted(_FIELDS[cls] ^ fields.keys())} not given or unknown")
+    built = object.__new__(cls)
+    built.__dict__.update(fields)
+    return built
+
+
+_RETRY_POLICIES: dict[tuple[int, bool, int, float, bool], RetryPolicy] = {}
+"""A job's retry policy is its schedule's: the few distinct ones are shared, not made per job."""
+_RETRY_POLICIES_KEPT = 256
+
+
+def _retry_policy(message: pb.RetryPolicy) -> RetryPolicy:
+    key = (message.max_retries, message.HasField("delay"), message.delay.seconds, message.backoff, message.retry_failed)
+    policy = _RETRY_POLICIES.get(key)
+    if policy is None:
+        if len(_RETRY_POLICIES) >= _RETRY_POLICIES_KEPT:
+            _RETRY_POLICIES.clear()
+        policy = _RETRY_POLICIES[key] = retry_policy_from_proto(message)
+    return policy
 
 
 def _waiting_job_policy(value: int) -> WaitingJobPolicy:
