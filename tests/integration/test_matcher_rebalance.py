@@ -90,8 +90,12 @@ def matches_and_jobs(log) -> tuple[list[tuple[str, str]], dict[str, list]]:
             if isinstance(event, JobCreated):
                 job_schedule[event.job_id] = event.schedule_id
             elif isinstance(event, NotificationMatched):
+                if event.schedule_id:  # the match that created the job
+                    job_schedule[event.job_id] = event.schedule_id
                 matched.append((job_schedule[event.job_id], event.notification.id))
             elif isinstance(event, JobTriggered):
+                if event.notification_id:  # the fire stands for its last match
+                    matched.append((event.job.schedule_id, event.notification_id))
                 jobs[event.job.schedule_id].append(event.job)
     return matched, jobs
 

@@ -100,7 +100,7 @@ def test_a_job_can_be_followed_by_its_ids_through_json_lines(tmp_path):
                   and line["schedule_id"] == hourly)
     run_id = next(line["run_id"] for line in journal if line["event"] == "RunRequested" and line["job_id"] == job_id)
     followed = [line["event"] for line in journal if line.get("job_id") == job_id]
-    assert followed[0] in ("JobCreated", "JobTriggered") and "RunStarted" in followed and "RunCompleted" in followed
+    assert followed[0] in ("JobCreated", "NotificationMatched", "JobTriggered") and "RunStarted" in followed and "RunCompleted" in followed
     started = next(line for line in journal if line["event"] == "RunStarted" and line["run_id"] == run_id)
     assert started["level"] == "INFO" and started["message"].startswith("run attempt 1 started, pid ")
     assert started["service"] == "launcher" and started["schedule_id"] == hourly

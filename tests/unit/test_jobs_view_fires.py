@@ -73,3 +73,45 @@ def test_a_jobs_history_leaves_the_cyclic_collector_alone():
     gc.collect()  # untracks the (state, at, cause) tuples,
     gc.collect()  # then the tuple holding them
     assert len(job.history) == 2 and not gc.is_tracked(job.transitions)
+
+
+def test_the_older_shape_of_a_jobs_events_gives_the_same_view():
+    """Logs from before one event per decision: JobCreated, a NotificationMatched per notification,
+    a JobTriggered naming none."""
+    from dataclasses import replace
+    from sluice.domain.matching import JobCreated, NotificationMatched
+
+    _, events = run(observed(schedule(count=2)), *[MatchNotification(notification(n)) for n in range(2)])
+    first, fired = events
+    older = [JobCreated(first.job_id, "sched-1", 1, first.at), replace(first, schedule_id=""),
+             NotificationMatched(first.job_id, notification(1), fired.at), replace(fired, notification_id="")]
+    views = []
+    for shape in (events, older):
+        view = JobsView()
+        for event in recorded(shape):
+            view.apply(event)
+        [job] = view.list()
+        views.append((job.notifications, job.partitions, job.history, job.created_at, job.schedule_id))
+    assert views[0] == views[1] and views[0][:2] == (2, (("experiments", "clickstream", 2),))
+
+
+def test_the_journal_says_job_created_for_the_match_that_created_it_only():
+    import logging
+    from sluice.runtime.journal import Journal
+
+    _, events = run(observed(schedule(count=3)), *[MatchNotification(notification(n)) for n in range(2)])
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lines.append
+    logger = logging.getLogger("sluice.journal")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        for event in recorded(events):
+            Journal(None, (), "matcher").write(event)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [(line.getMessage(), line.schedule_id, line.state) for line in lines] == [
+        ("job created, waiting for its trigger", "sched-1", "PENDING_TRIGGER")]

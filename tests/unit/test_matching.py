@@ -62,7 +62,30 @@ def test_count_three_waits_for_three_partitions_then_starts_a_new_job():
     triggered = [e for e in events if isinstance(e, JobTriggered)]
     assert len(triggered) == 1 and len(triggered[0].job.context.notifications) == 3
     state, events = run(state, MatchNotification(notification(4)))
-    assert isinstance(events[0], JobCreated) and events[0].job_id != triggered[0].job.id
+    assert isinstance(events[0], NotificationMatched) and events[0].schedule_id == "sched-1"  # it created the job
+    assert events[0].job_id != triggered[0].job.id
+
+
+def test_one_event_per_decision_the_first_match_creates_the_job_the_fire_names_the_last():
+    state, events = run(observed(schedule(count=3)), *[MatchNotification(notification(n)) for n in (1, 2, 3)])
+    assert [type(e) for e in events] == [NotificationMatched, NotificationMatched, JobTriggered]
+    assert [e.schedule_id for e in events[:2]] == ["sched-1", ""]
+    assert events[2].notification_id == "n-clickstream-3" and notification(3) in events[2].job.context.notifications
+    assert state.pending is None and run(state, MatchNotification(notification(3)))[1] == []  # still recent
+
+
+def test_a_log_of_the_older_shape_folds_to_the_same_state():
+    """JobCreated, a NotificationMatched per notification, then a JobTriggered naming none: what
+    logs hold from before one event per decision."""
+    start = observed(schedule(count=2))
+    state, events = run(start, *[MatchNotification(notification(n)) for n in (1, 2)])
+    created, fired = events[0], events[-1]
+    older = [JobCreated(created.job_id, "sched-1", 1, T0), replace(created, schedule_id=""),
+             NotificationMatched(created.job_id, notification(2), T0), replace(fired, notification_id="")]
+    folded = start
+    for event in older:
+        folded = evolve(folded, event)
+    assert folded == state
 
 
 def test_partitions_are_counted_not_notifications():

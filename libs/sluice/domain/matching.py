@@ -61,6 +61,9 @@ class NotificationMatched:
     job_id: str
     notification: Notification
     at: datetime
+    schedule_id: str = ""
+    """Set (the job's schedule) when this notification created the job: the event stands for the
+    JobCreated before it, one event instead of two."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class JobTriggered:
 
     job: Job
     at: datetime
+    notification_id: str = ""
+    """The notification this decision matched, when it fired the pending job: it is in
+    `job.context`, and the event stands for the NotificationMatched before it."""
 
 
 @dataclass(frozen=True)
@@ -215,22 +221,27 @@ def _match(state: MatcherState, notification: Notification,
     if _seen(state.recent, digest):
         return [], state
     pending, jobs_created = state.pending, state.jobs_created
-    events: list[MatcherEvent] = []
-    if pending is None:
+    created = pending is None
+    if created:
         jobs_created += 1
         job_id = derived_id("job", schedule.id, str(jobs_created))
         pending = PendingJob(job_id, now, triggers.start(schedule.trigger, now), jobs_created)
-        events.append(JobCreated(job_id, schedule.id, schedule.generation, now))
     observed = triggers.observe(schedule.trigger, pending.trigger, notification, now)
     if observed is pending.trigger:
         return [], state  # not for this trigger, or already counted
-    events.append(NotificationMatched(pending.job_id, notification, now))
+    matched = NotificationMatched(pending.job_id, notification, now, schedule.id if created else "")
     pending = PendingJob(pending.job_id, pending.created_at, observed, pending.sequence)
     fired = _fire_if_satisfied(schedule, pending, now)
-    if fired and state.pending is None and fired[0].job.context.notifications == (notification,):
-        events = fired  # created, matched and fired by this one notification: the fire says it all
+    events: list[MatcherEvent]
+    if not fired:
+        events = [matched]
+    elif created:
+        # created, matched and fired by this one notification: the fire says it all
+        events = fired if fired[0].job.context.notifications == (notification,) else [matched, *fired]
+    elif notification in fired[0].job.context.notifications:
+        events = [JobTriggered(fired[0].job, now, notification.id)]  # the fire says which it matched
     else:
-        events += fired
+        events = [matched, *fired]
     recent = state.recent[-(_RECENT_BYTES - DIGEST_SIZE):] + digest
     return events, MatcherState(schedule, None if fired else pending, jobs_created, state.retired_generation, recent)
 
@@ -323,17 +334,23 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
                                  state.jobs_created + 1)
             return MatcherState(state.schedule, pending, state.jobs_created + 1, state.retired_generation,
                                 state.recent)
-        case NotificationMatched(_, notification, at):
-            pending = state.pending
+        case NotificationMatched(job_id, notification, at, schedule_id):
+            pending, jobs_created = state.pending, state.jobs_created
+            if schedule_id:  # the job's first notification created it
+                jobs_created += 1
+                pending = PendingJob(job_id, at, triggers.start(state.schedule.trigger, at), jobs_created)
             observed = triggers.observe(state.schedule.trigger, pending.trigger, notification, at)
             recent = state.recent[-(_RECENT_BYTES - DIGEST_SIZE):] + notification_digest(notification.id)
             return MatcherState(state.schedule, PendingJob(pending.job_id, pending.created_at, observed,
                                                            pending.sequence),
-                                state.jobs_created, state.retired_generation, recent)
+                                jobs_created, state.retired_generation, recent)
         case MissedFiresSkipped(_, until):
             return replace(state, pending=replace(state.pending, trigger=replace(state.pending.trigger, started_at=until)))
         case JobTriggered(job) if state.pending is None or state.pending.job_id != job.id:
             return _fired_at_creation(state, job)
+        case JobTriggered(_, _, notification_id) if notification_id:
+            recent = state.recent[-(_RECENT_BYTES - DIGEST_SIZE):] + notification_digest(notification_id)
+            return MatcherState(state.schedule, None, state.jobs_created, state.retired_generation, recent)
         case JobTriggered() | JobDiscarded():
             return MatcherState(state.schedule, None, state.jobs_created, state.retired_generation, state.recent)
     raise TypeError(f"unknown event {event!r}")

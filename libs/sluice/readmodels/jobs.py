@@ -211,6 +211,9 @@ class JobsView:
                 if job["id"] not in self._jobs:  # created, matched and fired by its only notification
                     self._created(job["id"], job["schedule_id"], datetime.fromisoformat(job["created_at"]),
                                   len(job["context"]["notifications"]))
+                if fields.get("notification_id"):  # it stands for the NotificationMatched of its last notification
+                    self._matched(job["id"], at, next(notification for notification in job["context"]["notifications"]
+                                                      if notification["id"] == fields["notification_id"]))
                 self._transition(job["id"], JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
             case "JobAdmitted":
                 self._transition(fields["job"]["id"], JobState.PENDING_LAUNCH, at,
@@ -219,10 +222,9 @@ class JobsView:
                 run_id = fields["run_id"]
                 self._transition(fields["job"]["id"], JobState.LAUNCHED, at, f"run {run_id}", run_id=run_id)
             case "NotificationMatched":
-                job_id = fields["job_id"]
-                view = self._jobs[job_id]
-                self._update(job_id, at, notifications=view.notifications + 1,
-                             partitions=_counted(view.partitions, fields["notification"]["payload"]))
+                if fields.get("schedule_id"):  # it stands for the JobCreated of its job
+                    self._created(fields["job_id"], fields["schedule_id"], at)
+                self._matched(fields["job_id"], at, fields["notification"])
             case "NotificationsJoined":
                 self._joined(fields["job_id"], fields["into"], len(fields["notifications"]), at, recorded.data)
 
@@ -279,6 +281,11 @@ class JobsView:
             job_id, schedule_id, JobState.PENDING_TRIGGER, at, at, notifications=notifications,
             transitions=((JobState.PENDING_TRIGGER.value, at, "first matching notification"),))
         self._kept.add(listing_key(view), schedule_id)
+
+    def _matched(self, job_id: str, at: datetime, notification: dict) -> None:
+        view = self._jobs[job_id]
+        self._update(job_id, at, notifications=view.notifications + 1,
+                     partitions=_counted(view.partitions, notification["payload"]))
 
     def _transition(self, job_id: str, state: JobState, at: datetime, cause: str, **changes: object) -> None:
         view = self._jobs.get(job_id)

@@ -31,6 +31,7 @@ def _ids(*names: str) -> Callable[[dict], dict[str, str]]:
 LINES: dict[str, tuple[str, Callable[[dict], dict[str, str]], str]] = {
     # event type: (message, with the event's fields; its ids; the job state it leads to, "" for none)
     "JobCreated": ("job created, waiting for its trigger", _ids("job_id", "schedule_id"), "PENDING_TRIGGER"),
+    "NotificationMatched": ("job created, waiting for its trigger", _ids("job_id", "schedule_id"), "PENDING_TRIGGER"),
     "JobTriggered": ("job triggered", _of_job, "PENDING_CONSTRAINT"),
     "JobDiscarded": ("job discarded: {reason}", _ids("job_id", "schedule_id"), "DISCARDED"),
     "JobDeferred": ("job waits on {waiting_on}", _ids("job_id"), "PENDING_CONSTRAINT"),
@@ -47,6 +48,8 @@ LINES: dict[str, tuple[str, Callable[[dict], dict[str, str]], str]] = {
     "RunRetryScheduled": ("run attempt {attempt} ended {status}; the next one is due at {due_at}",
                           _ids("run_id", "attempt"), ""),
 }
+ONLY_WITH: dict[str, str] = {"NotificationMatched": "schedule_id"}
+"""Event types that make a line only when this field is set: a NotificationMatched that created its job."""
 
 
 class Journal:
@@ -67,6 +70,8 @@ class Journal:
         message, ids_of, state = LINES[recorded.type]
         try:
             data = orjson.loads(recorded.data)
+            if recorded.type in ONLY_WITH and not data.get(ONLY_WITH[recorded.type]):
+                return
             ids = ids_of(data)
             text = message.format_map(_Fields(data))
         except (ValueError, KeyError, TypeError) as error:   # a line for an event of another shape, not a crash
