@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -170,14 +171,19 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
 def _profiled(label: str, run: Callable[[], None]) -> None:
     """`run()`, under cProfile when SLUICE_PROFILE_DIR is set (benchmarks): the stats go to <dir>/<label>.pstats
     when the server stops. The directory is made (or refused, OSError) before the server starts, not found
-    missing once it stops."""
+    missing once it stops. SLUICE_PROFILE_CLOCK=cpu times the main thread's CPU (time.thread_time) instead of
+    wall time: on a loaded machine wall time counts the waits for a core, and the loop's blocking calls show
+    only in wall time."""
     directory = os.environ.get("SLUICE_PROFILE_DIR")
     if not directory:
         return run()
+    clock = os.environ.get("SLUICE_PROFILE_CLOCK", "wall")
+    if clock not in ("wall", "cpu"):
+        raise InvalidArgument("SLUICE_PROFILE_CLOCK", f"must be wall or cpu, got {clock!r}")
     os.makedirs(directory, exist_ok=True)
     import cProfile
 
-    profiler = cProfile.Profile()
+    profiler = cProfile.Profile(time.thread_time) if clock == "cpu" else cProfile.Profile()
     try:
         profiler.runcall(run)
     finally:
