@@ -39,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 
 READY_LINE = "Kafka Server started"
-DEFAULT_HEAP_OPTS = "-Xmx512m -Xms128m"
+DEFAULT_HEAP_OPTS = "-Xmx512m -Xms128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"  # C1 only: starts in half the CPU
 FETCH_HINT = "run `make kafka-fetch` (deploy/kafka/fetch.sh: Maven copies the broker's jars from Maven Central)"
 
 
