@@ -45,7 +45,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as KafkaTopicPartition
@@ -248,23 +248,57 @@ class KafkaProducer:
         return (await self.send_batch([Message(topic, value, key, headers)]))[0]
 
     async def send_batch(self, messages: Sequence[Message]) -> list[tuple[int, int]]:
-        """Every record is handed to the producer's accumulator first and then awaited: the
-        records share the broker round trips (idempotence keeps each partition's order)."""
+        """The records go to the accumulator as one batch per partition they go to (aiokafka's
+        `create_batch`: one future and one acknowledgement callback per batch, where `send` made and
+        resolved them per record), in order, and are then awaited together: they share the broker round
+        trips, and idempotence keeps each partition's order. A batch that fills up (the producer's
+        max_batch_size) is handed over and the next one started."""
         if self._closed:
             raise RuntimeError("the producer is closed")
         producer = await self._started()
-        for topic in {m.topic for m in messages}:
-            if producer.client.cluster.partitions_for_topic(topic) is None:
-                await _require_topic(producer, topic)
-        delivered = [await producer.send(m.topic, m.value, key=m.key, headers=[(n, bytes(v)) for n, v in m.headers])
-                     for m in messages]
-        acknowledged = asyncio.gather(*delivered)
+        choosers = {topic: await self._partition_chooser(producer, topic) for topic in {m.topic for m in messages}}
+        open_batches: dict[tuple[str, int], _Batch] = {}
+        handed: list[_Batch] = []
+        try:
+            for index, message in enumerate(messages):
+                partition = choosers[message.topic](message.key)
+                batch = open_batches.get((message.topic, partition))
+                if batch is None:
+                    batch = open_batches[message.topic, partition] = _Batch(message.topic, partition, producer)
+                headers = [(name, bytes(value)) for name, value in message.headers] if message.headers else None
+                if not batch.append(index, message, headers):
+                    await batch.hand_over(producer)
+                    handed.append(batch)
+                    batch = open_batches[message.topic, partition] = _Batch(message.topic, partition, producer)
+                    batch.append(index, message, headers)  # the first record of a batch always fits
+            for batch in open_batches.values():
+                await batch.hand_over(producer)
+                handed.append(batch)
+        except BaseException:
+            for batch in handed:  # what was handed over is sent all the same; nobody waits for it now
+                batch.delivered.cancel()
+            raise
+        acknowledged = asyncio.gather(*(batch.delivered for batch in handed))
         try:
             await self._acknowledged(acknowledged, messages)
         except asyncio.CancelledError:
             acknowledged.cancel()
             raise
-        return [(metadata.partition, metadata.offset) for metadata in acknowledged.result()]
+        sent: list[tuple[int, int]] = [(-1, -1)] * len(messages)
+        for batch, metadata in zip(handed, acknowledged.result()):
+            for offset, index in enumerate(batch.indexes):
+                sent[index] = (batch.partition, metadata.offset + offset)
+        return sent
+
+    @staticmethod
+    async def _partition_chooser(producer: AIOKafkaProducer, topic: str) -> Callable[[bytes | None], int]:
+        """The partition of a record of `topic` by its key, as `send` would pick it (`_partition_of`)."""
+        cluster = producer.client.cluster
+        if cluster.partitions_for_topic(topic) is None:
+            await _require_topic(producer, topic)
+        every = list(await producer.partitions_for(topic))
+        available = list(cluster.available_partitions_for_topic(topic) or ())
+        return lambda key: _partition_of(key, every, available)
 
     async def _acknowledged(self, acknowledged: asyncio.Future[list], messages: Sequence[Message]) -> None:
         """Until every record is acknowledged; a warning each `unacknowledged_warning_after` seconds it is not."""
@@ -306,6 +340,29 @@ class KafkaProducer:
             await producer.stop()
             raise
         return producer
+
+
+class _Batch:
+    """The records of one send_batch for one partition, as one aiokafka batch: `delivered` resolves to the
+    first record's metadata once the broker acknowledged them all (the others' offsets follow it)."""
+
+    def __init__(self, topic: str, partition: int, producer: AIOKafkaProducer) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.indexes: list[int] = []
+        self.delivered: asyncio.Future | None = None
+        self._builder = producer.create_batch()
+
+    def append(self, index: int, message: Message, headers: list[tuple[str, bytes]] | None) -> bool:
+        """False when the batch is full (nothing appended)."""
+        if self._builder.append(timestamp=None, key=message.key, value=message.value, headers=headers) is None:
+            return False
+        self.indexes.append(index)
+        return True
+
+    async def hand_over(self, producer: AIOKafkaProducer) -> None:
+        """To the producer's accumulator (which waits while an earlier batch of the partition is queued)."""
+        self.delivered = await producer.send_batch(self._builder, self.topic, partition=self.partition)
 
 
 def _partition_of(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:

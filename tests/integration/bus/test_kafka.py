@@ -14,7 +14,7 @@ import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.partitioner import DefaultPartitioner
 
-from sluice.bus import TopicPartition, TopicSpec, UnknownTopic, kafka_partition
+from sluice.bus import Message, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 from sluice.bus.kafka import KafkaBus, _partition_of
 from tests.support.kafka import KafkaBroker
 from tests.integration.bus.contract import DurableBusContract
@@ -183,3 +183,25 @@ async def _topic(bus: KafkaBus) -> str:
     name = f"topic-{time.time_ns()}"
     await bus.create_topics([TopicSpec(name)])
     return name
+
+
+async def test_a_send_batch_larger_than_one_kafka_batch_keeps_its_order(kafka_broker: KafkaBroker) -> None:
+    """send_batch builds one aiokafka batch per partition and starts another when one fills (16 KiB):
+    every record still lands once, in order, at the offset it was reported at."""
+    bus = KafkaBus(kafka_broker.bootstrap)
+    try:
+        topic = await _topic(bus)
+        values = [f"{index:04d}".encode() + bytes(1000) for index in range(60)] + [b"big" + bytes(40_000), b"last"]
+        producer = bus.producer()
+        sent = await producer.send_batch([Message(topic, value, b"k", [("n", str(n).encode())])
+                                          for n, value in enumerate(values)])
+        assert sent == [(0, offset) for offset in range(len(values))]
+        consumer = bus.consumer(f"group-{time.time_ns()}", [topic])
+        records: list = []
+        deadline = time.monotonic() + 30
+        while len(records) < len(values) and time.monotonic() < deadline:
+            records += await consumer.poll(timeout=1.0)
+        assert [(r.offset, r.value, r.headers) for r in records] == [
+            (n, value, (("n", str(n).encode()),)) for n, value in enumerate(values)]
+    finally:
+        await bus.close()
