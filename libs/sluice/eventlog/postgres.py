@@ -49,7 +49,7 @@ import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timezone
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import psycopg
 
@@ -277,13 +277,14 @@ class PostgresEventLog(SqlEventLogBase):
         events = [(index, offset, event) for index, append in enumerate(appends, start=1)
                   for offset, event in enumerate(append.events, start=1)]
         recorded_at = self._clock.now().astimezone(timezone.utc)
-        metadata = [json.dumps(dict(event.metadata)) for _, _, event in events]
+        metadata = [_metadata_text(event.metadata) for _, _, event in events]
+        data = [bytes(event.data) for _, _, event in events]
         try:
             cur.execute(_APPEND_CALL,
                         ([append.stream for append in appends], [append.expected_version for append in appends],
                          [index for index, _, _ in events], [offset for _, offset, _ in events],
                          [event.id for _, _, event in events], [event.type for _, _, event in events],
-                         [bytes(event.data) for _, _, event in events], metadata, recorded_at,
+                         data, metadata, recorded_at,
                          [checkpoint.name for checkpoint in checkpoints],
                          [checkpoint.value for checkpoint in checkpoints],
                          [checkpoint.expected for checkpoint in checkpoints]))
@@ -304,9 +305,9 @@ class PostgresEventLog(SqlEventLogBase):
             return _Written(versions, [])
         first = last_position - len(events) + 1  # under the append lock the inserts took consecutive positions
         recorded = [RecordedEvent(id=event.id, stream=appends[index - 1].stream, version=actuals[index - 1] + offset,
-                                  position=position, type=event.type, data=bytes(event.data),
-                                  metadata=json.loads(meta), recorded_at=recorded_at)
-                    for position, (index, offset, event), meta in zip(range(first, last_position + 1), events, metadata)]
+                                  position=position, type=event.type, data=payload,
+                                  metadata=dict(event.metadata), recorded_at=recorded_at)
+                    for position, (index, offset, event), payload in zip(range(first, last_position + 1), events, data)]
         return _Written(versions, recorded)
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -343,6 +344,11 @@ class _Written:
     versions: list[int]
     recorded: list[RecordedEvent]
     """The appended events as `read_all` returns them, when the instance has followers (for their tail)."""
+
+
+def _metadata_text(metadata: Mapping[str, str]) -> str:
+    """The metadata column's JSON object; most events carry none."""
+    return json.dumps(dict(metadata)) if metadata else "{}"
 
 
 def _connect(dsn: str) -> psycopg.Connection[Any]:
