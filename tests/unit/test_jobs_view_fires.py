@@ -115,3 +115,18 @@ def test_the_journal_says_job_created_for_the_match_that_created_it_only():
         logger.setLevel(level)
     assert [(line.getMessage(), line.schedule_id, line.state) for line in lines] == [
         ("job created, waiting for its trigger", "sched-1", "PENDING_TRIGGER")]
+
+
+def test_a_cron_fire_that_names_the_next_job_shows_it_waiting():
+    from dataclasses import replace
+    from sluice.domain.matching import CheckTime, step
+    from sluice.domain.triggers import TimeTrigger
+
+    start = observed(replace(schedule(), trigger=TimeTrigger("0 * * * *")))
+    [fired], _ = step(start, CheckTime(), T0 + timedelta(hours=1))
+    view = JobsView()
+    for event in recorded([fired]):
+        view.apply(event)
+    waiting = view.get(fired.next_job_id)
+    assert waiting is not None and waiting.state is JobState.PENDING_TRIGGER and waiting.schedule_id == "sched-1"
+    assert view.get(fired.job.id).state is JobState.PENDING_CONSTRAINT

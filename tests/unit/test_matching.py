@@ -154,3 +154,22 @@ def test_a_notification_among_the_last_recent_ones_is_ignored_an_older_one_count
     assert run(state, MatchNotification(notification(last)))[1] == []
     assert run(state, MatchNotification(notification(1)))[1] == []
     assert [type(e) for e in run(state, MatchNotification(notification(0)))[1]] == [JobTriggered]
+
+
+def test_a_cron_fire_names_the_next_job_in_one_event_and_an_older_log_folds_alike():
+    from sluice.domain.matching import CheckTime, step
+    from sluice.domain.triggers import TimeTrigger
+
+    cron = replace(schedule(), trigger=TimeTrigger("0 * * * *"))
+    start = observed(cron)
+    assert start.pending is not None
+    events, state = step(start, CheckTime(), T0 + timedelta(hours=1))
+    [fired] = events
+    assert isinstance(fired, JobTriggered) and fired.next_job_id == state.pending.job_id != fired.job.id
+    assert fired.next_waiting_since == T0 + timedelta(hours=1) == state.pending.trigger.started_at
+    older = [replace(fired, next_job_id="", next_waiting_since=None),
+             JobCreated(fired.next_job_id, "sched-1", 1, fired.at, waiting_since=fired.next_waiting_since)]
+    folded = start
+    for event in older:
+        folded = evolve(folded, event)
+    assert folded == state == evolve(start, fired)

@@ -76,6 +76,10 @@ class JobTriggered:
     notification_id: str = ""
     """The notification this decision matched, when it fired the pending job: it is in
     `job.context`, and the event stands for the NotificationMatched before it."""
+    next_job_id: str = ""
+    """The schedule's next job, when it starts waiting for time at once (`_then_wait_for_time`):
+    the event stands for the JobCreated after it, whose `waiting_since` is `next_waiting_since`."""
+    next_waiting_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -314,6 +318,8 @@ def _then_wait_for_time(events: list[MatcherEvent], after: MatcherState,
     since = (fired.job.context.logical_time or now) if fired else now
     job_id = derived_id("job", schedule.id, str(after.jobs_created + 1))
     created = JobCreated(job_id, schedule.id, schedule.generation, now, waiting_since=since)
+    if events and events[-1] is fired:  # the fire says which job waits next: one event
+        return [*events[:-1], replace(fired, next_job_id=job_id, next_waiting_since=since)], evolve(after, created)
     return [*events, created], evolve(after, created)
 
 
@@ -346,6 +352,9 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
                                 jobs_created, state.retired_generation, recent)
         case MissedFiresSkipped(_, until):
             return replace(state, pending=replace(state.pending, trigger=replace(state.pending.trigger, started_at=until)))
+        case JobTriggered(_, at, _, next_job_id, waiting_since) if next_job_id:
+            fired = evolve(state, replace(event, next_job_id=""))
+            return evolve(fired, JobCreated(next_job_id, state.schedule.id, state.schedule.generation, at, waiting_since))
         case JobTriggered(job) if state.pending is None or state.pending.job_id != job.id:
             return _fired_at_creation(state, job)
         case JobTriggered(_, _, notification_id) if notification_id:

@@ -215,6 +215,8 @@ class JobsView:
                     self._matched(job["id"], at, next(notification for notification in job["context"]["notifications"]
                                                       if notification["id"] == fields["notification_id"]))
                 self._transition(job["id"], JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
+                if fields.get("next_job_id"):  # it stands for the JobCreated of the schedule's next job
+                    self._created(fields["next_job_id"], job["schedule_id"], at)
             case "JobAdmitted":
                 self._transition(fields["job"]["id"], JobState.PENDING_LAUNCH, at,
                                  "timed out, launch forced" if fields.get("forced") else "constraints met")

@@ -80,6 +80,10 @@ class Journal:
             return
         ids.update(self._job_of_run(ids, recorded.type))
         log.info(text, extra={**ids, "event": recorded.type, "state": state, "service": self._service})
+        if recorded.type == "JobTriggered" and data.get("next_job_id"):  # it stands for the next job's JobCreated too
+            message, _, state = LINES["JobCreated"]
+            log.info(message, extra={"job_id": data["next_job_id"], "schedule_id": ids.get("schedule_id", ""),
+                                     "event": recorded.type, "state": state, "service": self._service})
 
     def _job_of_run(self, ids: dict[str, str], event: str) -> dict[str, str]:
         """A run's job and schedule ids, known from its RunRequested, for its later lines."""
