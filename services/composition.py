@@ -155,7 +155,8 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec
         PARTITION_NOTIFICATIONS: lookup.handler(),
         PROGRAM_NOTIFICATIONS: lookup.handler(),
     })
-    match = Subscription("trigger-matcher", matcher.handlers(), on_assignment=matcher.on_assignment)
+    match = Subscription("trigger-matcher", matcher.handlers(), on_assignment=matcher.on_assignment,
+                         deferred_durability=True)
 
     def recover() -> None:
         lookup.recover()
@@ -173,7 +174,7 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
     partitions = partitions or GrpcPartitionSource(None)
     checker = CheckerService(log, clock, capacity)
     jobs_view = JobsView(finished_per_schedule=jobs_history)
-    subscription = Subscription("constraint-checker", checker.handlers())
+    subscription = Subscription("constraint-checker", checker.handlers(), deferred_durability=True)
     def recover() -> None:
         checker.recover()
         jobs_view.recover(log)  # complete up to the head before the gRPC server answers a ListJobs

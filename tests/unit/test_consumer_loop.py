@@ -136,3 +136,42 @@ async def test_a_background_commit_failed_by_a_rebalance_is_logged_and_the_loop_
     await loop.settle()
     assert await loop.step(0) == 0
     assert consumer.commits == 1 and "new owner reads these records again" in caplog.text
+
+
+class OnePollConsumer(SlowCommitConsumer):
+    """One poll of records; commits at once, noting whether the log had made the poll's appends durable."""
+
+    def __init__(self, polls: list[list[Record]], log) -> None:
+        super().__init__(polls, {TopicPartition("t", 0)})
+        self._log = log
+        self.durable_at_commit: list[bool] = []
+        self.finish_commit.set()
+
+    async def commit(self, offsets=None) -> None:
+        self.durable_at_commit.append(not self._log._undurable)
+        await super().commit(offsets or {})
+
+
+async def test_a_subscription_that_asks_for_it_appends_without_waiting_and_commits_once_durable(tmp_path):
+    from sluice.eventlog.deferred import current
+    from sluice.eventlog.port import ANY_VERSION, NewEvent
+    from sluice.eventlog.sqlite import SqliteEventLog
+    from sluice.runtime.consumer import BatchHandler
+
+    log = SqliteEventLog(tmp_path / "events.db")
+    deferred_in_handler = []
+
+    async def apply(items) -> None:
+        deferred_in_handler.append(current() is not None)
+        log.append("s", [NewEvent(f"e{len(deferred_in_handler)}-{record.offset}", "Handled", b"{}")
+                         for record, _ in items], ANY_VERSION)
+
+    handlers = {"t": BatchHandler(lambda record: record, apply)}
+    for deferred in (True, False):
+        consumer = OnePollConsumer([[record(0, 0), record(0, 1)]], log)
+        loop = ConsumerLoop(consumer, Subscription("g", handlers, deferred_durability=deferred), NoDeadLetters())
+        syncs = log._wal_sync.syncs
+        assert await loop.step(0) == 2
+        assert deferred_in_handler[-1] is deferred and consumer.durable_at_commit == [True]
+        assert log._wal_sync.syncs == syncs + deferred  # the loop's own fsync, else the commit's
+    log.close()

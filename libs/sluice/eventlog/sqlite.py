@@ -8,20 +8,30 @@ The same lock makes the tail of this instance's commits (subscription.Tail) exac
 inserts take consecutive rowids (nobody else writes until it commits, and AUTOINCREMENT takes the
 largest rowid ever used plus one), and every lower position was committed before it began. An
 append is recorded after its COMMIT and before the instance's lock is released, so in commit order.
+
+Within `sluice.eventlog.deferred.deferring()` (a consumer's poll that asks for it) an append on a file
+commits with synchronous=NORMAL, without its fsync; `durable(ticket)` fsyncs the WAL in a worker thread
+for every such commit made so far (`WalSync`). Until then its events are held back from subscribers
+(the tail records them, and reads are bounded to positions before them, once they are durable), so
+nothing leaves the process ahead of its durability. Any commit with synchronous=FULL (every other
+write) fsyncs the WAL and so makes every earlier one durable too.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
+from collections import deque
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
-from sluice.sqlite_wal import WalCheckpointer, open_wal
+from sluice.eventlog import deferred
+from sluice.sqlite_wal import SYNCHRONOUS, WalCheckpointer, WalSync, open_wal
 from sluice.eventlog.subscription import Subscribers
 from sluice.eventlog.port import (
     NO_STREAM,
@@ -57,6 +67,16 @@ CREATE TABLE IF NOT EXISTS snapshots (                  -- see sluice.eventlog.s
     data     BLOB    NOT NULL
 );
 """
+
+
+class _Undurable(NamedTuple):
+    """A deferred commit not known durable yet, held back from subscribers."""
+    ticket: int
+    first: int                    # its first position
+    events: list[RecordedEvent]   # as the tail takes them ([] when nobody followed then)
+    streams: list[str]
+
+
 class SqliteEventLog(SqlEventLogBase):
     """The EventLog port over SQLite. Thread-safe: one connection behind a lock."""
 
@@ -73,32 +93,83 @@ class SqliteEventLog(SqlEventLogBase):
     ) -> None:
         self._clock = clock or SystemClock()
         super().__init__()
-        self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, sqlite3.ProgrammingError,
-                                       self.read_all_to_head)
+        self._subscribers = Subscribers(self._read_durable_all, poll_interval, lambda: self._closed,
+                                       sqlite3.ProgrammingError, self._read_durable_to_head)
         path = os.fspath(path)
         self._conn = _connect(path)
         self._checkpointer = None if _in_memory(path) else WalCheckpointer(path, self._conn)
+        self._wal_sync = None if _in_memory(path) else WalSync(path)
+        self._undurable: deque[_Undurable] = deque()
+        self._ticket = 0
 
     # -- writing -----------------------------------------------------------------------------
 
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
+        deferring = deferred.current() if self._wal_sync is not None else None
+        appended = [append.stream for append in appends if append.events]
         with self._lock:
-            with self._begin_immediate() as conn:
+            with self._begin_immediate(durable=deferring is None) as conn:
                 _check_checkpoints(conn, checkpoints)
                 recorded_at = self._clock.now().astimezone(timezone.utc).isoformat()
                 versions, rows = _append_streams(conn, appends, recorded_at)
                 # before any other insert moves last_insert_rowid()
-                committed = self._as_recorded(conn, rows) if rows and self._subscribers.following() else []
+                first = conn.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1 if rows else 0
+                committed = self._as_recorded(first, rows) if rows and self._subscribers.following() else []
                 _upsert_checkpoints(conn, checkpoints)
-            if committed:
+            if deferring is not None:
+                ticket = self._ticket
+                if rows:
+                    self._undurable.append(_Undurable(ticket, first, committed, appended))
+            elif committed:
                 self._subscribers.tail.record(committed)
-        if appended := [append.stream for append in appends if append.events]:
+        if deferring is not None:
+            deferring.deferred(self, ticket)
+        elif appended:
             self._subscribers.notify(appended)
         return versions
 
-    def _as_recorded(self, conn: sqlite3.Connection, rows: list[tuple]) -> list[RecordedEvent]:
+    async def durable(self, ticket: int) -> None:
+        """Until the deferred append that got `ticket` (and every commit before it) is durable; then its
+        events go to the subscribers."""
+        if self._wal_sync is not None and not self._wal_sync.is_durable(ticket):
+            await asyncio.to_thread(self._sync_to, ticket)
+
+    def _sync_to(self, ticket: int) -> None:
+        durable = self._wal_sync.sync_to(ticket)
+        with self._lock:
+            self._release(durable)
+
+    def _release(self, durable: int) -> None:
+        """Hand the deferred commits now durable to the subscribers, in commit order; the caller holds `_lock`."""
+        streams: set[str] = set()
+        while self._undurable and self._undurable[0].ticket <= durable:
+            released = self._undurable.popleft()
+            if released.events:
+                self._subscribers.tail.record(released.events)
+            streams.update(released.streams)
+        if streams:
+            self._subscribers.notify(streams)
+
+    def _read_durable_to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
+        """`read_all_to_head` as subscribers are served: up to the first deferred commit not durable yet."""
+        sql, params = self.read_all_query(after, limit, prefixes)
+        with self._lock:
+            head = self._conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
+            if self._undurable:
+                head = min(head, self._undurable[0].first - 1)
+            rows: list[Any] = self._conn.execute(sql.format(p=self.PLACEHOLDER), params).fetchall() if head > after else []
+        return [self._to_event(row) for row in rows if row[0] <= head], head
+
+    def _read_durable_all(self, after: int, limit: int, prefixes: Sequence[str]) -> list[RecordedEvent]:
+        """`read_all` as subscribers are served (see `_read_durable_to_head`)."""
+        sql, params = self.read_all_query(after, limit, prefixes)
+        with self._lock:
+            bound = self._undurable[0].first - 1 if self._undurable else None
+            rows = self._conn.execute(sql.format(p=self.PLACEHOLDER), params).fetchall()
+        return [self._to_event(row) for row in rows if bound is None or row[0] <= bound]
+
+    def _as_recorded(self, first: int, rows: list[tuple]) -> list[RecordedEvent]:
         """The inserted rows as `read_all` will return them (see the module docstring for their positions)."""
-        first = conn.execute("SELECT last_insert_rowid()").fetchone()[0] - len(rows) + 1
         recorded_at = self._timestamp(rows[0][6])
         return [RecordedEvent(id=id_, stream=stream, version=version, position=position, type=type_, data=data,
                               metadata=json.loads(metadata) if metadata != "{}" else {}, recorded_at=recorded_at)
@@ -110,6 +181,8 @@ class SqliteEventLog(SqlEventLogBase):
         if checkpointer is not None:
             checkpointer.close()
         super().close()
+        if self._wal_sync is not None:
+            self._wal_sync.close()
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._transaction() as conn:
@@ -122,18 +195,31 @@ class SqliteEventLog(SqlEventLogBase):
             yield conn
 
     @contextmanager
-    def _begin_immediate(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction; the caller holds `_lock`."""
-        self._conn.execute("BEGIN IMMEDIATE")
+    def _begin_immediate(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """A write transaction; the caller holds `_lock`. Not `durable`: committed without its fsync,
+        under the ticket left in `_ticket` (see the module docstring)."""
+        if not durable:
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        changes = self._conn.total_changes
         try:
-            yield self._conn
-            self._conn.execute("COMMIT")
-            if self._checkpointer is not None:
-                self._checkpointer.committed()
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        finally:
+            if not durable:
+                self._conn.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
+        if self._checkpointer is not None:
+            self._checkpointer.committed()
+        if self._wal_sync is not None:
+            wrote = self._conn.total_changes != changes  # a commit that wrote nothing fsyncs nothing
+            self._ticket = self._wal_sync.committed(durable=durable and wrote)
+            if durable and wrote and self._undurable:  # its fsync made every earlier commit durable
+                self._release(self._ticket)
 
 
 def _in_memory(path: str) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, Awaitable, Callable, Mapping, TypeVar
 from sluice.bus.port import Bus, CommitFailed, Consumer, Producer, Record, TopicPartition
 from sluice.bus.topics import DEAD_LETTER
 from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from sluice.eventlog.deferred import deferring
 from sluice.runtime.errors import Backoff, MalformedMessage, is_infrastructure
 from sluice.runtime.health import Health
 from sluice.runtime.metrics import Registry
@@ -62,6 +63,11 @@ class Subscription:
     max_message_bytes: int = MAX_MESSAGE_BYTES
     on_assignment: Callable[[set[TopicPartition]], None] | None = None
     """Called with the member's partitions whenever the group assigns it others (a rebalance)."""
+    deferred_durability: bool = False
+    """The handlers' only effects are their appends (and what they keep in memory): a poll's appends may
+    then commit without waiting for their fsync, and the loop waits for one fsync of them all before it
+    commits the poll's offsets or polls again (`sluice.eventlog.deferred`). Not for a handler that starts
+    a run or calls out after appending."""
 
 
 MALFORMED, REFUSED, HANDLER_FAILED = "malformed", "refused", "handler_failed"
@@ -207,15 +213,17 @@ class ConsumerLoop:
         if subscription.on_assignment is not None and consumer.assignment() != self._assigned:
             self._assigned = consumer.assignment()
             subscription.on_assignment(self._assigned)
-        for run in _runs_by_topic(records):
-            handler = subscription.handlers[run[0].topic]
-            if isinstance(handler, BatchHandler) and len(run) > 1:
-                await _handle_batch(run, handler, subscription, self._dead_letter, self._instruments, self.pauses)
-                continue
-            for record in run:
-                started = time.perf_counter()
-                reason = await _handle(record, subscription, self._dead_letter, self.pauses)
-                self._instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
+        with deferring(subscription.deferred_durability) as appends:
+            for run in _runs_by_topic(records):
+                handler = subscription.handlers[run[0].topic]
+                if isinstance(handler, BatchHandler) and len(run) > 1:
+                    await _handle_batch(run, handler, subscription, self._dead_letter, self._instruments, self.pauses)
+                    continue
+                for record in run:
+                    started = time.perf_counter()
+                    reason = await _handle(record, subscription, self._dead_letter, self.pauses)
+                    self._instruments.record(record.topic, subscription.group, time.perf_counter() - started, reason)
+        await appends.durable()  # meanwhile the loop runs the other services; nothing of this poll left yet
         if self._commit_every is None:
             if records:
                 await self._commit(None)
