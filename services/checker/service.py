@@ -37,6 +37,7 @@ from sluice.wire.job_json import job_message
 from sluice.wire.jobs import job_from_proto
 from sluice.wire.schedules import parse_schedule_change
 from sluice_services.catalogue import CHECKER
+from sluice_services.checker.arrived import ArrivedJobs
 
 TYPES = EventTypes(checking.EVENTS)
 Requested = RunScheduleNow | StartBackfill | CancelBackfill
@@ -69,6 +70,7 @@ class CheckerService:
         self._timers_changed = asyncio.Event()
         self._decided: list[checking.CheckerEvent] = []
         """The events of the last decision appended (`request` answers from them)."""
+        self._arrived = ArrivedJobs()
 
     def recover(self) -> None:
         self._store.restore()  # the queue's last snapshot; its first load reads the stream after it
@@ -86,12 +88,13 @@ class CheckerService:
                 PROGRAM_NOTIFICATIONS: BatchHandler(self.parse_program_status, self.apply),
                 JOBS: BatchHandler(self.parse_job_triggered, self.apply)}
 
-    @staticmethod
-    def parse_job_triggered(record: Record) -> EnqueueJob:
+    def parse_job_triggered(self, record: Record) -> EnqueueJob:
         message = parse_bus_message(jobs_pb2.JobTriggered, record.value)
         if not message.job.id or not message.job.schedule_id:
             raise MalformedMessage("job.id and job.schedule_id are required")
-        return EnqueueJob(job_from_proto(message.job))
+        job = job_from_proto(message.job)
+        self._arrived.keep(job, record.value)
+        return EnqueueJob(job)
 
     @staticmethod
     def parse_program_status(record: Record) -> ObserveRun:
@@ -140,6 +143,9 @@ class CheckerService:
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
         if recorded.stream != QUEUE_STREAM or recorded.type != JobAdmitted.__name__:
             return []
+        launch = self._arrived.launch_at(recorded.version)
+        if launch is not None:
+            return [launch]
         message = job_message(recorded, TYPES, jobs_pb2.LaunchRequested)
         return [Outgoing(LAUNCH_REQUESTS, message.job.id, message.SerializeToString())]
 
@@ -161,6 +167,8 @@ class CheckerService:
         except BaseException:
             self._settled = None
             raise
+        if decided:
+            self._arrived.appended(decided[QUEUE_STREAM], self._store.load(QUEUE_STREAM).version)
         if settled[-1] is not None:
             self._settled = settled[-1]
             self._wake(self._settled.until)

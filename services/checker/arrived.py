@@ -1,0 +1,58 @@
+"""The launch requests of jobs admitted as they arrived, kept from their JobTriggered messages.
+
+A job admitted unchanged (not joined: its JobAdmitted holds the very Job parsed from its message)
+goes to the launcher as the same Job message: the checker's route takes it from here instead of
+decoding the JobAdmitted's JSON and encoding the job again. A JobTriggered and a LaunchRequested are
+both `Job job = 1` alone (SAME_SHAPE), so the bytes that arrived are the launch request's. The route still runs on the event read
+back from the log, after its append committed, and finds it by its stream version, which only that
+committed append can hold. Whatever is not here (a job joined or queued first, a restart, a relay far
+behind) is routed from the event as before.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from sluice.bus.topics import LAUNCH_REQUESTS
+from sluice.domain.checking import JobAdmitted
+from sluice.domain.jobs import Job
+from sluice.runtime.outbox import Outgoing
+from sluice.v1 import jobs_pb2
+
+SAME_SHAPE = [(f.name, f.number, f.message_type) for f in jobs_pb2.JobTriggered.DESCRIPTOR.fields] \
+    == [(f.name, f.number, f.message_type) for f in jobs_pb2.LaunchRequested.DESCRIPTOR.fields]
+"""Else nothing is kept: every launch request is built from its event."""
+KEPT = 4096
+"""Jobs (arrived, or admitted and not routed yet) kept at most: each costs its message (~0.5 KB)."""
+
+
+class ArrivedJobs:
+    def __init__(self, kept: int = KEPT) -> None:
+        self._kept = kept
+        self._arrived: dict[int, tuple[Job, bytes]] = {}
+        """id(job) -> (the job parsed, its JobTriggered's bytes), until a decision appended."""
+        self._launches: dict[int, Outgoing] = {}
+        """Queue stream version of a JobAdmitted -> its launch request."""
+
+    def keep(self, job: Job, triggered: bytes) -> None:
+        """`job` parsed from the JobTriggered `triggered`."""
+        if not SAME_SHAPE:
+            return
+        if len(self._arrived) >= self._kept:
+            self._arrived.clear()
+        self._arrived[id(job)] = (job, triggered)
+
+    def appended(self, events: Sequence[object], last_version: int) -> None:
+        """The events one decision appended to the queue stream, the last at `last_version`."""
+        first = last_version - len(events) + 1
+        for offset, event in enumerate(events):
+            if type(event) is JobAdmitted:
+                arrived = self._arrived.get(id(event.job))
+                if arrived is not None and arrived[0] is event.job:
+                    if len(self._launches) >= self._kept:
+                        del self._launches[next(iter(self._launches))]
+                    self._launches[first + offset] = Outgoing(LAUNCH_REQUESTS, event.job.id, arrived[1])
+        self._arrived.clear()
+
+    def launch_at(self, version: int) -> Outgoing | None:
+        """The launch request of the JobAdmitted at this version of the queue stream, once."""
+        return self._launches.pop(version, None)

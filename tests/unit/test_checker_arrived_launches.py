@@ -1,0 +1,82 @@
+"""The checker's route sends a job admitted as it arrived as the Job message it arrived in
+(sluice_services.checker.arrived): the same bytes as the route decoding the JobAdmitted from the
+log, which a restarted checker (or a joined job) still does."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sluice.bus.port import Record
+from sluice.bus.topics import JOBS
+from sluice.clock import SimulatedClock
+from sluice.domain.checking import QUEUE_STREAM, JobAdmitted
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
+from sluice.domain.constraints import DelayConstraint
+from sluice.domain.jobs import Job, RetryPolicy, TriggerContext, WaitingJobPolicy
+from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.v1 import jobs_pb2
+from sluice.wire.jobs import job_to_proto
+from sluice_services.checker.arrived import ArrivedJobs
+from sluice_services.checker.service import CheckerService
+
+T0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
+P = ProgramRef("ns", "app", "p")
+
+
+def triggered(index: int, *constraints, notifications=(), logical_time=T0) -> Record:
+    schedule = f"s{index}"
+    job = Job(f"{schedule}-j1", schedule, 1, P, TriggerContext(schedule, schedule, {"k": "v"}, notifications,
+                                                               logical_time),
+              T0, 3, constraints, 30, sequence=1, triggered_at=T0, retry_policy=RetryPolicy(1, 5, 1.0, True),
+              waiting_job_policy=WaitingJobPolicy.SEPARATE, spark_conf={"spark.x": "1"}, max_run_seconds=60)
+    value = jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString()
+    return Record(JOBS, 0, index, schedule.encode(), value, (), 0)
+
+
+def launches(checker: CheckerService, log: SqliteEventLog) -> list[tuple[str, bytes]]:
+    return [(o.key, o.value) for event in log.read_stream(QUEUE_STREAM) for o in checker.route(event)]
+
+
+async def test_jobs_admitted_on_arrival_launch_with_the_bytes_the_logged_event_gives():
+    log, clock = SqliteEventLog(), SimulatedClock(T0)
+    checker = CheckerService(log, clock)
+    checker.recover()
+    notification = Notification("n1", T0, PartitionCommitted("ns", "d", (PartitionRef({"day": "1"}, "/d/day=1"),)))
+    records = [triggered(0), triggered(1, notifications=(notification,), logical_time=None), triggered(2)]
+    await checker.apply([(record, checker.parse_job_triggered(record)) for record in records])
+
+    sent = launches(checker, log)
+    restarted = CheckerService(log, clock)  # nothing kept: every launch decoded from the log
+    assert [key for key, _ in sent] == ["s0-j1", "s1-j1", "s2-j1"]
+    assert sent == launches(restarted, log)
+    assert sent == launches(checker, log)  # kept until routed once, then decoded again
+    log.close()
+
+
+async def test_a_job_that_waits_first_launches_from_the_logged_event():
+    log, clock = SqliteEventLog(), SimulatedClock(T0)
+    checker = CheckerService(log, clock)
+    checker.recover()
+    record = triggered(0, DelayConstraint(30))
+    await checker.apply([(record, checker.parse_job_triggered(record))])
+    assert launches(checker, log) == []
+    clock.set(T0.replace(minute=1))
+    assert checker.fire_due()
+    [(key, value)] = launches(checker, log)
+    assert key == "s0-j1" and value == jobs_pb2.LaunchRequested.FromString(value).SerializeToString()
+    assert jobs_pb2.LaunchRequested.FromString(value).job == jobs_pb2.JobTriggered.FromString(record.value).job
+
+
+def test_a_decision_appended_forgets_the_arrivals_and_keeps_at_most_so_many_launches():
+    kept = ArrivedJobs(kept=2)
+    jobs = [Job(f"j{i}", f"s{i}", 1, P, TriggerContext(f"s{i}", f"s{i}"), T0) for i in range(3)]
+    for job in jobs[:2]:
+        kept.keep(job, jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString())
+    kept.appended([JobAdmitted(job, T0) for job in jobs[:2]], last_version=12)  # versions 11 and 12
+    kept.keep(jobs[2], jobs_pb2.JobTriggered(job=job_to_proto(jobs[2])).SerializeToString())
+    kept.appended([JobAdmitted(jobs[2], T0)], last_version=13)
+    assert kept.launch_at(11) is None  # the oldest let go
+    launches = [kept.launch_at(v) for v in (12, 13)]
+    assert [(o.key, jobs_pb2.LaunchRequested.FromString(o.value).job.id) for o in launches] == [("j1", "j1"), ("j2", "j2")]
+    assert kept.launch_at(12) is None  # once
+    kept.appended([JobAdmitted(jobs[0], T0)], last_version=14)
+    assert kept.launch_at(14) is None  # its arrival was forgotten with the decision before
