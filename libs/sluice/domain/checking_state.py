@@ -101,6 +101,8 @@ class CheckerState:
         return [queued.facts() for queued in self.queue.values()]
 
 def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
+    if type(event) is JobAdmitted:  # most events of a busy checker: not matched against every case first
+        return _admitted(state, event.job, event.at)
     match event:
         case JobQueued(job, at):
             return _queued(state, job, at, schedules=_sequence_seen(state, job))
@@ -130,18 +132,6 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
             return _changed(state, queue=state.queue.set(into, replace(target, job=joined)),
                             schedules=state.schedules.set(schedule_id, replace(
                                 tracked, last_sequence=max(tracked.last_sequence, sequence))))
-        case JobAdmitted(job, at) if job.id not in state.queue:
-            # Admitted on arrival: what JobQueued then JobAdmitted make, the queue left as it was.
-            world = join_groups(state.world, job.program, job.constraints)
-            watched = _watch(state.watched, job.program, job.constraints)
-            changes = {"world": world, "watched": watched,
-                       "horizon": max(state.horizon, history_needed(job.constraints))}
-            watching = state.watch_all or job.program in watched
-            changes.update(_admitted_changes(state.requested, world, watching, job, at))
-            return _changed(state, schedules=_sequence_seen(state, job), **changes)
-        case JobAdmitted(job, at):
-            changes = _admitted_changes(state.requested, state.world, state.watches(job.program), job, at)
-            return _dequeued(state, job.id, **changes)
         case JobWithdrawn(job_id):
             if job_id not in state.requested.queued:
                 return _dequeued(state, job_id)
@@ -168,10 +158,29 @@ def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
     raise TypeError(f"unknown event {event!r}")
 
 
+def _admitted(state: CheckerState, job: Job, at: datetime) -> CheckerState:
+    if job.id in state.queue:
+        changes = _admitted_changes(state.requested, state.world, state.watches(job.program), job, at)
+        return _dequeued(state, job.id, **changes)
+    # Admitted on arrival: what JobQueued then JobAdmitted make, the queue left as it was.
+    changes: dict[str, Any] = {"schedules": _sequence_seen(state, job)}
+    world, watched = state.world, state.watched
+    if job.constraints:  # none: no group to join, nothing to watch, no history needed
+        world = changes["world"] = join_groups(world, job.program, job.constraints)
+        watched = changes["watched"] = _watch(watched, job.program, job.constraints)
+        changes["horizon"] = max(state.horizon, history_needed(job.constraints))
+    watching = state.watch_all or job.program in watched
+    changes.update(_admitted_changes(state.requested, world, watching, job, at))
+    return _changed(state, **changes)
+
+
 def _sequence_seen(state: CheckerState, job: Job) -> immutables.Map:
     """The schedules, the job's one tracked (if it was not) with its sequence seen."""
-    tracked = state.schedules.get(job.schedule_id) or TrackedSchedule(job.program, job.schedule_generation, True)
-    seen = _changed(tracked, last_sequence=max(tracked.last_sequence, job.sequence))
+    tracked = state.schedules.get(job.schedule_id)
+    if tracked is None:
+        seen = TrackedSchedule(job.program, job.schedule_generation, True, last_sequence=max(0, job.sequence))
+    else:
+        seen = _changed(tracked, last_sequence=max(tracked.last_sequence, job.sequence))
     return state.schedules.set(job.schedule_id, seen)
 
 
