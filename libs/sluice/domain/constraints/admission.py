@@ -131,7 +131,7 @@ def admit(pending_jobs: Iterable[PendingJobFacts], world: WorldFacts, now: datet
             outcome = Waiting(job.job_id, outcome.next_check, outcome.reasons)
         elif outcome is None:
             outcome = _decide(job, world, now, capacity, load)
-            if not isinstance(outcome, _Launch):
+            if not (reserving and isinstance(outcome, _Launch)):  # a launch that reserves changes the world
                 same[key] = outcome
         if isinstance(outcome, _Launch):
             if reserving:
