@@ -46,7 +46,15 @@ from sluice.domain.checking_messages import (
     ScheduleTracked,
     ScheduleUntracked,
 )
-from sluice.domain.checking_state import CheckerState, QueuedJob, TrackedSchedule, evolve, fold, tracked_schedule
+from sluice.domain.checking_state import (
+    CheckerState,
+    QueuedJob,
+    TrackedSchedule,
+    evolve,
+    fold,
+    pending_facts,
+    tracked_schedule,
+)
 from sluice.domain.constraints import (
     UNLIMITED,
     AdmissionDecision,
@@ -149,7 +157,7 @@ def _admitting_arrivals(state: CheckerState, jobs: list[Job], now: datetime, cap
         events += own
     if not events:
         return [], None
-    decision = admit([QueuedJob(job, job.triggered_at or now).facts() for job in arrived.values()], state.world, now,
+    decision = admit([pending_facts(job, job.triggered_at or now) for job in arrived.values()], state.world, now,
                      capacity)
     launched = set(decision.launch)
     state = fold(state, [event for event in events if isinstance(event, JobQueued) and event.job.id in arrived

@@ -47,9 +47,13 @@ class QueuedJob:
     checked: bool = False
 
     def facts(self) -> PendingJobFacts:
-        job = self.job
-        return PendingJobFacts(job.id, job.program, job.schedule_id, self.triggered_at, job.constraints, job.priority,
-                               job.timeout_seconds, job.timeout_policy, self.checked, job.sequence)
+        return pending_facts(self.job, self.triggered_at, self.checked)
+
+
+def pending_facts(job: Job, triggered_at: datetime, checked: bool = False) -> PendingJobFacts:
+    """QueuedJob(job, triggered_at, checked).facts(), for a job not queued (yet)."""
+    return PendingJobFacts(job.id, job.program, job.schedule_id, triggered_at, job.constraints, job.priority,
+                           job.timeout_seconds, job.timeout_policy, checked, job.sequence)
 
 
 @dataclass(frozen=True)
