@@ -248,46 +248,57 @@ class KafkaProducer:
         return (await self.send_batch([Message(topic, value, key, headers)]))[0]
 
     async def send_batch(self, messages: Sequence[Message]) -> list[tuple[int, int]]:
-        """The records go to the accumulator as one batch per partition they go to (aiokafka's
-        `create_batch`: one future and one acknowledgement callback per batch, where `send` made and
-        resolved them per record), in order, and are then awaited together: they share the broker round
-        trips, and idempotence keeps each partition's order. A batch that fills up (the producer's
-        max_batch_size) is handed over and the next one started."""
+        """The records of a partition that has no batch queued in the producer go to it as one batch of
+        their own (aiokafka's `create_batch`: one future and one acknowledgement callback per batch, where
+        `send` makes and resolves them per record). The others (a lone record, a partition with a batch
+        queued, what did not fit the batch) are appended with `send`, after it, to the queued batches:
+        aiokafka's `send_batch` would first wait for a queued batch to drain, a round trip per batch, and
+        gives up with KafkaTimeoutError when many senders wait, so concurrent sends must share batches.
+        Then every record is awaited: they share the broker round trips, and idempotence keeps each
+        partition's order."""
         if self._closed:
             raise RuntimeError("the producer is closed")
         producer = await self._started()
         choosers = {topic: await self._partition_chooser(producer, topic) for topic in {m.topic for m in messages}}
-        open_batches: dict[tuple[str, int], _Batch] = {}
-        handed: list[_Batch] = []
+        by_partition: dict[tuple[str, int], list[int]] = {}
+        for index, message in enumerate(messages):
+            by_partition.setdefault((message.topic, choosers[message.topic](message.key)), []).append(index)
+        waiting: list[tuple[asyncio.Future, list[int], int]] = []
+        """(delivered, the records' indexes in `messages`, partition): the first record's metadata; the
+        others' offsets follow it."""
         try:
-            for index, message in enumerate(messages):
-                partition = choosers[message.topic](message.key)
-                batch = open_batches.get((message.topic, partition))
-                if batch is None:
-                    batch = open_batches[message.topic, partition] = _Batch(message.topic, partition, producer)
-                headers = [(name, bytes(value)) for name, value in message.headers] if message.headers else None
-                if not batch.append(index, message, headers):
-                    await batch.hand_over(producer)
-                    handed.append(batch)
-                    batch = open_batches[message.topic, partition] = _Batch(message.topic, partition, producer)
-                    batch.append(index, message, headers)  # the first record of a batch always fits
-            for batch in open_batches.values():
-                await batch.hand_over(producer)
-                handed.append(batch)
+            for (topic, partition), indexes in by_partition.items():
+                if len(indexes) > 1 and not _queued(producer, topic, partition):
+                    builder, fitting = producer.create_batch(), 0
+                    for index in indexes:
+                        message = messages[index]
+                        if builder.append(timestamp=None, key=message.key, value=message.value,
+                                          headers=_headers(message)) is None:
+                            break
+                        fitting += 1
+                    # nothing queued for the partition: aiokafka queues the batch at once, without waiting
+                    delivered = await producer.send_batch(builder, topic, partition=partition)
+                    waiting.append((delivered, indexes[:fitting], partition))
+                    indexes = indexes[fitting:]
+                for index in indexes:
+                    message = messages[index]
+                    delivered = await producer.send(topic, message.value, key=message.key, partition=partition,
+                                                    headers=_headers(message))
+                    waiting.append((delivered, [index], partition))
         except BaseException:
-            for batch in handed:  # what was handed over is sent all the same; nobody waits for it now
-                batch.delivered.cancel()
+            for delivered, _, _ in waiting:  # queued records are sent all the same; nobody waits for them now
+                delivered.cancel()
             raise
-        acknowledged = asyncio.gather(*(batch.delivered for batch in handed))
+        acknowledged = asyncio.gather(*(delivered for delivered, _, _ in waiting))
         try:
             await self._acknowledged(acknowledged, messages)
         except asyncio.CancelledError:
             acknowledged.cancel()
             raise
         sent: list[tuple[int, int]] = [(-1, -1)] * len(messages)
-        for batch, metadata in zip(handed, acknowledged.result()):
-            for offset, index in enumerate(batch.indexes):
-                sent[index] = (batch.partition, metadata.offset + offset)
+        for (_, indexes, partition), metadata in zip(waiting, acknowledged.result()):
+            for offset, index in enumerate(indexes):
+                sent[index] = (partition, metadata.offset + offset)
         return sent
 
     @staticmethod
@@ -342,27 +353,13 @@ class KafkaProducer:
         return producer
 
 
-class _Batch:
-    """The records of one send_batch for one partition, as one aiokafka batch: `delivered` resolves to the
-    first record's metadata once the broker acknowledged them all (the others' offsets follow it)."""
+def _queued(producer: AIOKafkaProducer, topic: str, partition: int) -> bool:
+    """Whether the producer holds a batch of the partition not yet sent (its accumulator's queue)."""
+    return bool(producer._message_accumulator._batches.get(KafkaTopicPartition(topic, partition)))
 
-    def __init__(self, topic: str, partition: int, producer: AIOKafkaProducer) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.indexes: list[int] = []
-        self.delivered: asyncio.Future | None = None
-        self._builder = producer.create_batch()
 
-    def append(self, index: int, message: Message, headers: list[tuple[str, bytes]] | None) -> bool:
-        """False when the batch is full (nothing appended)."""
-        if self._builder.append(timestamp=None, key=message.key, value=message.value, headers=headers) is None:
-            return False
-        self.indexes.append(index)
-        return True
-
-    async def hand_over(self, producer: AIOKafkaProducer) -> None:
-        """To the producer's accumulator (which waits while an earlier batch of the partition is queued)."""
-        self.delivered = await producer.send_batch(self._builder, self.topic, partition=self.partition)
+def _headers(message: Message) -> list[tuple[str, bytes]] | None:
+    return [(name, bytes(value)) for name, value in message.headers] if message.headers else None
 
 
 def _partition_of(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:

@@ -205,3 +205,25 @@ async def test_a_send_batch_larger_than_one_kafka_batch_keeps_its_order(kafka_br
             (n, value, (("n", str(n).encode()),)) for n, value in enumerate(values)]
     finally:
         await bus.close()
+
+
+async def test_concurrent_sends_and_batches_to_one_partition_all_land_in_order(kafka_broker: KafkaBroker) -> None:
+    """Many single sends and batches at once to one partition (a producer shared by a service's relays,
+    the bench's paced sends): none waits for another's batch to drain, each lands once, a batch's
+    records consecutive."""
+    bus = KafkaBus(kafka_broker.bootstrap)
+    try:
+        topic = await _topic(bus)
+        producer = bus.producer()
+        await producer.send(topic, b"warm up")
+        singles = [producer.send(topic, f"s{n}".encode(), key=b"k") for n in range(300)]
+        batches = [producer.send_batch([Message(topic, f"b{b}-{n}".encode(), b"k") for n in range(40)])
+                   for b in range(5)]
+        results = await asyncio.wait_for(asyncio.gather(*singles, *batches), 60)
+        single_offsets = [offset for _, offset in results[:300]]
+        batch_offsets = [[offset for _, offset in sent] for sent in results[300:]]
+        for offsets in batch_offsets:
+            assert offsets == list(range(offsets[0], offsets[0] + 40))
+        assert sorted(single_offsets + [o for offsets in batch_offsets for o in offsets]) == list(range(1, 501))
+    finally:
+        await bus.close()
