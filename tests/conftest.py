@@ -18,6 +18,12 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if IN_CI else "dev")
 
+# The Spark JVMs tests start (spark-submit's drivers, through the launcher's SPARK_* allowlist; the
+# tests' own SparkSession; a standalone cluster's master and workers) run C1 only with the serial GC:
+# half the CPU to start on 2 cores, and a test's data is too small for C2 to pay back. Yours win if set.
+for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+    os.environ.setdefault(_variable, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):

@@ -3,6 +3,7 @@ as the event log and real Spark. The clickstream program produces the same rows 
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -15,10 +16,10 @@ from sluice.domain.common import PartitionRef
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice_services.localserver import LocalServer
 from tests.support.kafka import KafkaBroker
-from tests.support.postgres import PostgresServer
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 from sluice_services.composition import SERVICES
+from tests.conftest import free_port
 from tests.e2e.conftest import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
@@ -67,15 +68,21 @@ def wait_until_matcher_observed(dsn: str, schedule_id: str) -> None:
         log.close()
 
 
-def test_seven_processes_on_kafka_and_postgres_produce_what_embedded_mode_produces(tmp_path, spark):
-    with KafkaBroker() as kafka, PostgresServer() as postgres, contextlib.ExitStack() as stack:
+def test_seven_processes_on_kafka_and_postgres_produce_what_embedded_mode_produces(tmp_path, spark, postgres):
+    with KafkaBroker() as kafka, contextlib.ExitStack() as stack:
         dsn = postgres_url(postgres.create_database())
         data_dir = tmp_path / "distributed"
         common = ["--event-log", dsn, "--bus", f"kafka://{kafka.bootstrap}"]
-        servers: dict[str, LocalServer] = {}
-        for name in SERVICES:  # the catalogue's order: the datasets service before the launcher that needs it
-            told = ["--datasets-address", servers["datasets"].address] if name == "launcher" else []
-            servers[name] = stack.enter_context(LocalServer(data_dir, command=("serve", name), args=[*common, *told]))
+        datasets_port = free_port()
+        told = {"datasets": ["--port", str(datasets_port)],
+                "launcher": ["--datasets-address", f"127.0.0.1:{datasets_port}"]}
+        servers = {name: LocalServer(data_dir, command=("serve", name), args=[*common, *told.get(name, [])])
+                   for name in SERVICES}
+        for server in servers.values():
+            stack.callback(server.stop)
+        servers["registry"].start()  # the first one creates the event log's tables and the topics
+        with ThreadPoolExecutor(len(servers)) as pool:  # then the others side by side
+            list(pool.map(LocalServer.start, [s for name, s in servers.items() if name != "registry"]))
         pids = {server.pid for server in servers.values()}
         assert len(pids) == len(SERVICES) == 7, "every service is its own process"
         clients = {name: stack.enter_context(SluiceClient(server.address)) for name, server in servers.items()}
