@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Sequence
 
@@ -114,8 +115,8 @@ class OutboxRelay:
                     for event in events for outgoing in self._route(event)]
         if messages:
             await self._pauses.retrying("publishing", lambda: self._producer.send_batch(messages))
-            for message in messages:
-                self._published.labels(self._name, message.topic).inc()
+            for topic, count in Counter(message.topic for message in messages).items():
+                self._published.labels(self._name, topic).inc(count)
         position = events[-1].position
         self._position.labels(self._name).set(position)
         self._lag.labels(self._name).set(max(0.0, time.time() - events[-1].recorded_at.timestamp()))
