@@ -211,7 +211,7 @@ class JobsView:
                 if job["id"] not in self._jobs:  # created, matched and fired by its only notification
                     self._created(job["id"], job["schedule_id"], datetime.fromisoformat(job["created_at"]),
                                   len(job["context"]["notifications"]))
-                if fields.get("notification_id"):  # it stands for the NotificationMatched of its last notification
+                elif fields.get("notification_id"):  # it stands for the NotificationMatched of its last notification
                     self._matched(job["id"], at, next(notification for notification in job["context"]["notifications"]
                                                       if notification["id"] == fields["notification_id"]))
                 self._transition(job["id"], JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
