@@ -30,11 +30,12 @@ Figures:
 
 Where the time goes (cProfile of the matches handler's thread, 10,000 schedules, 2026-11-26, after
 the cheaper decide): deciding ~40% (trigger observe and evaluate, the Job of a fire, the new
-states), SQLite ~20% (~1.5 rows per decision: JobCreated, NotificationMatched, JobTriggered; two
-indexes, the (stream, version) one on random pages), encoding and event ids ~18%, parsing ~9%,
-the store's commit ~6%; the snapshot thread takes another ~10-20% of the process's CPU. With an
-event and a row per decision the ratio target is out of reach; it needs one record per poll and
-matches partition, as matcher-bound writes (docs/decisions.md, issue 27).
+states), SQLite ~20% (two indexes, the (stream, version) one on random pages), encoding and event
+ids ~18%, parsing ~9%, the store's commit ~6%; the snapshot thread takes another ~10-20% of the
+process's CPU. Since one event per decision (a job's first match creates it, the fire names the
+notification that completed it) there is one row per decision instead of ~1.5. With an event and
+a row per decision the ratio target is out of reach; it needs one record per poll and matches
+partition, as matcher-bound writes (docs/decisions.md, issue 27).
 
 Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
 size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules);
