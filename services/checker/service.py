@@ -89,10 +89,10 @@ class CheckerService:
                 JOBS: BatchHandler(self.parse_job_triggered, self.apply)}
 
     def parse_job_triggered(self, record: Record) -> EnqueueJob:
-        message = parse_bus_message(jobs_pb2.JobTriggered, record.value)
-        if not message.job.id or not message.job.schedule_id:
+        message = parse_bus_message(jobs_pb2.JobTriggered, record.value).job
+        if not message.id or not message.schedule_id:
             raise MalformedMessage("job.id and job.schedule_id are required")
-        job = job_from_proto(message.job)
+        job = job_from_proto(message)
         self._arrived.keep(job, record.value)
         return EnqueueJob(job)
 

@@ -80,3 +80,15 @@ def test_a_decision_appended_forgets_the_arrivals_and_keeps_at_most_so_many_laun
     assert kept.launch_at(12) is None  # once
     kept.appended([JobAdmitted(jobs[0], T0)], last_version=14)
     assert kept.launch_at(14) is None  # its arrival was forgotten with the decision before
+
+
+def test_a_job_triggered_without_its_id_or_not_protobuf_is_malformed():
+    import pytest
+
+    from sluice.runtime.errors import MalformedMessage
+
+    checker = CheckerService(SqliteEventLog(), SimulatedClock(T0))
+    nameless = jobs_pb2.JobTriggered(job=jobs_pb2.Job(schedule_id="s0")).SerializeToString()
+    for value in (nameless, b"\xff\xff not protobuf"):
+        with pytest.raises(MalformedMessage):
+            checker.parse_job_triggered(Record(JOBS, 0, 0, b"s0", value, (), 0))
