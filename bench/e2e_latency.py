@@ -98,6 +98,9 @@ DRAIN_TIMEOUT = 15.0  # after the last send, how long to wait for the outstandin
 PROFILE_ENV = "SLUICE_BENCH_PROFILE"
 """Set to a file name: this process is profiled (cProfile) while the measured load is sent and drained,
 embedded mode's services included (pstats file; overwritten by each rate)."""
+PROFILE_CLOCK_ENV = "SLUICE_PROFILE_CLOCK"
+"""`cpu`: the profile times the event loop thread's CPU (time.thread_time), as `sluice serve` does, instead of
+wall time, which on a loaded machine also counts the waits for a core; `wall` (the default)."""
 
 
 @dataclass
@@ -305,7 +308,10 @@ def _profiler():
         return None
     import cProfile
 
-    profiler = cProfile.Profile()
+    clock = os.environ.get(PROFILE_CLOCK_ENV, "wall")
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"{PROFILE_CLOCK_ENV}: must be wall or cpu, got {clock!r}")
+    profiler = cProfile.Profile(time.thread_time) if clock == "cpu" else cProfile.Profile()
     profiler.enable()
     return profiler
 
