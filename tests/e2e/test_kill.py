@@ -22,6 +22,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -291,7 +292,9 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
                     for name in SERVICES}
         for service in services.values():
             stack.callback(service.stop)
-            service.start()
+        services["registry"].start()  # the first one creates the event log's tables and the topics
+        with ThreadPoolExecutor(len(services)) as pool:  # then the others side by side
+            list(pool.map(ServiceProcess.start, [s for name, s in services.items() if name != "registry"]))
         registry, checker, launcher = (stack.enter_context(SluiceClient(services[n].address))
                                        for n in ("registry", "checker", "launcher"))
 
