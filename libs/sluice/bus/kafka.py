@@ -17,7 +17,8 @@ Decisions:
   on every in-sync replica and a retried batch is never written twice. With fewer in-sync replicas
   than min.insync.replicas the broker refuses the write (NotEnoughReplicas, retried by aiokafka): the
   send fails or waits, it is never acknowledged by fewer replicas. The idempotent producer retries
-  until the write is acknowledged (no batch expires); a send still waiting after
+  until the write is acknowledged (no batch expires), and a record waits for room in the producer's
+  batches however long they stay full (aiokafka gives up after request_timeout_ms); a send still waiting after
   `unacknowledged_warning_after` seconds logs a warning saying so, and again each such period. Records go
   to the partition Kafka's default partitioner picks (murmur2 of the key), computed by kafka_partition,
   which caches it: the keys recur (schedule ids, datasets), and aiokafka's own murmur2 hashed each record
@@ -57,6 +58,7 @@ from aiokafka.errors import (
     ConsumerStoppedError,
     IllegalStateError,
     KafkaError,
+    KafkaTimeoutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     for_code,
@@ -281,10 +283,7 @@ class KafkaProducer:
                     waiting.append((delivered, indexes[:fitting], partition))
                     indexes = indexes[fitting:]
                 for index in indexes:
-                    message = messages[index]
-                    delivered = await producer.send(topic, message.value, key=message.key, partition=partition,
-                                                    headers=_headers(message))
-                    waiting.append((delivered, [index], partition))
+                    waiting.append((await self._queue(producer, topic, partition, messages[index]), [index], partition))
         except BaseException:
             for delivered, _, _ in waiting:  # queued records are sent all the same; nobody waits for them now
                 delivered.cancel()
@@ -310,6 +309,23 @@ class KafkaProducer:
         every = list(await producer.partitions_for(topic))
         available = list(cluster.available_partitions_for_topic(topic) or ())
         return lambda key: _partition_of(key, every, available)
+
+    async def _queue(self, producer: AIOKafkaProducer, topic: str, partition: int, message: Message) -> asyncio.Future:
+        """`send` into the partition's queued batches, again while it gives up: aiokafka raises KafkaTimeoutError
+        when the partition's batches stayed full for request_timeout_ms (a send waiting behind many others for
+        the batches to drain, on a slow broker or an overloaded machine), and nothing of the record was queued
+        then. A warning each `unacknowledged_warning_after` seconds it waits."""
+        started = warned = time.monotonic()
+        while True:
+            try:
+                return await producer.send(topic, message.value, key=message.key, partition=partition,
+                                           headers=_headers(message))
+            except KafkaTimeoutError:
+                if time.monotonic() - warned >= self._bus.unacknowledged_warning_after:
+                    warned = time.monotonic()
+                    log.warning("a record to %s[%d] waited %.0f s for room in the producer's batches (the broker "
+                                "slow or unreachable?); still waiting, nothing was dropped", topic, partition,
+                                warned - started)
 
     async def _acknowledged(self, acknowledged: asyncio.Future[list], messages: Sequence[Message]) -> None:
         """Until every record is acknowledged; a warning each `unacknowledged_warning_after` seconds it is not."""
