@@ -31,7 +31,6 @@ from sluice_services.localserver import LocalServer
 from tests.integration.test_launcher_history import request
 from tests.e2e.test_distributed import FINISHED, NAMESPACE, inputs, postgres_url, schedule, wait_until_matcher_observed
 from tests.support.kafka import KafkaBroker
-from tests.support.postgres import PostgresServer
 from tests.support.spark_cluster import SparkCluster, kill_programs_under
 from tests.support.waiting import eventually, until
 
@@ -48,10 +47,11 @@ def cluster(tmp_path_factory):
         yield started
 
 
-def test_services_on_kafka_and_postgres_run_programs_on_the_cluster_as_embedded_mode_does(tmp_path, spark, cluster):
+def test_services_on_kafka_and_postgres_run_programs_on_the_cluster_as_embedded_mode_does(tmp_path, spark, cluster,
+                                                                                         postgres):
     assert len(set(cluster.pids().values())) == 3, "a master and two workers, each its own process"
     data_dir = tmp_path / "cluster"
-    with KafkaBroker() as kafka, PostgresServer() as postgres, contextlib.ExitStack() as stack:
+    with KafkaBroker() as kafka, contextlib.ExitStack() as stack:
         stack.callback(kill_programs_under, data_dir)
         dsn = postgres_url(postgres.create_database())
         common = ["--event-log", dsn, "--bus", f"kafka://{kafka.bootstrap}"]
