@@ -66,7 +66,7 @@ from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.localserver import LocalServer
 from sluice.runtime.heap import freeze_long_lived
 from sluice.runtime.service import run_services
-from tests.support.kafka import KafkaBroker
+from tests.support.kafka import SERVING_HEAP_OPTS, KafkaBroker
 from tests.support.postgres import PostgresServer
 from sluice.v1 import jobs_pb2, notifications_pb2, schedules_pb2, schedules_pb2_grpc
 from sluice.wire.common import notification_to_proto
@@ -152,7 +152,8 @@ async def _stack(bus_kind: str, tmp: Path):
     server and the services' processes, and stops them all, by pid, however the block ends."""
     async with contextlib.AsyncExitStack() as stack:
         if bus_kind == "kafka":
-            kafka, postgres = stack.enter_context(KafkaBroker()), stack.enter_context(PostgresServer())
+            kafka = stack.enter_context(KafkaBroker(heap_opts=SERVING_HEAP_OPTS))
+            postgres = stack.enter_context(PostgresServer())
             progress(f"[e2e-latency] Kafka broker on {kafka.bootstrap}, PostgreSQL on port {postgres.port}")
             log, bus = PostgresEventLog(postgres.create_database(DATABASE)), KafkaBus(kafka.bootstrap)
         else:

@@ -34,7 +34,7 @@ from bench.e2e_latency import process_cpu_seconds, send_at_rate
 from sluice.bus.kafka import KafkaBus
 from sluice.bus.port import Message
 from sluice.bus.topics import ALL_TOPICS, JOBS, LAUNCH_REQUESTS, MATCHES, PARTITION_NOTIFICATIONS
-from tests.support.kafka import KafkaBroker
+from tests.support.kafka import SERVING_HEAP_OPTS, KafkaBroker
 from tests.support.postgres import PostgresServer
 
 DESCRIPTION = "e2e-latency's Kafka hops with trivial services (relay, PostgreSQL insert): p50/p99, the floor here"
@@ -63,7 +63,7 @@ def run(options: object) -> list[Figure]:
 
 
 async def measure(rate: float, count: int, warm_up: int) -> list[float]:
-    with KafkaBroker() as kafka, PostgresServer() as postgres:
+    with KafkaBroker(heap_opts=SERVING_HEAP_OPTS) as kafka, PostgresServer() as postgres:
         dsn = postgres.create_database("floor")
         bus = KafkaBus(kafka.bootstrap)
         relays = []

@@ -16,8 +16,8 @@ Figures, on a simulated clock (schedule time) measured in wall time (processing)
 - spread_at_the_minute_100k (--full only): the spread of 100,000 schedules (target 5 s).
 - cost_per_fire: D schedules (default 100,000) with daily crons spread over the day's minutes;
   the clock steps through one simulated day minute by minute and the matcher fires what is due.
-  Wall time of the day divided by the fires (each one a JobTriggered and the next job's
-  JobCreated, appended durably).
+  Wall time of the day divided by the fires (each one a JobTriggered naming the schedule's next
+  job, appended durably).
 
 The matcher, the relays and the checker take turns on one thread, as in embedded mode: the spread
 is the sum of their work. Where it goes (10,000 schedules, 2026-11-25, 3.3 s in all): the matcher's

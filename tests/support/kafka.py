@@ -40,6 +40,8 @@ from types import TracebackType
 
 READY_LINE = "Kafka Server started"
 DEFAULT_HEAP_OPTS = "-Xmx512m -Xms128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"  # C1 only: starts in half the CPU
+SERVING_HEAP_OPTS = "-Xmx512m -Xms128m"
+"""The JVM's defaults (both compilers, G1), as a broker users run: for benchmarks, which measure it serving."""
 FETCH_HINT = "run `make kafka-fetch` (deploy/kafka/fetch.sh: Maven copies the broker's jars from Maven Central)"
 
 
