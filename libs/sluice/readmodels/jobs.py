@@ -211,9 +211,10 @@ class JobsView:
                 if job["id"] not in self._jobs:  # created, matched and fired by its only notification
                     self._created(job["id"], job["schedule_id"], datetime.fromisoformat(job["created_at"]),
                                   len(job["context"]["notifications"]))
-                elif fields.get("notification_id"):  # it stands for the NotificationMatched of its last notification
-                    self._matched(job["id"], at, next(notification for notification in job["context"]["notifications"]
-                                                      if notification["id"] == fields["notification_id"]))
+                elif notification_id := fields.get("notification_id"):  # it stands for that notification's match
+                    matched = [n for n in job["context"]["notifications"] if n["id"] == notification_id]
+                    if matched:
+                        self._matched(job["id"], at, matched[0])
                 self._transition(job["id"], JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
                 if fields.get("next_job_id"):  # it stands for the JobCreated of the schedule's next job
                     self._created(fields["next_job_id"], job["schedule_id"], at)
