@@ -47,7 +47,7 @@ DESCRIPTION = ("raw replay of an N-event log (events/s; --full: 1,000,000) and r
                "snapshots (s)")
 DEFAULT_EVENTS = 200_000
 FULL_EVENTS = 1_000_000
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 SCHEDULES_PER_1000_EVENTS = 2
 """2,000 schedules at 1,000,000 events."""
 DATASETS_PER_SCHEDULE = 0.25

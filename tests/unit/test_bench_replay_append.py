@@ -16,7 +16,7 @@ def test_replay_prints_its_figures(capsys, monkeypatch, tmp_path):
     assert {line["metric"] for line in lines} == {
         "replay_events_per_s", "replay_decoded_events_per_s",
         "restart_to_ready_with_snapshots_s", "restart_to_ready_without_snapshots_s"}
-    assert [path.name for path in tmp_path.iterdir()] == ["sluice-bench-replay-v1-3000.db"]
+    assert [path.name for path in tmp_path.iterdir()] == ["sluice-bench-replay-v2-3000.db"]
 
 
 @pytest.mark.integration  # starts a PostgreSQL server
