@@ -23,6 +23,9 @@ SAME_SHAPE = [(f.name, f.number, f.message_type) for f in jobs_pb2.JobTriggered.
 """Else nothing is kept: every launch request is built from its event."""
 KEPT = 4096
 """Jobs (arrived, or admitted and not routed yet) kept at most: each costs its message (~0.5 KB)."""
+KEPT_BYTES = 4096
+"""A larger message (a context of many notifications, up to the bus's 256 KiB) is not kept: its launch
+request is built from its event, so what is kept stays within KEPT * KEPT_BYTES."""
 
 
 class ArrivedJobs:
@@ -35,7 +38,7 @@ class ArrivedJobs:
 
     def keep(self, job: Job, triggered: bytes) -> None:
         """`job` parsed from the JobTriggered `triggered`."""
-        if not SAME_SHAPE:
+        if not SAME_SHAPE or len(triggered) > KEPT_BYTES:
             return
         if len(self._arrived) >= self._kept:
             self._arrived.clear()

@@ -15,7 +15,7 @@ from sluice.domain.jobs import Job, RetryPolicy, TriggerContext, WaitingJobPolic
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import jobs_pb2
 from sluice.wire.jobs import job_to_proto
-from sluice_services.checker.arrived import ArrivedJobs
+from sluice_services.checker.arrived import KEPT_BYTES, ArrivedJobs
 from sluice_services.checker.service import CheckerService
 
 T0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
@@ -92,3 +92,11 @@ def test_a_job_triggered_without_its_id_or_not_protobuf_is_malformed():
     for value in (nameless, b"\xff\xff not protobuf"):
         with pytest.raises(MalformedMessage):
             checker.parse_job_triggered(Record(JOBS, 0, 0, b"s0", value, (), 0))
+
+
+def test_a_message_over_kept_bytes_is_not_kept_and_launches_from_its_event():
+    kept = ArrivedJobs()
+    job = Job("j0", "s0", 1, P, TriggerContext("s0", "s0", {"k": "v" * (KEPT_BYTES + 1)}), T0)
+    kept.keep(job, jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString())
+    kept.appended([JobAdmitted(job, T0)], last_version=1)
+    assert kept.launch_at(1) is None
