@@ -3,7 +3,6 @@ as the event log and real Spark. The clickstream program produces the same rows 
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -16,6 +15,7 @@ from sluice.domain.common import PartitionRef
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice_services.localserver import LocalServer
 from tests.support.kafka import KafkaBroker
+from tests.support.service_processes import start_registry_first
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 from sluice_services.composition import SERVICES
@@ -80,9 +80,7 @@ def test_seven_processes_on_kafka_and_postgres_produce_what_embedded_mode_produc
                    for name in SERVICES}
         for server in servers.values():
             stack.callback(server.stop)
-        servers["registry"].start()  # the first one creates the event log's tables and the topics
-        with ThreadPoolExecutor(len(servers)) as pool:  # then the others side by side
-            list(pool.map(LocalServer.start, [s for name, s in servers.items() if name != "registry"]))
+        start_registry_first(servers)
         pids = {server.pid for server in servers.values()}
         assert len(pids) == len(SERVICES) == 7, "every service is its own process"
         clients = {name: stack.enter_context(SluiceClient(server.address)) for name, server in servers.items()}

@@ -17,6 +17,7 @@ from sluice.client import SluiceClient
 from sluice.domain.common import PartitionRef
 from sluice_services.localserver import LocalServer
 from tests.support.kafka import KafkaBroker
+from tests.support.service_processes import start_registry_first
 from tests.support.postgres import PostgresServer
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
@@ -53,9 +54,7 @@ def test_clickstream_over_sasl_ssl_kafka(tmp_path):
                    for name in SERVICES}
         for server in servers.values():
             stack.callback(server.stop)
-        servers["registry"].start()  # the first one creates the event log's tables and the topics
-        with ThreadPoolExecutor(len(servers)) as pool:  # then the others side by side
-            list(pool.map(LocalServer.start, [s for name, s in servers.items() if name != "registry"]))
+        start_registry_first(servers)
         phases["services"] = time.monotonic() - started
         for server in servers.values():  # the secret is in the environment, not on the command line
             with open(f"/proc/{server.pid}/cmdline", "rb") as cmdline:

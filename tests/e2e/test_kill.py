@@ -22,7 +22,6 @@ import shutil
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from tests.support.kafka import KafkaBroker
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_services.composition import SERVICES
 from tests.conftest import free_port
-from tests.support.service_processes import ServiceProcess, wait_for
+from tests.support.service_processes import ServiceProcess, start_registry_first, wait_for
 
 # Beyond the suite's 300 s: on a loaded 2-core machine the drain alone may take minutes (bounded below).
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(900)]
@@ -292,9 +291,7 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
                     for name in SERVICES}
         for service in services.values():
             stack.callback(service.stop)
-        services["registry"].start()  # the first one creates the event log's tables and the topics
-        with ThreadPoolExecutor(len(services)) as pool:  # then the others side by side
-            list(pool.map(ServiceProcess.start, [s for name, s in services.items() if name != "registry"]))
+        start_registry_first(services)
         registry, checker, launcher = (stack.enter_context(SluiceClient(services[n].address))
                                        for n in ("registry", "checker", "launcher"))
 

@@ -8,12 +8,25 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Protocol, Sequence
 
 
 class ServiceDidNotStart(RuntimeError):
     pass
+
+
+class Startable(Protocol):
+    def start(self) -> object: ...
+
+
+def start_registry_first(servers: Mapping[str, Startable]) -> None:
+    """The registry first (it creates the event log's tables and the topics), then the others side by side."""
+    servers["registry"].start()
+    others = [server for name, server in servers.items() if name != "registry"]
+    with ThreadPoolExecutor(max(1, len(others))) as pool:
+        list(pool.map(lambda server: server.start(), others))
 
 
 class ServiceProcess:
