@@ -22,15 +22,24 @@ SAME_SHAPE = [(f.name, f.number, f.message_type) for f in jobs_pb2.JobTriggered.
     == [(f.name, f.number, f.message_type) for f in jobs_pb2.LaunchRequested.DESCRIPTOR.fields]
 """Else nothing is kept: every launch request is built from its event."""
 KEPT = 4096
-"""Jobs (arrived, or admitted and not routed yet) kept at most: each costs its message (~0.5 KB)."""
+"""Jobs arrived and not decided yet kept at most (a poll's: the consumer's polls are smaller)."""
 KEPT_BYTES = 4096
 """A larger message (a context of many notifications, up to the bus's 256 KiB) is not kept: its launch
 request is built from its event, so what is kept stays within KEPT * KEPT_BYTES."""
+LAUNCHES_KEPT_BYTES = 16 * 2**20
+"""Launch requests admitted and not routed yet kept at most, counted as their messages plus
+LAUNCH_OVERHEAD each: a relay behind a burst (a minute's thousands of crons all admitted before the
+relay routes the first) still finds them; past this the oldest are built from their events."""
+LAUNCH_OVERHEAD = 512
+"""Bytes a kept launch request costs beside its message: its entry, key and Outgoing."""
 
 
 class ArrivedJobs:
-    def __init__(self, kept: int = KEPT) -> None:
+    def __init__(self, kept: int = KEPT, launches_kept_bytes: int = LAUNCHES_KEPT_BYTES) -> None:
         self._kept = kept
+        self._launches_kept_bytes = launches_kept_bytes
+        self._launch_bytes = 0
+        """What the kept launch requests count (LAUNCHES_KEPT_BYTES)."""
         self._arrived: dict[int, tuple[Job, bytes]] = {}
         """id(job) -> (the job parsed, its JobTriggered's bytes), until a decision appended."""
         self._launches: dict[int, Outgoing] = {}
@@ -51,11 +60,22 @@ class ArrivedJobs:
             if type(event) is JobAdmitted:
                 arrived = self._arrived.get(id(event.job))
                 if arrived is not None and arrived[0] is event.job:
-                    if len(self._launches) >= self._kept:
-                        del self._launches[next(iter(self._launches))]
-                    self._launches[first + offset] = Outgoing(LAUNCH_REQUESTS, event.job.id, arrived[1])
+                    self._keep_launch(first + offset, Outgoing(LAUNCH_REQUESTS, event.job.id, arrived[1]))
         self._arrived.clear()
 
     def launch_at(self, version: int) -> Outgoing | None:
         """The launch request of the JobAdmitted at this version of the queue stream, once."""
-        return self._launches.pop(version, None)
+        launch = self._launches.pop(version, None)
+        if launch is not None:
+            self._launch_bytes -= len(launch.value) + LAUNCH_OVERHEAD
+        return launch
+
+    def _keep_launch(self, version: int, launch: Outgoing) -> None:
+        self._launch_bytes += len(launch.value) + LAUNCH_OVERHEAD
+        while self._launch_bytes > self._launches_kept_bytes and self._launches:
+            oldest = self._launches.pop(next(iter(self._launches)))
+            self._launch_bytes -= len(oldest.value) + LAUNCH_OVERHEAD
+        if self._launch_bytes > self._launches_kept_bytes:  # larger alone than the bound: not kept
+            self._launch_bytes -= len(launch.value) + LAUNCH_OVERHEAD
+            return
+        self._launches[version] = launch

@@ -15,7 +15,7 @@ from sluice.domain.jobs import Job, RetryPolicy, TriggerContext, WaitingJobPolic
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import jobs_pb2
 from sluice.wire.jobs import job_to_proto
-from sluice_services.checker.arrived import KEPT_BYTES, ArrivedJobs
+from sluice_services.checker.arrived import KEPT_BYTES, LAUNCH_OVERHEAD, ArrivedJobs
 from sluice_services.checker.service import CheckerService
 
 T0 = datetime(2026, 11, 24, tzinfo=timezone.utc)
@@ -66,9 +66,10 @@ async def test_a_job_that_waits_first_launches_from_the_logged_event():
     assert jobs_pb2.LaunchRequested.FromString(value).job == jobs_pb2.JobTriggered.FromString(record.value).job
 
 
-def test_a_decision_appended_forgets_the_arrivals_and_keeps_at_most_so_many_launches():
-    kept = ArrivedJobs(kept=2)
+def test_a_decision_appended_forgets_the_arrivals_and_keeps_launches_up_to_so_many_bytes():
     jobs = [Job(f"j{i}", f"s{i}", 1, P, TriggerContext(f"s{i}", f"s{i}"), T0) for i in range(3)]
+    size = len(jobs_pb2.JobTriggered(job=job_to_proto(jobs[0])).SerializeToString())
+    kept = ArrivedJobs(launches_kept_bytes=2 * (size + LAUNCH_OVERHEAD))
     for job in jobs[:2]:
         kept.keep(job, jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString())
     kept.appended([JobAdmitted(job, T0) for job in jobs[:2]], last_version=12)  # versions 11 and 12
@@ -100,3 +101,13 @@ def test_a_message_over_kept_bytes_is_not_kept_and_launches_from_its_event():
     kept.keep(job, jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString())
     kept.appended([JobAdmitted(job, T0)], last_version=1)
     assert kept.launch_at(1) is None
+
+
+def test_a_burst_of_launches_routed_after_its_last_decision_is_all_kept():
+    kept = ArrivedJobs()
+    jobs = [Job(f"j{i}", f"s{i}", 1, P, TriggerContext(f"s{i}", f"s{i}"), T0) for i in range(10_000)]
+    for start in range(0, len(jobs), 500):
+        for job in jobs[start:start + 500]:
+            kept.keep(job, jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString())
+        kept.appended([JobAdmitted(job, T0) for job in jobs[start:start + 500]], last_version=start + 500)
+    assert [kept.launch_at(version).key for version in range(1, 10_001)] == [job.id for job in jobs]
