@@ -57,7 +57,7 @@ def test_the_bus_files_commits_never_checkpoint_and_the_thread_moves_the_wal_int
         store.create_topics([TopicSpec("t", 1)])
         empty = path.stat().st_size
         for n in range(COMMITS):
-            store.append([(TopicPartition("t", 0), b"k", b"v" * 200, "[]")], n)
+            store.append([(TopicPartition("t", 0), b"k", b"v" * 200, ())], n)
         eventually(lambda: store._checkpointer.checkpoints >= 1 and path.stat().st_size > empty, TIMEOUT,
                    "a background checkpoint copied the WAL's pages into the bus file", interval=0.01)
     finally:

@@ -34,7 +34,8 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 
-from sluice.bus.inprocess_store import BusStore, EndOffsets, dump_headers
+from sluice.bus.inprocess_recent import RecentRecords
+from sluice.bus.inprocess_store import BusStore, EndOffsets, Headers
 from sluice.bus.inprocess_writer import GroupCommit, Row
 from sluice.bus.port import CommitFailed, Message, Record, TopicPartition, TopicSpec, UnknownTopic, kafka_partition
 from sluice.clock import Clock
@@ -69,6 +70,7 @@ class InProcessBus:
         self.poll_interval = poll_interval
         self._ends = EndOffsets(self._store, poll_interval)
         self._writer = GroupCommit(self._store, self._timestamp_ms, self._appended)
+        self._recent = RecentRecords()
         self._clock = clock
         self._topics: dict[str, TopicSpec] = {}
         self._groups: dict[str, dict[str, InProcessConsumer]] = {}
@@ -122,20 +124,27 @@ class InProcessBus:
         self._topics[topic] = spec
         return spec.partitions
 
-    async def _append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, Sequence[tuple[str, bytes]]]]) -> list[int]:
+    async def _append(self, rows: Sequence[Row]) -> list[int]:
         self._check_open()
-        return await self._writer.append([(tp, key, value, dump_headers(headers)) for tp, key, value, headers in records])
+        return await self._writer.append(rows)
 
-    def _appended(self, rows: Sequence[Row], offsets: list[int]) -> None:
+    def _appended(self, rows: Sequence[Row], offsets: list[int], timestamp_ms: int) -> None:
         ends: dict[TopicPartition, int] = {}
-        for (tp, _, _, _), offset in zip(rows, offsets):
-            ends[tp] = max(ends.get(tp, 0), offset + 1)
+        records = []
+        for (tp, key, value, headers), offset in zip(rows, offsets):
+            ends[tp] = offset + 1  # offsets rise within a partition
+            records.append(Record(tp.topic, tp.partition, offset, key, value, headers, timestamp_ms))
+        self._recent.add(records)
         self._ends.raise_to(ends)
         topics = {tp.topic for tp, _, _, _ in rows}
         for members in self._groups.values():
             for member in members.values():
                 if not topics.isdisjoint(member.topics):
                     member._wake.set()
+
+    def _read(self, tp: TopicPartition, start: int, limit: int) -> list[Record]:
+        """Records of `tp` from offset `start` on: from memory if this bus appended them lately, else from the file."""
+        return self._recent.read(tp, start, limit) or self._store.read(tp, start, limit)
 
     def _timestamp_ms(self) -> int:
         if self._clock is None:
@@ -181,12 +190,12 @@ class InProcessProducer:
     async def send_batch(self, messages: Sequence[Message]) -> list[tuple[int, int]]:
         if self._closed:
             raise RuntimeError("the producer is closed")
-        records = [(TopicPartition(m.topic, self._partition(m.topic, m.key)), m.key, m.value, m.headers)
-                   for m in messages]
-        if not records:
+        rows: list[Row] = [(TopicPartition(m.topic, self._partition(m.topic, m.key)), m.key, m.value,
+                            _as_stored(m.headers)) for m in messages]
+        if not rows:
             return []
-        offsets = await self._bus._append(records)
-        return [(tp.partition, offset) for (tp, _, _, _), offset in zip(records, offsets)]
+        offsets = await self._bus._append(rows)
+        return [(tp.partition, offset) for (tp, _, _, _), offset in zip(rows, offsets)]
 
     def _partition(self, topic: str, key: bytes | None) -> int:
         partitions = self._bus._partitions(topic)
@@ -198,6 +207,13 @@ class InProcessProducer:
 
     async def close(self) -> None:
         self._closed = True
+
+
+def _as_stored(headers: Sequence[tuple[str, bytes]]) -> Headers:
+    """A record's headers as a consumer gets them back: a tuple of (name, bytes) pairs."""
+    if not headers:
+        return ()
+    return tuple((name, bytes(value)) for name, value in headers)
 
 
 class InProcessConsumer:
@@ -280,7 +296,7 @@ class InProcessConsumer:
         self._rotation += 1
         ends = self._bus._ends
         partitions = [tp for tp in partitions[start:] + partitions[:start] if ends.end(tp) > self._positions[tp]]
-        batches = [self._bus._store.read(tp, self._positions[tp], max_records) for tp in partitions]
+        batches = [self._bus._read(tp, self._positions[tp], max_records) for tp in partitions]
         interleaved = itertools.chain.from_iterable(itertools.zip_longest(*batches))
         records = [r for r in interleaved if r is not None][:max_records]
         for record in records:

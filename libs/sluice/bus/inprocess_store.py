@@ -18,7 +18,9 @@ import orjson
 from sluice.bus.port import Record, TopicPartition, TopicSpec
 from sluice.sqlite_wal import WalCheckpointer, open_wal
 
-__all__ = ["BusStore", "EndOffsets", "dump_headers"]
+__all__ = ["BusStore", "EndOffsets", "Headers"]
+
+Headers = tuple[tuple[str, bytes], ...]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -84,7 +86,7 @@ class BusStore:
         rows = self._query("SELECT partitions, compacted FROM topics WHERE name = ?", (name,))
         return TopicSpec(name, rows[0][0], bool(rows[0][1])) if rows else None
 
-    def append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, str]], timestamp_ms: int) -> list[int]:
+    def append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, Headers]], timestamp_ms: int) -> list[int]:
         """(partition, key, value, headers) of each record, in one transaction; their offsets."""
         offsets: list[int] = []
         ends: dict[TopicPartition, int] = {}
@@ -100,7 +102,7 @@ class BusStore:
                 offsets.append(offset)
             db.executemany(
                 "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(tp.topic, tp.partition, offset, key, value, headers, timestamp_ms)
+                [(tp.topic, tp.partition, offset, key, value, dump_headers(headers), timestamp_ms)
                  for (tp, key, value, headers), offset in zip(records, offsets)],
             )
         return offsets

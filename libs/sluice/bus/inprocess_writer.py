@@ -13,21 +13,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from sluice.bus.inprocess_store import BusStore
+from sluice.bus.inprocess_store import BusStore, Headers
 from sluice.bus.port import TopicPartition
 
 __all__ = ["GroupCommit", "Row"]
 
-Row = tuple[TopicPartition, bytes | None, bytes, str]
-"""(partition, key, value, headers as stored) of one record."""
+Row = tuple[TopicPartition, bytes | None, bytes, Headers]
+"""(partition, key, value, headers) of one record."""
 
 
 class GroupCommit:
-    """Appends rows to `store`; `appended(rows, offsets)` is told of each commit, on the loop, before
-    its senders resume (the bus raises its known ends and wakes its consumers there)."""
+    """Appends rows to `store`; `appended(rows, offsets, timestamp_ms)` is told of each commit, on the loop,
+    before its senders resume (the bus raises its known ends and wakes its consumers there)."""
 
     def __init__(self, store: BusStore, timestamp_ms: Callable[[], int],
-                 appended: Callable[[Sequence[Row], list[int]], None]) -> None:
+                 appended: Callable[[Sequence[Row], list[int], int], None]) -> None:
         self._store = store
         self._timestamp_ms = timestamp_ms
         self._appended = appended
@@ -37,8 +37,9 @@ class GroupCommit:
     async def append(self, rows: Sequence[Row]) -> list[int]:
         """The rows' offsets, once they are committed."""
         if not self._store.durable:
-            offsets = self._store.append(rows, self._timestamp_ms())
-            self._appended(rows, offsets)
+            timestamp_ms = self._timestamp_ms()
+            offsets = self._store.append(rows, timestamp_ms)
+            self._appended(rows, offsets, timestamp_ms)
             return offsets
         offsets: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         self._waiting.append((rows, offsets))
@@ -57,14 +58,15 @@ class GroupCommit:
             while self._waiting:
                 batch, self._waiting = self._waiting, []
                 rows = [row for sent, _ in batch for row in sent]
+                timestamp_ms = self._timestamp_ms()
                 try:
-                    offsets = await asyncio.to_thread(self._store.append, rows, self._timestamp_ms())
+                    offsets = await asyncio.to_thread(self._store.append, rows, timestamp_ms)
                 except Exception as error:  # every send of the transaction failed with it
                     for _, future in batch:
                         if not future.done():
                             future.set_exception(error)
                     continue
-                self._appended(rows, offsets)
+                self._appended(rows, offsets, timestamp_ms)
                 start = 0
                 for sent, future in batch:
                     if not future.done():  # a cancelled send's records are committed all the same

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sluice.bus import Record, TopicPartition, TopicSpec
+from sluice.bus import Message, Record, TopicPartition, TopicSpec
 from sluice.bus.inprocess import InProcessBus
 from sluice.bus.inprocess_store import BusStore
 from tests.integration.bus.contract import key_for
@@ -18,12 +18,26 @@ from tests.integration.bus.contract import key_for
 
 @pytest.fixture
 def reads(monkeypatch) -> list[TopicPartition]:
-    """Every partition the bus reads records from, in order."""
+    """Every partition the bus reads records from (from memory or from the file), in order."""
     calls: list[TopicPartition] = []
+    original = InProcessBus._read
+
+    def spy(bus: InProcessBus, tp: TopicPartition, start: int, limit: int) -> list[Record]:
+        calls.append(tp)
+        return original(bus, tp, start, limit)
+
+    monkeypatch.setattr(InProcessBus, "_read", spy)
+    return calls
+
+
+@pytest.fixture
+def file_reads(monkeypatch) -> list[tuple[TopicPartition, int]]:
+    """Every (partition, offset) the bus reads from the file, in order."""
+    calls: list[tuple[TopicPartition, int]] = []
     original = BusStore.read
 
     def spy(store: BusStore, tp: TopicPartition, start: int, limit: int) -> list[Record]:
-        calls.append(tp)
+        calls.append((tp, start))
         return original(store, tp, start, limit)
 
     monkeypatch.setattr(BusStore, "read", spy)
@@ -174,3 +188,36 @@ async def test_records_of_another_process_are_all_polled(tmp_path) -> None:
         offsets = [r.offset for r in polled if r.partition == partition]
         assert offsets == list(range(len(offsets)))
     await bus.close()
+
+
+async def test_a_consumer_that_keeps_up_gets_this_bus_s_sends_from_memory_as_the_file_has_them(
+        tmp_path, file_reads) -> None:
+    bus = InProcessBus(tmp_path / "bus.db")
+    await bus.create_topics([TopicSpec("t", 2)])
+    consumer = bus.consumer("g", ["t"])
+    producer = bus.producer()
+    await producer.send_batch([Message("t", b"a", key_for(0, 2), [("h", bytearray(b"\x00\x01"))]),
+                               Message("t", b"b", key_for(1, 2)), Message("t", b"c", key_for(0, 2))])
+    polled = await consumer.poll(timeout=0)
+    assert file_reads == []
+    await bus.close()
+    again = InProcessBus(tmp_path / "bus.db")
+    from_file = await again.consumer("g2", ["t"]).poll(timeout=0)
+    assert sorted(polled, key=lambda r: (r.partition, r.offset)) == sorted(from_file, key=lambda r: (r.partition, r.offset))
+    assert {r.value: r.headers for r in polled}[b"a"] == (("h", b"\x00\x01"),)
+    await again.close()
+
+
+async def test_records_of_another_bus_between_this_bus_s_sends_come_from_the_file(tmp_path, file_reads) -> None:
+    path = tmp_path / "bus.db"
+    mine, other = InProcessBus(path), InProcessBus(path)
+    await mine.create_topics([TopicSpec("t", 1)])
+    consumer = mine.consumer("g", ["t"])
+    await mine.producer().send("t", b"mine 0")
+    assert [r.value for r in await consumer.poll(timeout=0)] == [b"mine 0"]
+    await other.producer().send("t", b"other 1")
+    await mine.producer().send("t", b"mine 2")
+    assert [(r.offset, r.value) for r in await consumer.poll(timeout=0)] == [(1, b"other 1"), (2, b"mine 2")]
+    assert file_reads == [(TopicPartition("t", 0), 1)]
+    await mine.close()
+    await other.close()
