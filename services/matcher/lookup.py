@@ -26,15 +26,14 @@ from sluice.bus.port import Message, Producer, Record, kafka_partition
 from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS
 from sluice.domain import schedules, triggers
 from sluice.eventlog.codec import EventTypes
-from sluice.domain.common import Notification
 from sluice.domain.schedules import ScheduleState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.outbox import POSITION_HEADER, RELAY_HEADER
 from sluice.v1 import matching_pb2
-from sluice.wire.common import notification_from_bytes
 from sluice.wire.schedules import schedule_to_proto
 from sluice_services.catalogue import REGISTRY
+from sluice_services.matcher.notification_key import notification_event_key
 
 REGISTRY_PREFIX, = REGISTRY.stream_prefixes
 REGISTRY_STREAMS = (REGISTRY_PREFIX,)
@@ -87,22 +86,23 @@ class ScheduleLookup:
         return BatchHandler(self.parse, self.apply)
 
     @staticmethod
-    def parse(record: Record) -> Notification:
-        return notification_from_bytes(record.value)
+    def parse(record: Record) -> str:
+        """The notification's event key; a malformed notification is refused here (`notification_key`)."""
+        return notification_event_key(record.value)
 
-    async def apply(self, items: list[tuple[Record, Notification]]) -> None:
+    async def apply(self, items: list[tuple[Record, str]]) -> None:
         """One MatchRequested per notification and matches partition, for all that partition's
         interested schedules: the second stage records the notification's source position with it."""
         self.sync()
         messages = []
-        for record, notification in items:
+        for record, event_key in items:
             relay, relay_position = outbox_position(record)
             source = matching_pb2.MatchRequested(source=matching_pb2.NotificationSource(
                 topic=record.topic, partition=record.partition, offset=record.offset, relay=relay,
                 relay_position=relay_position)).SerializeToString()
             encoded = source + _NOTIFICATION_TAG + _varint(len(record.value)) + record.value  # as it came, valid
             by_partition: dict[int, list[str]] = {}
-            for schedule_id in sorted(self._index.get(notification.event_key(), ())):
+            for schedule_id in sorted(self._index.get(event_key, ())):
                 by_partition.setdefault(kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS), []).append(schedule_id)
             for schedule_ids in by_partition.values():
                 targets = b"".join(self._target(schedule_id) for schedule_id in schedule_ids)

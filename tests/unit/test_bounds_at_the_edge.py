@@ -60,13 +60,13 @@ async def test_a_far_future_timestamp_in_a_poll_of_many_is_dead_lettered_and_the
     applied = []
 
     async def apply(items):
-        applied.extend(notification.id for _, notification in items)
+        applied.extend(record.value for record, _ in items)
 
     consumer, dead = OnePollConsumer(records), DeadLetters()
     loop = ConsumerLoop(consumer, Subscription("matcher-lookup", {
         "partition-notifications": BatchHandler(ScheduleLookup.parse, apply)}), dead)
     assert await loop.step(0) == 2
-    assert applied == ["good"]
+    assert applied == [good]
     assert [value for value, _ in dead.sent] == [bad]
     reason = dead.sent[0][1]["reason"].decode()
     assert reason.startswith("malformed:") and "notification.time" in reason
