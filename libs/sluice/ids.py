@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Callable
 
 
-_NAMESPACE = uuid.NAMESPACE_URL.bytes
+_NAMESPACE_PREFIX = uuid.NAMESPACE_URL.bytes + b"sluice:"
+_sha1 = hashlib.sha1
 
 UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 """Every id Sluice makes has this shape (`fullmatch` it); lineage's run ids must have it too."""
@@ -19,11 +20,9 @@ def derived_id(*parts: str) -> str:
 
     It is uuid5(NAMESPACE_URL, "sluice:" + "/".join(parts)), computed without building UUID objects:
     every append derives one per event."""
-    digest = bytearray(hashlib.sha1(_NAMESPACE + ("sluice:" + "/".join(parts)).encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50
-    digest[8] = (digest[8] & 0x3F) | 0x80
-    x = digest.hex()
-    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
+    x = _sha1(_NAMESPACE_PREFIX + "/".join(parts).encode()).hexdigest()
+    # the version (5) in the third group's first digit, RFC 9562's variant in the fourth's
+    return f"{x[:8]}-{x[8:12]}-5{x[13:16]}-{_VARIANT[x[16]]}{x[17:20]}-{x[20:32]}"
 
 
 def time_ordered_id(at: datetime, *parts: str) -> str:

@@ -173,7 +173,7 @@ def step(state: MatcherState, command: MatcherCommand, now: datetime) -> tuple[l
                 return [], state  # a change delivered after a newer one
             return _then_wait_for_time(*_folded(state, _observe(state, schedule, now)), now)
         case CheckTime():
-            return _then_wait_for_time(*_folded(state, _check_time(state, now)), now)
+            return _check_time(state, now)
     raise TypeError(f"unknown command {command!r}")
 
 
@@ -195,12 +195,16 @@ def wake_at(state: MatcherState, now: datetime) -> datetime | None:
 
 
 _UNTIMED_LEAVES = (PartitionTrigger, DataSizeTrigger, ProgramStatusTrigger)
+_TIMED_LEAVES = (triggers.TimeTrigger, triggers.ElapsedTrigger)
 
 
 def _untimed(trigger: triggers.Trigger) -> bool:
     """Only notifications count towards it (no cron, elapsed or quiet-period leaf, however combined)."""
-    if isinstance(trigger, _UNTIMED_LEAVES):
+    kind = type(trigger)
+    if kind in _UNTIMED_LEAVES:
         return True
+    if kind in _TIMED_LEAVES:
+        return False
     return all(isinstance(leaf, _UNTIMED_LEAVES) for leaf in triggers.leaves(trigger))
 
 
@@ -250,19 +254,28 @@ def _match(state: MatcherState, notification: Notification,
     return events, MatcherState(schedule, None if fired else pending, jobs_created, state.retired_generation, recent)
 
 
-def _check_time(state: MatcherState, now: datetime) -> list[MatcherEvent]:
+def _check_time(state: MatcherState, now: datetime) -> tuple[list[MatcherEvent], MatcherState]:
+    """The events of a timer's check, and the state after them (the next job waiting for time
+    included), built directly: a fire is one JobTriggered naming the next job."""
     schedule, pending = state.schedule, state.pending
-    if schedule is None or pending is None or not schedule.enabled:
-        return []
+    if schedule is None or not schedule.enabled:
+        return [], state
+    if pending is None:
+        return _then_wait_for_time([], state, now)
     evaluation = triggers.evaluate(schedule.trigger, pending.trigger, now)
+    if not evaluation.satisfied:
+        return [], state
     first_missed = evaluation.logical_time
-    if evaluation.satisfied and first_missed is not None and now - first_missed > MISFIRE_THRESHOLD:
+    if first_missed is not None and now - first_missed > MISFIRE_THRESHOLD:
         until = _skip_missed_until(schedule, pending.trigger.started_at, first_missed, now)
         if until is not None:
             skipped = MissedFiresSkipped(pending.job_id, until, schedule.misfire_policy, now)
             moved = replace(pending, trigger=replace(pending.trigger, started_at=until))
-            return [skipped, *_fire_if_satisfied(schedule, moved, now)]
-    return _fire_if_satisfied(schedule, pending, now, evaluation)
+            return _then_wait_for_time(*_folded(state, [skipped, *_fire_if_satisfied(schedule, moved, now)]), now)
+    fired = JobTriggered(_fired_job(schedule, pending, now, evaluation.logical_time), now)
+    # what evolve makes of the fire of the pending job
+    return _then_wait_for_time([fired], MatcherState(schedule, None, state.jobs_created, state.retired_generation,
+                                                     state.recent), now)
 
 
 def _skip_missed_until(schedule: Schedule, started_at: datetime, first_missed: datetime,
@@ -293,34 +306,65 @@ def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime,
         evaluation = triggers.evaluate(schedule.trigger, pending.trigger, now)
     if not evaluation.satisfied:
         return []
-    context = TriggerContext(schedule.id, schedule.name, dict(schedule.properties),
-                             triggers.matched_notifications(schedule.trigger, pending.trigger),
-                             evaluation.logical_time)
-    job = Job(pending.job_id, schedule.id, schedule.generation, schedule.program, context, pending.created_at,
-              schedule.priority, schedule.constraints, schedule.timeout_seconds, schedule.timeout_policy,
-              sequence=pending.sequence, triggered_at=now, retry_policy=schedule.retry_policy,
-              waiting_job_policy=schedule.waiting_job_policy,
-              spark_conf=schedule.spark_conf, max_run_seconds=schedule.max_run_seconds)
-    return [JobTriggered(job, now)]
+    return [JobTriggered(_fired_job(schedule, pending, now, evaluation.logical_time), now)]
+
+
+_new, _set = object.__new__, object.__setattr__
+
+
+def _fired_job(schedule: Schedule, pending: PendingJob, now: datetime, logical_time: datetime | None) -> Job:
+    """Job(...) of the pending job's fire, and its TriggerContext, built without their frozen
+    __init__ (which sets each field through object.__setattr__: most of a fire's cost). Every field
+    is given (tests/unit/test_matching_fast_paths.py compares it with the constructor's); the
+    schedule's constraints are a tuple already, as Job's __post_init__ would make them."""
+    context = _new(TriggerContext)
+    _set(context, "__dict__", {
+        "schedule_id": schedule.id, "schedule_name": schedule.name, "properties": dict(schedule.properties),
+        "notifications": triggers.matched_notifications(schedule.trigger, pending.trigger),
+        "logical_time": logical_time})
+    job = _new(Job)
+    _set(job, "__dict__", {
+        "id": pending.job_id, "schedule_id": schedule.id, "schedule_generation": schedule.generation,
+        "program": schedule.program, "context": context, "created_at": pending.created_at,
+        "priority": schedule.priority, "constraints": schedule.constraints,
+        "timeout_seconds": schedule.timeout_seconds, "timeout_policy": schedule.timeout_policy,
+        "sequence": pending.sequence, "triggered_at": now, "retry_policy": schedule.retry_policy,
+        "waiting_job_policy": schedule.waiting_job_policy, "spark_conf": schedule.spark_conf,
+        "max_run_seconds": schedule.max_run_seconds})
+    return job
 
 
 def _then_wait_for_time(events: list[MatcherEvent], after: MatcherState,
                         now: datetime) -> tuple[list[MatcherEvent], MatcherState]:
     """A schedule whose trigger time alone can satisfy (cron, elapsed) always has a job waiting:
     from the moment it is enabled, and again right after each fire. The next job's time window
-    starts at the fire it follows, so no cron fire is skipped. `after`: the state after `events`."""
+    starts at the fire it follows, so no cron fire is skipped. `after`: the state after `events`;
+    the state returned is what evolve makes of the JobCreated (or the fire naming the next job)."""
     schedule = after.schedule
     if schedule is None or not schedule.enabled or after.pending is not None:
         return events, after
-    if _untimed(schedule.trigger) or not triggers.time_alone_can_satisfy(schedule.trigger):
+    if not _waits_for_time(schedule.trigger):
         return events, after
     fired = next((e for e in reversed(events) if isinstance(e, JobTriggered)), None)
     since = (fired.job.context.logical_time or now) if fired else now
-    job_id = derived_id("job", schedule.id, str(after.jobs_created + 1))
-    created = JobCreated(job_id, schedule.id, schedule.generation, now, waiting_since=since)
+    sequence = after.jobs_created + 1
+    job_id = derived_id("job", schedule.id, str(sequence))
+    waiting = MatcherState(schedule, PendingJob(job_id, now, triggers.start(schedule.trigger, since), sequence),
+                           sequence, after.retired_generation, after.recent)
     if events and events[-1] is fired:  # the fire says which job waits next: one event
-        return [*events[:-1], replace(fired, next_job_id=job_id, next_waiting_since=since)], evolve(after, created)
-    return [*events, created], evolve(after, created)
+        return [*events[:-1], JobTriggered(fired.job, fired.at, fired.notification_id, job_id, since)], waiting
+    return [*events, JobCreated(job_id, schedule.id, schedule.generation, now, waiting_since=since)], waiting
+
+
+
+def _waits_for_time(trigger: triggers.Trigger) -> bool:
+    """`time_alone_can_satisfy`, without its walk for a single leaf (every schedule's decision asks)."""
+    kind = type(trigger)
+    if kind in _TIMED_LEAVES:
+        return True
+    if kind in _UNTIMED_LEAVES:
+        return False
+    return triggers.time_alone_can_satisfy(trigger)
 
 
 def _discard_pending(state: MatcherState, reason: str, now: datetime) -> list[MatcherEvent]:

@@ -50,8 +50,12 @@ def evaluate(trigger: Trigger, state: TriggerState, now: datetime) -> Evaluation
 
 def _evaluate(trigger: Trigger, states: Iterator[LeafState], started_at: datetime, now: datetime) -> Evaluation:
     kind = type(trigger)
-    if kind is PartitionTrigger:  # the common leaf, without the dispatch below
+    if kind is PartitionTrigger:  # the common leaves, without the dispatch below
         return SATISFIED if next(states).count >= trigger.count else NOT_YET
+    if kind is TimeTrigger:
+        next(states)
+        fire = next_fire(trigger, started_at)
+        return Evaluation(True, None, fire) if fire <= now else Evaluation(False, fire)
     if kind is AndTrigger:
         return _all([_evaluate(child, states, started_at, now) for child in trigger.all_of])
     if kind is OrTrigger:

@@ -89,6 +89,8 @@ def matched_notifications(trigger: Trigger, state: TriggerState) -> tuple[Notifi
     a program-status notification is kept whole."""
     specs = leaves(trigger)
     _check_shape(specs, state)
+    if not state.notifications:  # a fire by time alone
+        return ()
     result = []
     for notification in state.notifications:
         payload = notification.payload
