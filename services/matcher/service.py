@@ -27,6 +27,7 @@ from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
+from sluice.runtime.snapshots import collector_paused
 from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2
@@ -271,13 +272,17 @@ class MatcherService:
 
     def fire_due(self) -> int:
         """Re-evaluate every pending job whose wake-up time has come, many schedules to one
-        append (a catch-up that makes a job due again is taken in a next round); how many were due."""
+        append (a catch-up that makes a job due again is taken in a next round); how many were due.
+        The cyclic collector waits: a burst of fires makes every schedule's new state, which
+        survives, and the collector walked the whole heap again and again meanwhile (the states
+        are acyclic, freed by reference counting all the same)."""
         now = self._clock.now()
         fired = 0
-        while due := self._pop_due(now):
-            for start in range(0, len(due), FIRE_BATCH):
-                self._run([FireDue(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]])
-            fired += len(due)
+        with collector_paused():
+            while due := self._pop_due(now):
+                for start in range(0, len(due), FIRE_BATCH):
+                    self._run([FireDue(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]])
+                fired += len(due)
         return fired
 
     def _pop_due(self, now: datetime) -> list[str]:
