@@ -25,6 +25,7 @@ class SqlEventLogBase:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._closed = False
+        self._last_time: tuple[Any, datetime | None] = (None, None)
 
     def append(self, stream: str, events: Sequence[NewEvent], expected_version: int, *,
                checkpoints: Sequence[Checkpoint] = ()) -> int:
@@ -135,6 +136,9 @@ class SqlEventLogBase:
 
     def _to_event(self, row: tuple[Any, ...]) -> RecordedEvent:
         position, id_, stream, version, type_, data, metadata, recorded_at = row
-        return RecordedEvent(id=id_, stream=stream, version=version, position=position, type=type_, data=bytes(data),
-                             metadata=json.loads(metadata) if metadata != "{}" else {},  # most have none
-                             recorded_at=self._timestamp(recorded_at))
+        last = self._last_time  # (stored, converted): one reference, read and replaced whole (threads)
+        if last[0] != recorded_at:  # the events of one append share their time
+            last = self._last_time = (recorded_at, self._timestamp(recorded_at))
+        return RecordedEvent(id_, stream, version, position, type_, bytes(data),
+                             json.loads(metadata) if metadata != "{}" else {},  # most have none
+                             last[1])
