@@ -103,7 +103,8 @@ class Backend:
     def make_log(self, clock, work_dir: Path):
         if self._server is None:
             return SqliteEventLog(work_dir / "events.db", clock=clock)
-        return PostgresEventLog(self._server.create_database(), clock=clock)
+        # synchronous_commit on, as a production server has it: the consumers' deferred appends then flush
+        return PostgresEventLog(self._server.create_database() + " options='-c synchronous_commit=on'", clock=clock)
 
 
 async def sweep(backend: Backend, workload: Workload, work_root: Path, *, points: int, per_run: int, seed: int,

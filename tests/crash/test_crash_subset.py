@@ -26,7 +26,8 @@ class _Backend:
     def make_log(self, clock, work_dir):
         if self._postgres is None:
             return SqliteEventLog(work_dir / "events.db", clock=clock)
-        return PostgresEventLog(self._postgres.create_database(), clock=clock)
+        # synchronous_commit on, as a production server has it: the consumers' deferred appends then flush
+        return PostgresEventLog(self._postgres.create_database() + " options='-c synchronous_commit=on'", clock=clock)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -41,19 +41,31 @@ for the subscribers' in-memory tail (subscription.Tail): an append's inserts tak
 positions (no other writer takes one until it commits, and the identity caches none), every lower
 position is committed or rolled back when it commits, and it is recorded after its COMMIT while
 this instance's lock is held, so in commit order.
+
+Within `sluice.eventlog.deferred.deferring()` (a consumer's poll that asks for it) an append commits
+with synchronous_commit off, and `durable(ticket)` awaits, in a worker thread, one flush that makes it
+and every earlier commit durable (`sluice.eventlog.postgres_flush`; nothing is deferred when the
+session's synchronous_commit is off already). Until then its events are held back from this instance's
+subscribers: the tail gets them once durable, and reads are bounded below the first commit not durable
+yet (or in flight), so nothing leaves the process ahead of its durability. Another process reading the
+table does see such a commit before its flush, as with any asynchronous commit.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
+from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timezone
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import psycopg
 
 from sluice.clock import Clock, SystemClock
+from sluice.eventlog import deferred
+from sluice.eventlog.postgres_flush import ASYNCHRONOUS, Backend, CommitFlush, flushes_commits
 from sluice.eventlog.postgres_pool import POOL_SIZE, RETRY_FOR, PooledConnection, configure, unavailable
 from sluice.eventlog.sql import COLUMNS, SqlEventLogBase
 from sluice.eventlog.subscription import Subscribers
@@ -153,6 +165,16 @@ CREATE TABLE IF NOT EXISTS sluice_schema (              -- one row: the SCHEMA_V
 DELETE FROM sluice_schema;
 INSERT INTO sluice_schema (version) VALUES ({version});
 """
+
+
+class _Undurable(NamedTuple):
+    """A deferred commit not known durable yet, held back from subscribers."""
+    ticket: int
+    first: int                    # its first position
+    events: list[RecordedEvent]   # as the tail takes them ([] when nobody followed then)
+    streams: list[str]
+
+
 class PostgresEventLog(SqlEventLogBase):
     """The EventLog port over PostgreSQL. Thread-safe; several instances (processes) may share a database."""
 
@@ -164,14 +186,21 @@ class PostgresEventLog(SqlEventLogBase):
         there (EventLogNotMigrated). Unreachable at start: the driver's error, as before."""
         self._clock = clock or SystemClock()
         super().__init__()
-        self._subscribers = Subscribers(self.read_all, poll_interval, lambda: self._closed, psycopg.Error,
-                                        self.read_all_to_head)
+        self._subscribers = Subscribers(self._read_durable_all, poll_interval, lambda: self._closed, psycopg.Error,
+                                        self._read_durable_to_head)
         with _connect(dsn) as conn:
             if migrate:
                 _migrate(conn)
             else:
                 _check_schema(conn)
+            defers = flushes_commits(conn)
         self._conn = PooledConnection(dsn, pool_size, retry_for)
+        self._flush = CommitFlush(self._conn) if defers else None
+        self._held = threading.Lock()
+        """Guards `_undurable` and `_in_flight` for readers, who never take the append lock."""
+        self._undurable: deque[_Undurable] = deque()
+        self._in_flight: frozenset[str] = frozenset()
+        """The event ids of the deferred append being committed, before it is in `_undurable`."""
 
     @staticmethod
     def _stream_starts_with(prefix: str) -> tuple[str, str]:
@@ -200,13 +229,82 @@ class PostgresEventLog(SqlEventLogBase):
         ids = [event.id for append in appends for event in append.events]
         if len(set(ids)) < len(ids):
             raise DuplicateEventId(next(event_id for event_id in ids if ids.count(event_id) > 1))
+        deferring = deferred.current() if self._flush is not None else None
+        appended = [append.stream for append in appends if append.events]
         with self._lock:
-            written = self._append_retrying(appends, checkpoints)
-            if written.recorded:  # committed, and still in this instance's commit order
-                self._subscribers.tail.record(written.recorded)
-        if appended := [append.stream for append in appends if append.events]:
+            if deferring is None:
+                written = self._append_retrying(appends, checkpoints)
+                if self._flush is not None and (ids or checkpoints):  # its commit flushed every earlier one
+                    self._release(self._flush.committed(written.backend, synchronous=True))
+                if written.recorded:  # committed, and still in this instance's commit order
+                    self._subscribers.tail.record(written.recorded)
+            else:
+                with self._held:
+                    self._in_flight = frozenset(ids)
+                try:
+                    written = self._append_retrying(appends, checkpoints)
+                    ticket = self._flush.committed(written.backend, synchronous=False)
+                    with self._held:
+                        if written.first:
+                            self._undurable.append(_Undurable(ticket, written.first, written.recorded, appended))
+                finally:
+                    with self._held:
+                        self._in_flight = frozenset()
+        if deferring is not None:
+            deferring.deferred(self, ticket)
+        elif appended:
             self._subscribers.notify(appended)
         return written.versions
+
+    async def durable(self, ticket: int) -> None:
+        """Until the deferred append that got `ticket` (and every commit before it) is durable; then its
+        events go to the subscribers. DurabilityLost when that cannot be known (see postgres_flush)."""
+        if self._flush is not None and not self._flush.is_durable(ticket):
+            await asyncio.to_thread(self._sync_to, ticket)
+
+    def _sync_to(self, ticket: int) -> None:
+        durable = self._flush.sync_to(ticket)
+        with self._lock:
+            self._release(durable)
+
+    def _release(self, durable: int) -> None:
+        """Hand the deferred commits now durable to the subscribers, in commit order; the caller holds `_lock`."""
+        streams: set[str] = set()
+        while self._undurable and self._undurable[0].ticket <= durable:
+            with self._held:
+                released = self._undurable.popleft()
+            if released.events:
+                self._subscribers.tail.record(released.events)
+            streams.update(released.streams)
+        if streams:
+            self._subscribers.notify(streams)
+
+    def _durable_bound(self, events: list[RecordedEvent]) -> int | None:
+        """The last position subscribers may be served after a read that returned `events`: before the
+        first deferred commit not durable yet, or in flight (the read may have seen it: its events
+        tell). Checked after the read: a commit the read saw was in flight or held by then."""
+        with self._held:
+            bound = self._undurable[0].first - 1 if self._undurable else None
+            in_flight = self._in_flight
+        if in_flight:
+            seen = next((event.position for event in events if event.id in in_flight), None)
+            if seen is not None and (bound is None or seen - 1 < bound):
+                bound = seen - 1
+        return bound
+
+    def _read_durable_to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
+        """`read_all_to_head` as subscribers are served: up to the first deferred commit not durable yet."""
+        events, head = self.read_all_to_head(after, limit, prefixes)
+        bound = self._durable_bound(events)
+        if bound is None:
+            return events, head
+        return [event for event in events if event.position <= bound], min(head, max(bound, after))
+
+    def _read_durable_all(self, after: int, limit: int, prefixes: Sequence[str]) -> list[RecordedEvent]:
+        """`read_all` as subscribers are served (see `_read_durable_to_head`)."""
+        events = self.read_all(after, limit, prefixes)
+        bound = self._durable_bound(events)
+        return events if bound is None else [event for event in events if event.position <= bound]
 
     def _append_retrying(self, appends: Sequence[StreamAppend], checkpoints: Sequence[Checkpoint]) -> _Written:
         """`_write` on a pooled connection, again on another while the connection fails, until `retry_for`.
@@ -218,16 +316,21 @@ class PostgresEventLog(SqlEventLogBase):
             nonlocal unknown
             try:
                 with self._append_cursor(conn) as cur:
-                    return self._write(cur, appends, checkpoints)
+                    written = self._write(cur, appends, checkpoints)
             except (WrongExpectedVersion, DuplicateEventId):
                 if unknown and self._committed(conn, appends, checkpoints):
                     log.warning("an append retried after its connection was lost had committed: %s",
                                 ", ".join(dict.fromkeys(append.stream for append in appends)) or "checkpoints")
-                    return _Written(self._versions_now(conn, appends), [])  # not for the tail: order unknown
-                raise
+                    written = _Written(self._versions_now(conn, appends), [],  # not for the tail: order unknown
+                                       self._first_position(conn, appends))
+                else:
+                    raise
             except psycopg.Error as error:
                 unknown = unknown or unavailable(error)
                 raise
+            if self._flush is not None:  # a commit not flushed yet is safe while its backend lives
+                return written._replace(backend=self._flush.backend(conn))
+            return written
 
         return self._conn.run(attempt, "append")
 
@@ -252,6 +355,12 @@ class PostgresEventLog(SqlEventLogBase):
         stored = dict(conn.execute("SELECT name, value FROM checkpoints WHERE name = ANY(%s)",
                                    ([checkpoint.name for checkpoint in checkpoints],)).fetchall())
         return all(stored.get(checkpoint.name) == checkpoint.value for checkpoint in checkpoints)
+
+    @staticmethod
+    def _first_position(conn: psycopg.Connection[Any], appends: Sequence[StreamAppend]) -> int:
+        """The first position of a committed append's events (0 without events)."""
+        ids = [event.id for append in appends for event in append.events]
+        return conn.execute("SELECT COALESCE(MIN(position), 0) FROM events WHERE id = ANY(%s)", (ids,)).fetchone()[0]
 
     @staticmethod
     def _versions_now(conn: psycopg.Connection[Any], appends: Sequence[StreamAppend]) -> list[int]:
@@ -279,8 +388,9 @@ class PostgresEventLog(SqlEventLogBase):
         recorded_at = self._clock.now().astimezone(timezone.utc)
         metadata = [_metadata_text(event.metadata) for _, _, event in events]
         data = [bytes(event.data) for _, _, event in events]
+        asynchronous = self._flush is not None and deferred.current() is not None
         try:
-            cur.execute(_APPEND_CALL,
+            cur.execute(_DEFERRED_APPEND_CALL if asynchronous else _APPEND_CALL,
                         ([append.stream for append in appends], [append.expected_version for append in appends],
                          [index for index, _, _ in events], [offset for _, offset, _ in events],
                          [event.id for _, _, event in events], [event.type for _, _, event in events],
@@ -301,14 +411,16 @@ class PostgresEventLog(SqlEventLogBase):
             raise
         actuals = actuals or []
         versions = [actual + len(append.events) for append, actual in zip(appends, actuals)]
-        if not events or not self._subscribers.following():
-            return _Written(versions, [])
+        if not events:
+            return _Written(versions, [], 0)
         first = last_position - len(events) + 1  # under the append lock the inserts took consecutive positions
+        if not self._subscribers.following():
+            return _Written(versions, [], first)
         recorded = [RecordedEvent(id=event.id, stream=appends[index - 1].stream, version=actuals[index - 1] + offset,
                                   position=position, type=event.type, data=payload,
                                   metadata=dict(event.metadata), recorded_at=recorded_at)
                     for position, (index, offset, event), payload in zip(range(first, last_position + 1), events, data)]
-        return _Written(versions, recorded)
+        return _Written(versions, recorded, first)
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """One statement, atomic as it is: no transaction block around it."""
@@ -339,11 +451,14 @@ class PostgresEventLog(SqlEventLogBase):
             raise
 
 
-@dataclass(frozen=True)
-class _Written:
+class _Written(NamedTuple):
     versions: list[int]
     recorded: list[RecordedEvent]
     """The appended events as `read_all` returns them, when the instance has followers (for their tail)."""
+    first: int
+    """The first event's position (0 without events)."""
+    backend: Backend | None = None
+    """The server process that committed it, when deferred appends are flushed (postgres_flush)."""
 
 
 def _metadata_text(metadata: Mapping[str, str]) -> str:
@@ -392,5 +507,7 @@ _APPEND_CALL = ("SELECT actuals, last_position FROM sluice_append(%b::TEXT[], %b
 """Binary parameters: psycopg dumps a text array of byte strings through a regex escape per element,
 several times the cost of binary parameters (docs/decisions.md). The casts
 make the arrays' types the function's, whatever element type psycopg picked (int2 for small ints)."""
+_DEFERRED_APPEND_CALL = _APPEND_CALL.replace(" FROM sluice_append(", f" FROM ({ASYNCHRONOUS}) s, sluice_append(")
+"""The same, committing without waiting for the WAL flush (a deferred append)."""
 _UPSERT_CHECKPOINT = ("INSERT INTO checkpoints (name, value) VALUES (%s, %s)"
                       " ON CONFLICT (name) DO UPDATE SET value = excluded.value")
