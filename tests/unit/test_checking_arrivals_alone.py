@@ -4,6 +4,7 @@ the general path and as a full pass over the queue, on random queues and arrival
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -87,3 +88,30 @@ def test_a_poll_with_two_jobs_of_one_schedule_takes_the_general_path():
     rng = random.Random(7)
     jobs = [EnqueueJob(fired(rng, "s1", sequence, PROGRAMS[0], 1)) for sequence in (1, 2)]
     assert not checking._apart(jobs) and checking._apart(jobs[:1])
+
+
+def one_by_one(state: CheckerState, events: list) -> CheckerState:
+    for event in events:
+        state = checking.evolve(state, event)
+    return state
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_fold_of_a_burst_admitted_on_arrival_is_evolve_one_event_at_a_time(seed):
+    """`fold` takes a run of jobs admitted on arrival that only mark their schedules seen in one edit:
+    the same state as evolving each event, whatever else the queue holds, watches or tracks."""
+    rng = random.Random(seed)
+    state, settled, arrivals = scenario(seed)
+    unconstrained = [EnqueueJob(replace(fired(rng, f"burst-{index}", rng.randrange(1, 3),
+                                              rng.choice([UNWATCHED, *PROGRAMS]), 1), constraints=()))
+                     for index in range(rng.randrange(1, 12))]
+    commands = rng.sample([*arrivals, *unconstrained], len(arrivals) + len(unconstrained))
+    now = T0 + timedelta(seconds=1)
+    for commands_now in (commands, [command for command in commands if command.job.schedule_id.startswith("burst")]):
+        for previous in (settled, None):
+            events, _ = checking.decide_admitting(state, commands_now, now, settled=previous)
+            assert checking.fold(state, events) == one_by_one(state, events)
+    again = [checking.JobAdmitted(command.job, now) for command in unconstrained]
+    later = [checking.JobAdmitted(replace(command.job, id=command.job.id + "-next", sequence=command.job.sequence + 1),
+                                  now) for command in unconstrained]
+    assert checking.fold(state, [*again, *later]) == one_by_one(state, [*again, *later])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import immutables
 
@@ -68,6 +68,10 @@ class TrackedSchedule:
     deleted: bool = False
     schedule: Schedule | None = None
     """The definition last observed (run now and backfill build jobs from it)."""
+
+
+_TRACKED_ACTIVE = TrackedSchedule(ProgramRef("", "", ""), 0, True)
+"""A schedule first seen through its job: `_seen` copies it with the job's program, generation and sequence."""
 
 
 @dataclass(frozen=True)
@@ -180,12 +184,15 @@ def _admitted(state: CheckerState, job: Job, at: datetime) -> CheckerState:
 
 def _sequence_seen(state: CheckerState, job: Job) -> immutables.Map:
     """The schedules, the job's one tracked (if it was not) with its sequence seen."""
-    tracked = state.schedules.get(job.schedule_id)
-    if tracked is None:
-        seen = TrackedSchedule(job.program, job.schedule_generation, True, last_sequence=max(0, job.sequence))
-    else:
-        seen = _changed(tracked, last_sequence=max(tracked.last_sequence, job.sequence))
-    return state.schedules.set(job.schedule_id, seen)
+    return state.schedules.set(job.schedule_id, _seen(state.schedules.get(job.schedule_id), job))
+
+
+def _seen(tracked: TrackedSchedule | None, job: Job) -> TrackedSchedule:
+    """The job's schedule as tracked (`tracked`, or tracked from the job if None) with its sequence seen."""
+    if tracked is None:  # TrackedSchedule(job.program, job.schedule_generation, True, last_sequence=...)
+        return _changed(_TRACKED_ACTIVE, program=job.program, generation=job.schedule_generation,
+                        last_sequence=max(0, job.sequence))
+    return _changed(tracked, last_sequence=max(tracked.last_sequence, job.sequence))
 
 
 def _admitted_changes(requested: RequestBook, world: WorldFacts, watched: bool, job: Job,
@@ -267,10 +274,35 @@ def _changed(value: Any, **changes: Any) -> Any:
     return new
 
 
-def fold(state: CheckerState, events: list[CheckerEvent]) -> CheckerState:
-    for event in events:
-        state = evolve(state, event)
+def fold(state: CheckerState, events: Sequence[CheckerEvent]) -> CheckerState:
+    """evolve over the events; a run of jobs admitted on arrival that change only the schedules
+    they were seen of (`_seen_only`: a decision's burst of fires) takes one edit of that map."""
+    index = 0
+    while index < len(events):
+        event = events[index]
+        if not _seen_only(state, event):
+            state = evolve(state, event)
+            index += 1
+            continue
+        with state.schedules.mutate() as schedules:
+            while index < len(events) and _seen_only(state, event := events[index]):
+                job = event.job
+                schedules[job.schedule_id] = _seen(schedules.get(job.schedule_id), job)
+                index += 1
+            state = _changed(state, schedules=schedules.finish())
     return state
+
+
+def _seen_only(state: CheckerState, event: CheckerEvent) -> bool:
+    """Whether evolve(state, event) changes only `schedules`: a JobAdmitted of a job admitted on arrival
+    without constraints (no group, watch or horizon), of a program not watched (no run reserved),
+    not of a backfill (no progress); see `_admitted`."""
+    if type(event) is not JobAdmitted:
+        return False
+    job = event.job
+    return not job.constraints and not state.watch_all and job.id not in state.queue \
+        and not (state.watched and job.program in state.watched) \
+        and not (state.requested.queued and job.id in state.requested.queued)
 
 
 RUN_COUNTING = (ConcurrencyConstraint, MinSinceLastRunConstraint, MaxRunsPerWindowConstraint)
