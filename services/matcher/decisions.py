@@ -44,19 +44,23 @@ class Decisions:
         (`time_ordered_id`): the log's index of ids grows at its right edge, where ids derived from
         (stream, version) alone landed on random pages and made each append slower as the log grew.
         The expected version refuses a second append of the same decision, whatever its ids."""
-        appends, event_id = [], time_ordered_ids(self.now)
+        appends, event_id, load = [], time_ordered_ids(self.now), self._store.load
         for schedule_id, events in self._events.items():
             stream = matching.stream_name(schedule_id)
-            version = self._store.load(stream).version
-            appends.append(StreamAppend(stream, [encode(event, event_id(stream, str(version + offset)))
-                                                 for offset, event in enumerate(events, start=1)], version))
+            version = load(stream).version
+            if len(events) == 1:  # the usual decision
+                encoded = [encode(events[0], event_id(stream, str(version + 1)))]
+            else:
+                encoded = [encode(event, event_id(stream, str(version + offset)))
+                           for offset, event in enumerate(events, start=1)]
+            appends.append(StreamAppend(stream, encoded, version))
         return appends
 
     def commit(self, versions: list[int]) -> list[tuple[str, MatcherState]]:
         """The append succeeded with these versions: the store takes the new states; which changed."""
-        changed = []
+        changed, states, put = [], self._states, self._store.put
         for schedule_id, version in zip(self._events, versions):
-            state = self._states[schedule_id]
-            self._store.put(matching.stream_name(schedule_id), state, version)
+            state = states[schedule_id]
+            put(matching.stream_name(schedule_id), state, version)
             changed.append((schedule_id, state))
         return changed

@@ -86,6 +86,8 @@ class FireDue:
     schedule_id: str
 
 
+CHECK_TIME = CheckTime()
+
 Command = ObserveSchedule | MatchRequests | FireDue
 """What this service decides on: its own commands, each turned into the aggregate's (`matching.MatcherCommand`)."""
 
@@ -244,7 +246,7 @@ class MatcherService:
                 for request in requests:
                     self._decide_request(decisions, request)
             case FireDue(schedule_id):
-                decisions.decide(schedule_id, CheckTime())
+                decisions.decide(schedule_id, CHECK_TIME)
             case ObserveSchedule(schedule_id, _):
                 decisions.decide(schedule_id, command)
             case _:

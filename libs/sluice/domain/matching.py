@@ -272,10 +272,13 @@ def _check_time(state: MatcherState, now: datetime) -> tuple[list[MatcherEvent],
             skipped = MissedFiresSkipped(pending.job_id, until, schedule.misfire_policy, now)
             moved = replace(pending, trigger=replace(pending.trigger, started_at=until))
             return _then_wait_for_time(*_folded(state, [skipped, *_fire_if_satisfied(schedule, moved, now)]), now)
-    fired = JobTriggered(_fired_job(schedule, pending, now, evaluation.logical_time), now)
-    # what evolve makes of the fire of the pending job
-    return _then_wait_for_time([fired], MatcherState(schedule, None, state.jobs_created, state.retired_generation,
-                                                     state.recent), now)
+    job = _fired_job(schedule, pending, now, evaluation.logical_time)
+    if not _waits_for_time(schedule.trigger):  # what evolve makes of the fire of the pending job
+        return [JobTriggered(job, now)], MatcherState(schedule, None, state.jobs_created, state.retired_generation,
+                                                      state.recent)
+    since = evaluation.logical_time or now
+    job_id, waiting = _next_waiting(state, since, now)
+    return [JobTriggered(job, now, "", job_id, since)], waiting
 
 
 def _skip_missed_until(schedule: Schedule, started_at: datetime, first_missed: datetime,
@@ -347,13 +350,19 @@ def _then_wait_for_time(events: list[MatcherEvent], after: MatcherState,
         return events, after
     fired = next((e for e in reversed(events) if isinstance(e, JobTriggered)), None)
     since = (fired.job.context.logical_time or now) if fired else now
-    sequence = after.jobs_created + 1
-    job_id = derived_id("job", schedule.id, str(sequence))
-    waiting = MatcherState(schedule, PendingJob(job_id, now, triggers.start(schedule.trigger, since), sequence),
-                           sequence, after.retired_generation, after.recent)
+    job_id, waiting = _next_waiting(after, since, now)
     if events and events[-1] is fired:  # the fire says which job waits next: one event
         return [*events[:-1], JobTriggered(fired.job, fired.at, fired.notification_id, job_id, since)], waiting
     return [*events, JobCreated(job_id, schedule.id, schedule.generation, now, waiting_since=since)], waiting
+
+
+def _next_waiting(state: MatcherState, since: datetime, now: datetime) -> tuple[str, MatcherState]:
+    """The schedule's next job, created at `now` and waiting for time from `since`, and the state
+    with it pending: what evolve makes of its JobCreated (`state`: with no job pending)."""
+    schedule, sequence = state.schedule, state.jobs_created + 1
+    job_id = derived_id("job", schedule.id, str(sequence))
+    return job_id, MatcherState(schedule, PendingJob(job_id, now, triggers.start(schedule.trigger, since), sequence),
+                                sequence, state.retired_generation, state.recent)
 
 
 

@@ -1,9 +1,8 @@
 """Is a pending job's trigger satisfied at `now`, and when should the matcher look again?"""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from sluice.domain.triggers.cron import next_fire
 from sluice.domain.triggers.specs import (
@@ -22,8 +21,9 @@ from sluice.domain.triggers.specs import (
 from sluice.domain.triggers.state import LeafState, TriggerState
 
 
-@dataclass(frozen=True)
-class Evaluation:
+class Evaluation(NamedTuple):
+    """A tuple: one is made per leaf and evaluation (each timer's check, each wake-up time)."""
+
     satisfied: bool
     wake_at: datetime | None = None
     """When unsatisfied: the instant at which time alone makes it satisfied (cron fire, end of a
