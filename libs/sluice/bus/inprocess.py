@@ -180,30 +180,37 @@ class InProcessProducer:
     def __init__(self, bus: InProcessBus) -> None:
         self._bus = bus
         self._next_partition: dict[str, int] = {}
+        self._partitions: dict[tuple[str, int], TopicPartition] = {}  # made once each, not per record
         self._closed = False
 
     async def send(
         self, topic: str, value: bytes, *, key: bytes | None = None, headers: Sequence[tuple[str, bytes]] = ()
     ) -> tuple[int, int]:
-        return (await self.send_batch([Message(topic, value, key, headers)]))[0]
+        return (await self._send([(self._partition(topic, key), key, value, _as_stored(headers))]))[0]
 
     async def send_batch(self, messages: Sequence[Message]) -> list[tuple[int, int]]:
+        return await self._send([(self._partition(m.topic, m.key), m.key, m.value, _as_stored(m.headers))
+                                 for m in messages])
+
+    async def _send(self, rows: list[Row]) -> list[tuple[int, int]]:
         if self._closed:
             raise RuntimeError("the producer is closed")
-        rows: list[Row] = [(TopicPartition(m.topic, self._partition(m.topic, m.key)), m.key, m.value,
-                            _as_stored(m.headers)) for m in messages]
         if not rows:
             return []
         offsets = await self._bus._append(rows)
         return [(tp.partition, offset) for (tp, _, _, _), offset in zip(rows, offsets)]
 
-    def _partition(self, topic: str, key: bytes | None) -> int:
+    def _partition(self, topic: str, key: bytes | None) -> TopicPartition:
         partitions = self._bus._partitions(topic)
         if key is not None:
-            return kafka_partition(key, partitions)
-        partition = self._next_partition.get(topic, 0) % partitions  # round robin, per producer and topic
-        self._next_partition[topic] = partition + 1
-        return partition
+            partition = kafka_partition(key, partitions)
+        else:
+            partition = self._next_partition.get(topic, 0) % partitions  # round robin, per producer and topic
+            self._next_partition[topic] = partition + 1
+        tp = self._partitions.get((topic, partition))
+        if tp is None:
+            tp = self._partitions[topic, partition] = TopicPartition(topic, partition)
+        return tp
 
     async def close(self) -> None:
         self._closed = True
@@ -297,9 +304,14 @@ class InProcessConsumer:
         ends = self._bus._ends
         partitions = [tp for tp in partitions[start:] + partitions[:start] if ends.end(tp) > self._positions[tp]]
         batches = [self._bus._read(tp, self._positions[tp], max_records) for tp in partitions]
-        interleaved = itertools.chain.from_iterable(itertools.zip_longest(*batches))
-        records = [r for r in interleaved if r is not None][:max_records]
-        for record in records:
-            self._positions[TopicPartition(record.topic, record.partition)] = record.offset + 1
+        if len(batches) == 1:
+            records = batches[0][:max_records]
+        else:
+            interleaved = itertools.chain.from_iterable(itertools.zip_longest(*batches))
+            records = [r for r in interleaved if r is not None][:max_records]
+        taken = {(record.topic, record.partition): record.offset for record in records}  # the last of each
+        for tp in partitions:
+            if (last := taken.get((tp.topic, tp.partition))) is not None:
+                self._positions[tp] = last + 1
         ends.raise_to({tp: batch[-1].offset + 1 for tp, batch in zip(partitions, batches) if batch})
         return records
