@@ -34,7 +34,11 @@ synchronous call, so the checker starts on the first poll only after the last fi
 On 2026-11-26 (load 12-30, CPU microseconds per job, process_time): the checker's parse of a
 JobTriggered 16 -> 11 (its Job built without the frozen __init__), its route 12 -> 2 (a job admitted
 as it arrived launches with the bytes it arrived in), its evolve of a JobAdmitted 10 -> 5.5, its
-decision 9 -> 7 (a launch shared by the jobs alike when nothing is reserved).
+decision 9 -> 7 (a launch shared by the jobs alike when nothing is reserved). On 2026-11-27 (load 5-14):
+the checker's route 0.22 -> 0.07 CPU s (it kept 4,096 launch requests, so 5,904 of the burst's were built
+again from their events' JSON; now kept up to 16 MiB), its fold 7.5 -> 5 us per job admitted on
+arrival (one edit of the schedules map per decision); the cyclic collector took 0.4-0.7 s of the
+spread's CPU, spread over every part.
 """
 from __future__ import annotations
 
