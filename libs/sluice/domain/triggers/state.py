@@ -57,7 +57,18 @@ def start(trigger: Trigger, now: datetime) -> TriggerState:
     """The state of a job that starts waiting at `now`. To catch up missed cron fires one job
     per fire, start the next job at the previous job's logical time instead of `now`."""
     require_aware(now)
-    return TriggerState(now, tuple(_NOTHING_YET for _ in leaves(trigger)))
+    return TriggerState(now, _nothing_yet(len(leaves(trigger))))
+
+
+_NOTHING_YET_BY_COUNT: dict[int, tuple[LeafState, ...]] = {}
+"""The leaves of a new job by their number: one tuple per number of leaves, shared by every new job."""
+
+
+def _nothing_yet(count: int) -> tuple[LeafState, ...]:
+    found = _NOTHING_YET_BY_COUNT.get(count)
+    if found is None:
+        found = _NOTHING_YET_BY_COUNT[count] = (_NOTHING_YET,) * count
+    return found
 
 
 def observe(trigger: Trigger, state: TriggerState, notification: Notification, now: datetime) -> TriggerState:
