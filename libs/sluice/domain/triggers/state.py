@@ -102,6 +102,8 @@ def matched_notifications(trigger: Trigger, state: TriggerState) -> tuple[Notifi
     _check_shape(specs, state)
     if not state.notifications:  # a fire by time alone
         return ()
+    if not any(spec.filter for spec in specs if isinstance(spec, DatasetLeaf)):
+        return state.notifications  # only a leaf that matched a notification holds it, and each takes every partition
     result = []
     for notification in state.notifications:
         payload = notification.payload
