@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Callable
 
 from sluice.bus.port import Record
 from sluice.bus.topics import JOBS, LAUNCH_REQUESTS, PROGRAM_NOTIFICATIONS, SCHEDULES
@@ -25,7 +24,7 @@ from sluice.domain.backfills import CancelBackfill, RunScheduleNow, StartBackfil
 from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
 from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
-from sluice.runtime.aggregates import AggregateStore, forget_conflicting
+from sluice.runtime.aggregates import AggregateStore, attempt_batch, forget_conflicting
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
@@ -61,7 +60,8 @@ class CheckerService:
         self._capacity = capacity
         self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState(),
                                                                      snapshot=SNAPSHOTS[0], size=snapshot_size,
-                                                                     snapshot_version=SNAPSHOT_VERSION)
+                                                                     snapshot_version=SNAPSHOT_VERSION,
+                                                                     fold=checking.fold)
         self._offsets = ConsumedOffsets(log, "checker")
         self._unit_of_work: ConsumingUnitOfWork[CheckerCommand] = ConsumingUnitOfWork(
             self._offsets, self._decide, self._reload, what=QUEUE_STREAM)
@@ -164,29 +164,16 @@ class CheckerService:
             return events
 
         try:
-            decided = self._attempt(decide, checkpoints)
+            decided = attempt_batch(self._store, self._log, [QUEUE_STREAM], decide, checkpoints=checkpoints)
         except BaseException:
             self._settled = None
             raise
         if decided:
-            self._arrived.appended(decided, self._store.load(QUEUE_STREAM).version)
+            self._arrived.appended(decided[QUEUE_STREAM], self._store.load(QUEUE_STREAM).version)
         if settled[-1] is not None:
             self._settled = settled[-1]
             self._wake(self._settled.until)
         return bool(decided)
-
-    def _attempt(self, decide: Callable[[str, CheckerState], list[checking.CheckerEvent]],
-                 checkpoints: list[Checkpoint]) -> list[checking.CheckerEvent]:
-        """attempt_batch on the queue stream, its events folded with `checking.fold` (a burst of jobs
-        admitted on arrival in one edit of the schedules) instead of one evolve each: the events
-        appended (none: nothing decided). Raises WrongExpectedVersion having changed nothing."""
-        loaded = self._store.load(QUEUE_STREAM)
-        events = decide(QUEUE_STREAM, loaded.state)
-        if not events:
-            return []
-        [version] = self._log.append_batch([self._store.prepare(QUEUE_STREAM, events)], checkpoints=checkpoints)
-        self._store.put(QUEUE_STREAM, checking.fold(loaded.state, events), version)
-        return events
 
     def _reload(self, conflict: WrongExpectedVersion) -> None:
         forget_conflicting(self._store, conflict)
