@@ -26,6 +26,8 @@ import sqlite3
 import threading
 import time
 
+from sluice.eventlog.deferred import DurabilityLost
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL = 0.1
@@ -110,12 +112,6 @@ class WalCheckpointer:
         if not busy:
             self._truncated_at = time.monotonic()
             self.truncations += 1
-
-
-class DurabilityLost(RuntimeError):
-    """An fsync of the WAL failed: commits made before it may be lost and cannot be known durable (a
-    failed fsync may have dropped the pages it was to write). Not an infrastructure error on purpose:
-    the process stops and recovers from the file rather than letting out work that may be gone."""
 
 
 class WalSync:

@@ -365,7 +365,6 @@ def _next_waiting(state: MatcherState, since: datetime, now: datetime) -> tuple[
                                 sequence, state.retired_generation, state.recent)
 
 
-
 def _waits_for_time(trigger: triggers.Trigger) -> bool:
     """`time_alone_can_satisfy`, without its walk for a single leaf (every schedule's decision asks)."""
     kind = type(trigger)

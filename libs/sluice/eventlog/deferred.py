@@ -24,6 +24,12 @@ import contextvars
 from typing import Iterator, Protocol
 
 
+class DurabilityLost(RuntimeError):
+    """Deferred commits cannot be known durable (an fsync of the WAL failed; a PostgreSQL backend that made
+    them ended before their flush): they may be lost. Not an infrastructure error on purpose: the process
+    stops and recovers from the log rather than letting out work that may be gone."""
+
+
 class DeferringLog(Protocol):
     async def durable(self, ticket: int) -> None:
         """Until the append that returned `ticket` (and every one before it) is durable."""

@@ -25,7 +25,7 @@ import psycopg
 
 from sluice.eventlog.port import EventLogUnavailable
 from sluice.eventlog.postgres_pool import PooledConnection
-from sluice.sqlite_wal import DurabilityLost
+from sluice.eventlog.deferred import DurabilityLost
 
 ASYNCHRONOUS = "SELECT set_config('synchronous_commit', 'off', true)"
 """In the FROM list of a statement run in autocommit mode: that statement's transaction commits without

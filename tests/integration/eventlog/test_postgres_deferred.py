@@ -17,7 +17,7 @@ from sluice.eventlog.deferred import current, deferring
 from sluice.eventlog.port import ANY_VERSION, NO_STREAM, Checkpoint, NewEvent, WrongExpectedVersion
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.postgres_flush import Backend
-from sluice.sqlite_wal import DurabilityLost
+from sluice.eventlog.deferred import DurabilityLost
 from tests.support.postgres import PostgresServer
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import pytest
 from sluice.eventlog.deferred import current, deferring
 from sluice.eventlog.port import ANY_VERSION, NO_STREAM, Checkpoint, NewEvent, WrongExpectedVersion
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.sqlite_wal import DurabilityLost
+from sluice.eventlog.deferred import DurabilityLost
 
 pytestmark = pytest.mark.integration
 
