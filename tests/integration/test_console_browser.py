@@ -15,7 +15,7 @@ from typing import Iterator
 
 import grpc
 import pytest
-from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.support.ui import WebDriverWait
 
 from sluice.v1 import (
@@ -106,7 +106,21 @@ def navigate(driver, element) -> None:
     bare click may still be the old page's, gone stale by the time it is read."""
     old = driver.find_element("tag name", "html")
     element.click()
-    WebDriverWait(driver, 30).until(staleness_of(old))
+    WebDriverWait(driver, 30).until(lambda _: stale(old))
+
+
+def stale(element) -> bool:
+    """Whether the element left the page: selenium's staleness_of, plus the other error chromium
+    raises for a node of a page just replaced (it failed a CI run as "unhandled inspector error")."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as error:
+        if "does not belong to the document" in str(error):
+            return True
+        raise
+    return False
 
 
 def sign_in(driver, web: str, token: str) -> None:

@@ -122,6 +122,14 @@ async def test_a_standby_never_takes_the_runs_of_a_live_launcher(hosts: Hosts):
     assert len(hosts.starts.read_text().splitlines()) == 1
 
 
+def gone_or_zombie(pid: int) -> bool:
+    """The process has ended (reaped, or a zombie); it may be reaped between any two reads of /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 async def test_a_launcher_whose_lease_was_taken_over_appends_nothing_and_kills_its_program(hosts: Hosts):
     a, b = hosts.launcher("host-a"), hosts.launcher("host-b")
     await a.on_launch_requested(hosts.request(1))
@@ -137,8 +145,7 @@ async def test_a_launcher_whose_lease_was_taken_over_appends_nothing_and_kills_i
         a._decide(run_id, MarkLost("a's own judgment, too late"))
     assert hosts.events() == before, "fenced: nothing appended"
     assert await a.lease_tick() is LeaseChange.LOST
-    await until(lambda: not Path(f"/proc/{wrapper}").exists() or
-                Path(f"/proc/{wrapper}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", "the wrapper killed")
+    await until(lambda: gone_or_zombie(wrapper), "the wrapper killed")
     with pytest.raises(NotLeaseHolder):
         await a.on_launch_requested(hosts.request(2))
 
