@@ -144,6 +144,14 @@ def notification_from_bytes(data: bytes) -> Notification:
 
 
 def _partition_committed_from_proto(message: pb.PartitionCommitted, path: str) -> PartitionCommitted:
+    check_partition_committed(message, path)
+    return PartitionCommitted(message.namespace, message.dataset,
+                              tuple(partition_from_proto(partition) for partition in message.partitions))
+
+
+def check_partition_committed(message: pb.PartitionCommitted, path: str) -> None:
+    """What `notification_from_proto` refuses of a PartitionCommitted (InvalidArgument or ResourceExhausted
+    naming the first offending field), without converting it (the matcher's lookup only routes it)."""
     _require(f"{path}.namespace", message.namespace)
     _require(f"{path}.dataset", message.dataset)
     if not message.partitions:
@@ -154,7 +162,6 @@ def _partition_committed_from_proto(message: pb.PartitionCommitted, path: str) -
     if (size := message.ByteSize()) > MAX_NOTIFICATION_BYTES:
         raise ResourceExhausted(f"{path}.partitions", f"{size} bytes exceed the limit of {MAX_NOTIFICATION_BYTES} "
                                                       f"bytes per notification")
-    partitions = []
     for index, partition in enumerate(message.partitions):
         where = f"{path}.partitions[{index}]"
         if not partition.key:
@@ -168,8 +175,6 @@ def _partition_committed_from_proto(message: pb.PartitionCommitted, path: str) -
         if not 0 <= partition.record_count <= MAX_BYTES:
             raise InvalidArgument(f"{where}.record_count",
                                   f"must be between 0 and {MAX_BYTES}, got {partition.record_count}")
-        partitions.append(partition_from_proto(partition))
-    return PartitionCommitted(message.namespace, message.dataset, tuple(partitions))
 
 
 def _program_status_from_proto(message: pb.ProgramStatusChanged, path: str) -> ProgramStatusChanged:
