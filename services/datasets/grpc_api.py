@@ -32,8 +32,6 @@ from sluice_services.datasets.run_credentials import RunCredentials, run_of
 from sluice_services.datasets.run_outputs import RunPublisher
 from sluice_services.datasets.service import DatasetsService
 
-DEFAULT_LIST_LIMIT = 1000
-
 
 class PartitionsServicer(datasets_pb2_grpc.PartitionsServicer):
     def __init__(self, service: DatasetsService) -> None:
@@ -89,8 +87,8 @@ class PartitionsServicer(datasets_pb2_grpc.PartitionsServicer):
 
     @grpc_errors
     async def ListPartitions(self, request, context):
-        limit = request.limit or DEFAULT_LIST_LIMIT
-        bounds.check_int("limit", limit, 1, bounds.MAX_PAGE_SIZE)
+        limit = request.limit or bounds.MAX_PARTITIONS_LISTED
+        bounds.check_int("limit", limit, 1, bounds.MAX_PARTITIONS_LISTED)
         query = PartitionQuery(
             where=filter_from_proto(request.where),
             committed_after=timestamp_from_proto(request.committed_after, "committed_after") if request.HasField("committed_after")

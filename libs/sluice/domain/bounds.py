@@ -65,7 +65,8 @@ MAX_TRIGGER_LEAVES = 256
 MAX_CONSTRAINTS = 64
 MAX_RUN_SECONDS = 30 * 86_400
 """A schedule's run time limit: 1 s to 30 days (0: none); a longer run is better left unlimited."""
-MAX_PAGE_SIZE = 1_000
+MAX_PARTITIONS_LISTED = 1_000
+"""Partitions one ListPartitions call returns (its `limit`); list pages elsewhere: sluice.paging."""
 
 
 def check_seconds(path: str, value: object, minimum: int = 0, maximum: int = MAX_DURATION_SECONDS) -> None:
