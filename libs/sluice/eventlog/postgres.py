@@ -52,11 +52,8 @@ table does see such a commit before its flush, as with any asynchronous commit.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
-from collections import deque
 from contextlib import contextmanager
 from datetime import timezone
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
@@ -68,7 +65,7 @@ from sluice.eventlog import deferred
 from sluice.eventlog.postgres_flush import ASYNCHRONOUS, Backend, CommitFlush, flushes_commits
 from sluice.eventlog.postgres_pool import POOL_SIZE, RETRY_FOR, PooledConnection, configure, unavailable
 from sluice.eventlog.sql import COLUMNS, SqlEventLogBase
-from sluice.eventlog.subscription import Subscribers
+from sluice.eventlog.subscription import HeldBack, Subscribers
 from sluice.eventlog.port import (
     ANY_VERSION,
     NO_STREAM,
@@ -167,14 +164,6 @@ INSERT INTO sluice_schema (version) VALUES ({version});
 """
 
 
-class _Undurable(NamedTuple):
-    """A deferred commit not known durable yet, held back from subscribers."""
-    ticket: int
-    first: int                    # its first position
-    events: list[RecordedEvent]   # as the tail takes them ([] when nobody followed then)
-    streams: list[str]
-
-
 class PostgresEventLog(SqlEventLogBase):
     """The EventLog port over PostgreSQL. Thread-safe; several instances (processes) may share a database."""
 
@@ -195,12 +184,8 @@ class PostgresEventLog(SqlEventLogBase):
                 _check_schema(conn)
             defers = flushes_commits(conn)
         self._conn = PooledConnection(dsn, pool_size, retry_for)
-        self._flush = CommitFlush(self._conn) if defers else None
-        self._held = threading.Lock()
-        """Guards `_undurable` and `_in_flight` for readers, who never take the append lock."""
-        self._undurable: deque[_Undurable] = deque()
-        self._in_flight: frozenset[str] = frozenset()
-        """The event ids of the deferred append being committed, before it is in `_undurable`."""
+        self._commits = CommitFlush(self._conn) if defers else None
+        self._held_back = HeldBack(self._subscribers)
 
     @staticmethod
     def _stream_starts_with(prefix: str) -> tuple[str, str]:
@@ -229,73 +214,31 @@ class PostgresEventLog(SqlEventLogBase):
         ids = [event.id for append in appends for event in append.events]
         if len(set(ids)) < len(ids):
             raise DuplicateEventId(next(event_id for event_id in ids if ids.count(event_id) > 1))
-        deferring = deferred.current() if self._flush is not None else None
+        deferring = deferred.current() if self._commits is not None else None
         appended = [append.stream for append in appends if append.events]
         with self._lock:
             if deferring is None:
                 written = self._append_retrying(appends, checkpoints)
-                if self._flush is not None and (ids or checkpoints):  # its commit flushed every earlier one
-                    self._release(self._flush.committed(written.backend, synchronous=True))
+                if self._commits is not None and (ids or checkpoints):  # its commit flushed every earlier one
+                    self._held_back.release(self._commits.committed(written.backend, synchronous=True))
                 if written.recorded:  # committed, and still in this instance's commit order
                     self._subscribers.tail.record(written.recorded)
             else:
-                with self._held:
-                    self._in_flight = frozenset(ids)
-                try:
+                with self._held_back.in_flight(ids):
                     written = self._append_retrying(appends, checkpoints)
-                    ticket = self._flush.committed(written.backend, synchronous=False)
-                    with self._held:
-                        if written.first:
-                            self._undurable.append(_Undurable(ticket, written.first, written.recorded, appended))
-                finally:
-                    with self._held:
-                        self._in_flight = frozenset()
+                    ticket = self._commits.committed(written.backend, synchronous=False)
+                    if written.first:
+                        self._held_back.hold(ticket, written.first, written.recorded, appended)
         if deferring is not None:
             deferring.deferred(self, ticket)
         elif appended:
             self._subscribers.notify(appended)
         return written.versions
 
-    async def durable(self, ticket: int) -> None:
-        """Until the deferred append that got `ticket` (and every commit before it) is durable; then its
-        events go to the subscribers. DurabilityLost when that cannot be known (see postgres_flush)."""
-        if self._flush is not None and not self._flush.is_durable(ticket):
-            await asyncio.to_thread(self._sync_to, ticket)
-
-    def _sync_to(self, ticket: int) -> None:
-        durable = self._flush.sync_to(ticket)
-        with self._lock:
-            self._release(durable)
-
-    def _release(self, durable: int) -> None:
-        """Hand the deferred commits now durable to the subscribers, in commit order; the caller holds `_lock`."""
-        streams: set[str] = set()
-        while self._undurable and self._undurable[0].ticket <= durable:
-            with self._held:
-                released = self._undurable.popleft()
-            if released.events:
-                self._subscribers.tail.record(released.events)
-            streams.update(released.streams)
-        if streams:
-            self._subscribers.notify(streams)
-
-    def _durable_bound(self, events: list[RecordedEvent]) -> int | None:
-        """The last position subscribers may be served after a read that returned `events`: before the
-        first deferred commit not durable yet, or in flight (the read may have seen it: its events
-        tell). Checked after the read: a commit the read saw was in flight or held by then."""
-        with self._held:
-            bound = self._undurable[0].first - 1 if self._undurable else None
-            in_flight = self._in_flight
-        if in_flight:
-            seen = next((event.position for event in events if event.id in in_flight), None)
-            if seen is not None and (bound is None or seen - 1 < bound):
-                bound = seen - 1
-        return bound
-
     def _read_durable_to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
         """`read_all_to_head` as subscribers are served: up to the first deferred commit not durable yet."""
         events, head = self.read_all_to_head(after, limit, prefixes)
-        bound = self._durable_bound(events)
+        bound = self._held_back.bound(events)
         if bound is None:
             return events, head
         return [event for event in events if event.position <= bound], min(head, max(bound, after))
@@ -303,7 +246,7 @@ class PostgresEventLog(SqlEventLogBase):
     def _read_durable_all(self, after: int, limit: int, prefixes: Sequence[str]) -> list[RecordedEvent]:
         """`read_all` as subscribers are served (see `_read_durable_to_head`)."""
         events = self.read_all(after, limit, prefixes)
-        bound = self._durable_bound(events)
+        bound = self._held_back.bound(events)
         return events if bound is None else [event for event in events if event.position <= bound]
 
     def _append_retrying(self, appends: Sequence[StreamAppend], checkpoints: Sequence[Checkpoint]) -> _Written:
@@ -328,8 +271,8 @@ class PostgresEventLog(SqlEventLogBase):
             except psycopg.Error as error:
                 unknown = unknown or unavailable(error)
                 raise
-            if self._flush is not None:  # a commit not flushed yet is safe while its backend lives
-                return written._replace(backend=self._flush.backend(conn))
+            if self._commits is not None:  # a commit not flushed yet is safe while its backend lives
+                return written._replace(backend=self._commits.backend(conn))
             return written
 
         return self._conn.run(attempt, "append")
@@ -388,7 +331,7 @@ class PostgresEventLog(SqlEventLogBase):
         recorded_at = self._clock.now().astimezone(timezone.utc)
         metadata = [_metadata_text(event.metadata) for _, _, event in events]
         data = [bytes(event.data) for _, _, event in events]
-        asynchronous = self._flush is not None and deferred.current() is not None
+        asynchronous = self._commits is not None and deferred.current() is not None
         try:
             cur.execute(_DEFERRED_APPEND_CALL if asynchronous else _APPEND_CALL,
                         ([append.stream for append in appends], [append.expected_version for append in appends],

@@ -1,7 +1,8 @@
-"""What the SQL adapters share: the read side, subscriptions and closing. They differ in how they
-write, in their placeholder style and in how a stored timestamp comes back."""
+"""What the SQL adapters share: the read side, subscriptions, deferred commits made durable, and
+closing. They differ in how they write, in their placeholder style and in how a stored timestamp comes back."""
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from datetime import datetime, timezone
@@ -10,17 +11,21 @@ from typing import Any, AsyncIterator, Iterable, Sequence
 from sluice.eventlog.port import (NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend, head_then_read,
                                  stream_prefixes)
 from sluice.eventlog.snapshots import Snapshot
-from sluice.eventlog.subscription import Subscribers
+from sluice.eventlog.subscription import HeldBack, Subscribers
 
 COLUMNS = "position, id, stream, version, type, data, metadata, recorded_at"
 
 
 class SqlEventLogBase:
-    """Subclasses set `_conn` and `_subscribers` in their constructor and `PLACEHOLDER` ("?" or "%s")."""
+    """Subclasses set `_conn`, `_subscribers`, `_commits` and `_held_back` in their constructor and
+    `PLACEHOLDER` ("?" or "%s"). Their appends hold `_lock`."""
 
     PLACEHOLDER = "?"
     _conn: Any
     _subscribers: Subscribers
+    _commits: Any
+    """The group commit that makes deferred commits durable (is_durable, sync_to); None: the log never defers."""
+    _held_back: HeldBack
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -110,6 +115,22 @@ class SqlEventLogBase:
 
     def _transaction(self) -> Any:
         raise NotImplementedError
+
+    async def durable(self, ticket: int) -> None:
+        """Until the deferred append that got `ticket` (and every commit before it) is durable; then its
+        events go to the subscribers. DurabilityLost when that cannot be known."""
+        if self._commits is not None and not self._commits.is_durable(ticket):
+            await asyncio.to_thread(self._sync_to, ticket)
+
+    def _sync_to(self, ticket: int) -> None:
+        durable = self._commits.sync_to(ticket)
+        with self._lock:
+            self._held_back.release(durable)
+
+    @property
+    def commits_held_back(self) -> int:
+        """Deferred commits not known durable yet, whose events subscribers are not served yet."""
+        return len(self._held_back)
 
     def subscribe(self, after: int = 0, prefixes: Sequence[str] = ()) -> AsyncIterator[RecordedEvent]:
         return self._subscribers.follow(after, prefixes)

@@ -18,21 +18,19 @@ write) fsyncs the WAL and so makes every earlier one durable too.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sqlite3
-from collections import deque
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, Sequence
 
 from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog import deferred
 from sluice.sqlite_wal import SYNCHRONOUS, WalCheckpointer, WalSync, open_wal
-from sluice.eventlog.subscription import Subscribers
+from sluice.eventlog.subscription import HeldBack, Subscribers
 from sluice.eventlog.port import (
     NO_STREAM,
     Checkpoint,
@@ -69,14 +67,6 @@ CREATE TABLE IF NOT EXISTS snapshots (                  -- see sluice.eventlog.s
 """
 
 
-class _Undurable(NamedTuple):
-    """A deferred commit not known durable yet, held back from subscribers."""
-    ticket: int
-    first: int                    # its first position
-    events: list[RecordedEvent]   # as the tail takes them ([] when nobody followed then)
-    streams: list[str]
-
-
 class SqliteEventLog(SqlEventLogBase):
     """The EventLog port over SQLite. Thread-safe: one connection behind a lock."""
 
@@ -98,14 +88,14 @@ class SqliteEventLog(SqlEventLogBase):
         path = os.fspath(path)
         self._conn = _connect(path)
         self._checkpointer = None if _in_memory(path) else WalCheckpointer(path, self._conn)
-        self._wal_sync = None if _in_memory(path) else WalSync(path)
-        self._undurable: deque[_Undurable] = deque()
+        self._commits = None if _in_memory(path) else WalSync(path)
+        self._held_back = HeldBack(self._subscribers)
         self._ticket = 0
 
     # -- writing -----------------------------------------------------------------------------
 
     def append_batch(self, appends: Sequence[StreamAppend], *, checkpoints: Sequence[Checkpoint] = ()) -> list[int]:
-        deferring = deferred.current() if self._wal_sync is not None else None
+        deferring = deferred.current() if self._commits is not None else None
         appended = [append.stream for append in appends if append.events]
         with self._lock:
             with self._begin_immediate(durable=deferring is None) as conn:
@@ -119,7 +109,7 @@ class SqliteEventLog(SqlEventLogBase):
             if deferring is not None:
                 ticket = self._ticket
                 if rows:
-                    self._undurable.append(_Undurable(ticket, first, committed, appended))
+                    self._held_back.hold(ticket, first, committed, appended)
             elif committed:
                 self._subscribers.tail.record(committed)
         if deferring is not None:
@@ -128,35 +118,14 @@ class SqliteEventLog(SqlEventLogBase):
             self._subscribers.notify(appended)
         return versions
 
-    async def durable(self, ticket: int) -> None:
-        """Until the deferred append that got `ticket` (and every commit before it) is durable; then its
-        events go to the subscribers."""
-        if self._wal_sync is not None and not self._wal_sync.is_durable(ticket):
-            await asyncio.to_thread(self._sync_to, ticket)
-
-    def _sync_to(self, ticket: int) -> None:
-        durable = self._wal_sync.sync_to(ticket)
-        with self._lock:
-            self._release(durable)
-
-    def _release(self, durable: int) -> None:
-        """Hand the deferred commits now durable to the subscribers, in commit order; the caller holds `_lock`."""
-        streams: set[str] = set()
-        while self._undurable and self._undurable[0].ticket <= durable:
-            released = self._undurable.popleft()
-            if released.events:
-                self._subscribers.tail.record(released.events)
-            streams.update(released.streams)
-        if streams:
-            self._subscribers.notify(streams)
-
     def _read_durable_to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
         """`read_all_to_head` as subscribers are served: up to the first deferred commit not durable yet."""
         sql, params = self.read_all_query(after, limit, prefixes)
         with self._lock:
             head = self._conn.execute("SELECT COALESCE(MAX(position), 0) FROM events").fetchone()[0]
-            if self._undurable:
-                head = min(head, self._undurable[0].first - 1)
+            bound = self._held_back.bound()
+            if bound is not None:
+                head = min(head, bound)
             rows: list[Any] = self._conn.execute(sql.format(p=self.PLACEHOLDER), params).fetchall() if head > after else []
         return [self._to_event(row) for row in rows if row[0] <= head], head
 
@@ -164,7 +133,7 @@ class SqliteEventLog(SqlEventLogBase):
         """`read_all` as subscribers are served (see `_read_durable_to_head`)."""
         sql, params = self.read_all_query(after, limit, prefixes)
         with self._lock:
-            bound = self._undurable[0].first - 1 if self._undurable else None
+            bound = self._held_back.bound()
             rows = self._conn.execute(sql.format(p=self.PLACEHOLDER), params).fetchall()
         return [self._to_event(row) for row in rows if bound is None or row[0] <= bound]
 
@@ -181,8 +150,8 @@ class SqliteEventLog(SqlEventLogBase):
         if checkpointer is not None:
             checkpointer.close()
         super().close()
-        if self._wal_sync is not None:
-            self._wal_sync.close()
+        if self._commits is not None:
+            self._commits.close()
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._transaction() as conn:
@@ -215,11 +184,11 @@ class SqliteEventLog(SqlEventLogBase):
                 self._conn.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
         if self._checkpointer is not None:
             self._checkpointer.committed()
-        if self._wal_sync is not None:
+        if self._commits is not None:
             wrote = self._conn.total_changes != changes  # a commit that wrote nothing fsyncs nothing
-            self._ticket = self._wal_sync.committed(durable=durable and wrote)
-            if durable and wrote and self._undurable:  # its fsync made every earlier commit durable
-                self._release(self._ticket)
+            self._ticket = self._commits.committed(durable=durable and wrote)
+            if durable and wrote:  # its fsync made every earlier commit durable
+                self._held_back.release(self._ticket)
 
 
 def _in_memory(path: str) -> bool:

@@ -7,7 +7,8 @@ appends to streams it follows (`notify(streams)`), and polls for other processes
 
 An adapter whose commits are provably gap-free and in position order (SQLite's BEGIN IMMEDIATE,
 PostgreSQL's append lock) also hands each commit's events to the `Tail`: a subscriber then takes what it would have read straight from
-memory, without a thread or a query, as long as the tail holds its next position onwards."""
+memory, without a thread or a query, as long as the tail holds its next position onwards.
+A deferred commit's events wait in `HeldBack` until it is durable."""
 from __future__ import annotations
 
 import asyncio
@@ -15,9 +16,11 @@ import logging
 import threading
 import time
 from bisect import bisect_right
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import AsyncIterator, Callable, Iterable, Sequence
+from typing import AsyncIterator, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 from sluice.eventlog.port import EventLogUnavailable, RecordedEvent, in_streams, stream_prefixes
 from sluice.waiting import wait_set
@@ -196,3 +199,70 @@ class Subscribers:
     async def _wait(self, wake: asyncio.Event) -> None:
         """Until an append in this process, or one poll interval (appends by other processes)."""
         await wait_set(wake, self._poll_interval)
+
+
+class _Held(NamedTuple):
+    """A deferred commit not known durable yet."""
+    ticket: int
+    first: int                    # its first position
+    events: list[RecordedEvent]   # as the tail takes them ([] when nobody followed then)
+    streams: list[str]
+
+
+class HeldBack:
+    """A log's deferred commits (sluice.eventlog.deferred) not known durable yet, in commit order: their
+    events reach the subscribers only at `release`, and the subscribers' reads stop before the first of
+    them (`bound`). Its own lock lets reads that never take the log's append lock ask."""
+
+    def __init__(self, subscribers: Subscribers) -> None:
+        self._subscribers = subscribers
+        self._commits: deque[_Held] = deque()
+        self._lock = threading.Lock()
+        self._in_flight: frozenset[str] = frozenset()
+
+    def __len__(self) -> int:
+        return len(self._commits)
+
+    def hold(self, ticket: int, first: int, events: list[RecordedEvent], streams: list[str]) -> None:
+        """The deferred commit that got `ticket`, its events from position `first` on (`events` as the tail
+        takes them, [] when nobody followed then); the caller holds the log's append lock."""
+        with self._lock:
+            self._commits.append(_Held(ticket, first, events, streams))
+
+    @contextmanager
+    def in_flight(self, ids: Iterable[str]) -> Iterator[None]:
+        """A deferred commit of these event ids is under way: a read may see it before it is held."""
+        with self._lock:
+            self._in_flight = frozenset(ids)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight = frozenset()
+
+    def release(self, durable: int) -> None:
+        """Hand the commits whose tickets are up to `durable` to the subscribers, in commit order; the
+        caller holds the log's append lock (the tail takes commits in commit order)."""
+        streams: set[str] = set()
+        commits = self._commits
+        while commits and commits[0].ticket <= durable:
+            with self._lock:
+                released = commits.popleft()
+            if released.events:
+                self._subscribers.tail.record(released.events)
+            streams.update(released.streams)
+        if streams:
+            self._subscribers.notify(streams)
+
+    def bound(self, events: Sequence[RecordedEvent] = ()) -> int | None:
+        """The last position subscribers may be served after a read that returned `events` (None: any):
+        before the first commit held back, or in flight (the read may have seen it: its events tell).
+        Asked after the read: a commit the read saw was in flight or held by then."""
+        with self._lock:
+            bound = self._commits[0].first - 1 if self._commits else None
+            in_flight = self._in_flight
+        if in_flight:
+            seen = next((event.position for event in events if event.id in in_flight), None)
+            if seen is not None and (bound is None or seen - 1 < bound):
+                bound = seen - 1
+        return bound

@@ -89,4 +89,4 @@ class DeferredAppendsContract:
         assert current() is None
         log.append("s", [event("b")], 0)
         await appends.durable()  # nothing deferred: nothing to wait for
-        assert self.flushes(log) == 0 and not log._undurable
+        assert self.flushes(log) == 0 and log.commits_held_back == 0

@@ -39,7 +39,7 @@ def log(dsn: str):
 
 class TestPostgresDeferredAppends(DeferredAppendsContract):
     def flushes(self, log: PostgresEventLog) -> int:
-        return log._flush.flushes
+        return log._commits.flushes
 
 
 def wal_positions(dsn: str) -> tuple[int, int]:
@@ -73,14 +73,12 @@ async def test_a_read_racing_a_deferred_commit_in_flight_stops_before_its_events
     log.append("s", [event("a")], NO_STREAM)
     with deferring():
         log.append("s", [event("b")], 0)
-        log.append("s", [event("c")], 1)
-    held = log._undurable.pop()  # as if the read came between c's commit and its being held
-    log._in_flight = frozenset({"c"})
-    assert [e.id for e in log._read_durable_all(0, 10, ())] == ["a"]
-    log._undurable.clear()
-    assert [e.id for e in log._read_durable_all(0, 10, ())] == ["a", "b"]
-    events, head = log._read_durable_to_head(0, 10, ("s",))
-    assert [e.id for e in events] == ["a", "b"] and head == held.first - 1
+    assert [e.id for e in log._read_durable_all(0, 10, ())] == ["a"]  # b held back
+    log.append("s", [event("c")], 1)  # durable: b with it
+    with log._held_back.in_flight({"c"}):  # as if the read came between c's commit and its being held
+        assert [e.id for e in log._read_durable_all(0, 10, ())] == ["a", "b"]
+        events, head = log._read_durable_to_head(0, 10, ("s",))
+        assert [e.id for e in events] == ["a", "b"] and head == log.read_stream("s")[-1].position - 1
 
 
 async def test_a_session_that_commits_asynchronously_already_never_defers(postgres: PostgresServer):
@@ -90,7 +88,7 @@ async def test_a_session_that_commits_asynchronously_already_never_defers(postgr
         with deferring() as appends:
             log.append("s", [event("a")], NO_STREAM)
         await appends.durable()
-        assert await served(following) == ["a"] and log._flush is None
+        assert await served(following) == ["a"] and log._commits is None
     finally:
         log.close()
 
@@ -111,7 +109,7 @@ async def test_a_synchronous_commit_on_another_backend_does_not_vouch_for_deferr
     """Its flush covers them only if no crash came between, which only their own backend's survival shows."""
     with deferring() as appends:
         log.append("s", [event("a")], NO_STREAM)
-    elsewhere = log._flush.committed(Backend(0, datetime.now(timezone.utc)), synchronous=True)
-    assert not log._flush.is_durable(elsewhere - 1)
+    elsewhere = log._commits.committed(Backend(0, datetime.now(timezone.utc)), synchronous=True)
+    assert not log._commits.is_durable(elsewhere - 1)
     await appends.durable()
-    assert log._flush.flushes == 1
+    assert log._commits.flushes == 1
