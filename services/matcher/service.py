@@ -25,6 +25,7 @@ from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpec
 from sluice.runtime.aggregates import AggregateStore, catch_up
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.heap import freeze_survivors
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.snapshots import collector_paused
@@ -46,6 +47,8 @@ log folded instead."""
 TYPES = EventTypes(matching.EVENTS)
 FIRE_BATCH = 1000
 """Schedules whose timers are due at once share one append of at most this many streams."""
+FROZEN_AFTER_FIRES = 1000
+"""A `fire_due` of at least this many fires freezes their survivors at its end (see there)."""
 SHARED_NOTIFICATIONS = 1024
 """Notifications decoded once for all the schedules of a poll they concern (the first stage sends
 one copy per matches partition): equal protobuf bytes give the same object, which pending jobs share."""
@@ -277,7 +280,10 @@ class MatcherService:
         append (a catch-up that makes a job due again is taken in a next round); how many were due.
         The cyclic collector waits: a burst of fires makes every schedule's new state, which
         survives, and the collector walked the whole heap again and again meanwhile (the states
-        are acyclic, freed by reference counting all the same)."""
+        are acyclic, freed by reference counting all the same). After a burst its survivors are
+        frozen at once (sluice.runtime.heap.freeze_survivors, which the service does every second
+        anyway): else the next handlers' collections walked them again until they reached the old
+        generation, and a full collection walked them there."""
         now = self._clock.now()
         fired = 0
         with collector_paused():
@@ -285,6 +291,8 @@ class MatcherService:
                 for start in range(0, len(due), FIRE_BATCH):
                     self._run([FireDue(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]])
                 fired += len(due)
+        if fired >= FROZEN_AFTER_FIRES:
+            freeze_survivors()
         return fired
 
     def _pop_due(self, now: datetime) -> list[str]:

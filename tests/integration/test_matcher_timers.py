@@ -112,3 +112,19 @@ async def test_the_next_wake_up_is_the_earliest_live_timer_once_others_moved_or_
     await inputs.observe("s-1", None)
     assert matcher.next_wake_at() == datetime(2026, 11, 22, 1, tzinfo=timezone.utc)
     log.close()
+
+
+async def test_a_burst_of_fires_freezes_what_survived_it(tmp_path, monkeypatch):
+    """The states a burst leaves are frozen at once (sluice.runtime.heap.freeze_survivors), not walked
+    by the next handlers' collections; a few fires leave that to the service's periodic freeze."""
+    from sluice_services.matcher import service
+    frozen = []
+    monkeypatch.setattr(service, "freeze_survivors", lambda: frozen.append(True))
+    monkeypatch.setattr(service, "FROZEN_AFTER_FIRES", 2)
+    clock, log, matcher, inputs = await setup(tmp_path, TimeTrigger("0 * * * *"))
+    clock.advance(timedelta(minutes=50))
+    assert matcher.fire_due() == 1 and frozen == []
+    await inputs.observe("s-2", Schedule("s-2", "sched-2", PROGRAM, TimeTrigger("0 * * * *"), enabled=True))
+    await inputs.observe("s-3", Schedule("s-3", "sched-3", PROGRAM, TimeTrigger("0 * * * *"), enabled=True))
+    clock.advance(timedelta(hours=1))
+    assert matcher.fire_due() == 3 and frozen == [True]
