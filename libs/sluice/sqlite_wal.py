@@ -6,7 +6,8 @@ committed after its handler's events (or a relay's saved position after its send
 while the other file lost what came first: the two files are two databases, so only each commit
 being durable on its own keeps their order. The cost is in docs/decisions.md. The event log's appends
 in a `sluice.eventlog.deferred` block commit with NORMAL instead and are fsynced after the fact
-(`WalSync`), held back from everything outside the process until then: the order holds the same way.
+(`WalFsync`, the flush of a sluice.eventlog.group_commit.GroupCommit), held back from everything outside
+the process until then: the order holds the same way.
 
 Checkpoints copy the WAL back into the database file; by default SQLite runs one inside whichever
 commit takes the WAL past 1,000 pages. Embedded, that made one commit in every few dozen notifications much
@@ -114,59 +115,22 @@ class WalCheckpointer:
             self.truncations += 1
 
 
-class WalSync:
-    """Makes a WAL file's commits durable after the fact: a commit made with synchronous=NORMAL is in the
-    file (the OS's cache) when it returns, and `sync_to(ticket)` returns once an fdatasync that started
-    after commit `ticket` has finished. Callers arriving while one runs share the next (group commit).
-    Thread-safe."""
+class WalFsync:
+    """The flush of an event log's deferred commits (sluice.eventlog.group_commit): a commit made with
+    synchronous=NORMAL is in the WAL file (the OS's cache) when it returns, and an fdatasync of the file
+    that starts after it makes it durable."""
 
     def __init__(self, path: str) -> None:
         self._wal = f"{path}-wal"
         self._fd: int | None = None
-        self._cond = threading.Condition()
-        self._committed = 0
-        self._durable = 0
-        self._syncing = False
-        self.syncs = 0
-        """fdatasyncs run so far (tests)."""
 
-    def committed(self, *, durable: bool) -> int:
-        """A commit returned (fsynced itself when `durable`: so is every one before it); its ticket."""
-        with self._cond:
-            self._committed += 1
-            if durable:
-                self._durable = self._committed
-            return self._committed
-
-    def is_durable(self, ticket: int) -> bool:
-        return ticket <= self._durable
-
-    def sync_to(self, ticket: int) -> int:
-        """Block until commit `ticket` is durable; the highest ticket durable then."""
-        with self._cond:
-            while self._durable < ticket:
-                if self._syncing:
-                    self._cond.wait()
-                    continue
-                self._syncing = True
-                target = self._committed  # every commit up to here has written its frames to the file
-                self._cond.release()
-                try:
-                    self._fdatasync()
-                finally:
-                    self._cond.acquire()
-                    self._syncing = False
-                    self._cond.notify_all()
-                self._durable = max(self._durable, target)
-            return self._durable
-
-    def _fdatasync(self) -> None:
+    def __call__(self, makers: list[None]) -> None:
+        """fdatasync the WAL (its commits have no makers to check)."""
         try:
             if self._fd is None or os.fstat(self._fd).st_ino != os.stat(self._wal).st_ino:
                 self._close_fd()
                 self._fd = os.open(self._wal, os.O_RDONLY)  # never written through: SQLite writes the WAL
             os.fdatasync(self._fd)
-            self.syncs += 1
         except OSError as error:
             raise DurabilityLost(f"fsync of {self._wal} failed: {error}") from None
 
@@ -176,5 +140,4 @@ class WalSync:
             self._fd = None
 
     def close(self) -> None:
-        with self._cond:
-            self._close_fd()
+        self._close_fd()

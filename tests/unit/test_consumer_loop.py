@@ -170,8 +170,8 @@ async def test_a_subscription_that_asks_for_it_appends_without_waiting_and_commi
     for deferred in (True, False):
         consumer = OnePollConsumer([[record(0, 0), record(0, 1)]], log)
         loop = ConsumerLoop(consumer, Subscription("g", handlers, deferred_durability=deferred), NoDeadLetters())
-        syncs = log._commits.syncs
+        syncs = log.durability_flushes
         assert await loop.step(0) == 2
         assert deferred_in_handler[-1] is deferred and consumer.durable_at_commit == [True]
-        assert log._commits.syncs == syncs + deferred  # the loop's own fsync, else the commit's
+        assert log.durability_flushes == syncs + deferred  # the loop's own fsync, else the commit's
     log.close()

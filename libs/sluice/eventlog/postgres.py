@@ -62,7 +62,8 @@ import psycopg
 
 from sluice.clock import Clock, SystemClock
 from sluice.eventlog import deferred
-from sluice.eventlog.postgres_flush import ASYNCHRONOUS, Backend, CommitFlush, flushes_commits
+from sluice.eventlog.group_commit import GroupCommit
+from sluice.eventlog.postgres_flush import ASYNCHRONOUS, Backend, WalFlush, flushes_commits
 from sluice.eventlog.postgres_pool import POOL_SIZE, RETRY_FOR, PooledConnection, configure, unavailable
 from sluice.eventlog.sql import COLUMNS, SqlEventLogBase
 from sluice.eventlog.subscription import HeldBack, Subscribers
@@ -184,7 +185,8 @@ class PostgresEventLog(SqlEventLogBase):
                 _check_schema(conn)
             defers = flushes_commits(conn)
         self._conn = PooledConnection(dsn, pool_size, retry_for)
-        self._commits = CommitFlush(self._conn) if defers else None
+        self._wal_flush = WalFlush(self._conn) if defers else None
+        self._commits = None if self._wal_flush is None else GroupCommit(self._wal_flush)
         self._held_back = HeldBack(self._subscribers)
 
     @staticmethod
@@ -220,13 +222,13 @@ class PostgresEventLog(SqlEventLogBase):
             if deferring is None:
                 written = self._append_retrying(appends, checkpoints)
                 if self._commits is not None and (ids or checkpoints):  # its commit flushed every earlier one
-                    self._held_back.release(self._commits.committed(written.backend, synchronous=True))
+                    self._held_back.release(self._commits.committed(written.backend, durable=True))
                 if written.recorded:  # committed, and still in this instance's commit order
                     self._subscribers.tail.record(written.recorded)
             else:
                 with self._held_back.in_flight(ids):
                     written = self._append_retrying(appends, checkpoints)
-                    ticket = self._commits.committed(written.backend, synchronous=False)
+                    ticket = self._commits.committed(written.backend, durable=False)
                     if written.first:
                         self._held_back.hold(ticket, written.first, written.recorded, appended)
         if deferring is not None:
@@ -271,8 +273,8 @@ class PostgresEventLog(SqlEventLogBase):
             except psycopg.Error as error:
                 unknown = unknown or unavailable(error)
                 raise
-            if self._commits is not None:  # a commit not flushed yet is safe while its backend lives
-                return written._replace(backend=self._commits.backend(conn))
+            if self._wal_flush is not None:  # a commit not flushed yet is safe while its backend lives
+                return written._replace(backend=self._wal_flush.backend(conn))
             return written
 
         return self._conn.run(attempt, "append")

@@ -8,6 +8,7 @@ import threading
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Iterable, Sequence
 
+from sluice.eventlog.group_commit import GroupCommit
 from sluice.eventlog.port import (NO_STREAM, Checkpoint, NewEvent, RecordedEvent, StreamAppend, head_then_read,
                                  stream_prefixes)
 from sluice.eventlog.snapshots import Snapshot
@@ -23,8 +24,8 @@ class SqlEventLogBase:
     PLACEHOLDER = "?"
     _conn: Any
     _subscribers: Subscribers
-    _commits: Any
-    """The group commit that makes deferred commits durable (is_durable, sync_to); None: the log never defers."""
+    _commits: GroupCommit[Any] | None
+    """Makes deferred commits durable; None: the log never defers."""
     _held_back: HeldBack
 
     def __init__(self) -> None:
@@ -126,6 +127,11 @@ class SqlEventLogBase:
         durable = self._commits.sync_to(ticket)
         with self._lock:
             self._held_back.release(durable)
+
+    @property
+    def durability_flushes(self) -> int:
+        """Group flushes (fsyncs of the WAL, PostgreSQL WAL flushes) run so far for deferred commits."""
+        return 0 if self._commits is None else self._commits.flushes
 
     @property
     def commits_held_back(self) -> int:

@@ -11,9 +11,9 @@ append is recorded after its COMMIT and before the instance's lock is released, 
 
 Within `sluice.eventlog.deferred.deferring()` (a consumer's poll that asks for it) an append on a file
 commits with synchronous=NORMAL, without its fsync; `durable(ticket)` fsyncs the WAL in a worker thread
-for every such commit made so far (`WalSync`). Until then its events are held back from subscribers
-(the tail records them, and reads are bounded to positions before them, once they are durable), so
-nothing leaves the process ahead of its durability. Any commit with synchronous=FULL (every other
+for every such commit made so far (a GroupCommit whose flush is `WalFsync`). Until then its events are
+held back from subscribers (HeldBack: the tail records them, and reads are bounded to positions before
+them, once they are durable), so nothing leaves the process ahead of its durability. Any commit with synchronous=FULL (every other
 write) fsyncs the WAL and so makes every earlier one durable too.
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import Any, Iterator, Sequence
 from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog import deferred
-from sluice.sqlite_wal import SYNCHRONOUS, WalCheckpointer, WalSync, open_wal
+from sluice.eventlog.group_commit import GroupCommit
+from sluice.sqlite_wal import SYNCHRONOUS, WalCheckpointer, WalFsync, open_wal
 from sluice.eventlog.subscription import HeldBack, Subscribers
 from sluice.eventlog.port import (
     NO_STREAM,
@@ -88,7 +89,8 @@ class SqliteEventLog(SqlEventLogBase):
         path = os.fspath(path)
         self._conn = _connect(path)
         self._checkpointer = None if _in_memory(path) else WalCheckpointer(path, self._conn)
-        self._commits = None if _in_memory(path) else WalSync(path)
+        self._wal_fsync = None if _in_memory(path) else WalFsync(path)
+        self._commits = None if self._wal_fsync is None else GroupCommit(self._wal_fsync)
         self._held_back = HeldBack(self._subscribers)
         self._ticket = 0
 
@@ -150,8 +152,8 @@ class SqliteEventLog(SqlEventLogBase):
         if checkpointer is not None:
             checkpointer.close()
         super().close()
-        if self._commits is not None:
-            self._commits.close()
+        if self._wal_fsync is not None:
+            self._wal_fsync.close()
 
     def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         with self._transaction() as conn:

@@ -39,7 +39,7 @@ def log(dsn: str):
 
 class TestPostgresDeferredAppends(DeferredAppendsContract):
     def flushes(self, log: PostgresEventLog) -> int:
-        return log._commits.flushes
+        return log.durability_flushes
 
 
 def wal_positions(dsn: str) -> tuple[int, int]:
@@ -109,7 +109,7 @@ async def test_a_synchronous_commit_on_another_backend_does_not_vouch_for_deferr
     """Its flush covers them only if no crash came between, which only their own backend's survival shows."""
     with deferring() as appends:
         log.append("s", [event("a")], NO_STREAM)
-    elsewhere = log._commits.committed(Backend(0, datetime.now(timezone.utc)), synchronous=True)
+    elsewhere = log._commits.committed(Backend(0, datetime.now(timezone.utc)), durable=True)
     assert not log._commits.is_durable(elsewhere - 1)
     await appends.durable()
-    assert log._commits.flushes == 1
+    assert log.durability_flushes == 1

@@ -24,7 +24,7 @@ def log(tmp_path: Path):
 
 class TestSqliteDeferredAppends(DeferredAppendsContract):
     def flushes(self, log: SqliteEventLog) -> int:
-        return log._commits.syncs
+        return log.durability_flushes
 
 
 async def test_an_in_memory_log_never_defers():
