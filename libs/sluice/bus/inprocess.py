@@ -220,7 +220,7 @@ def _as_stored(headers: Sequence[tuple[str, bytes]]) -> Headers:
     """A record's headers as a consumer gets them back: a tuple of (name, bytes) pairs."""
     if not headers:
         return ()
-    return tuple((name, bytes(value)) for name, value in headers)
+    return tuple([(name, value if type(value) is bytes else bytes(value)) for name, value in headers])
 
 
 class InProcessConsumer:
