@@ -291,8 +291,8 @@ class MatcherService:
                 for start in range(0, len(due), FIRE_BATCH):
                     self._run([FireDue(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]])
                 fired += len(due)
-        if fired >= FROZEN_AFTER_FIRES:
-            freeze_survivors()
+            if fired >= FROZEN_AFTER_FIRES:  # while paused: else the first collection after walks them first
+                freeze_survivors()
         return fired
 
     def _pop_due(self, now: datetime) -> list[str]:
