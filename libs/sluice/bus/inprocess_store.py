@@ -57,6 +57,10 @@ class BusStore:
         if path is not None:
             self._reader = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
             self._read_lock = threading.Lock()
+        self._written_ends: dict[TopicPartition, int] = {}
+        """Next offset of the partitions this store appended to, valid while no other connection has
+        committed to the file since (`_written_version`): an append then needs no MAX query for them."""
+        self._written_version: int | None = None
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -65,9 +69,14 @@ class BusStore:
             try:
                 yield self._db
             except BaseException:
+                self._written_ends, self._written_version = {}, None
                 self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._written_ends, self._written_version = {}, None
+                raise
             if self._checkpointer is not None:
                 self._checkpointer.committed()
 
@@ -89,11 +98,14 @@ class BusStore:
     def append(self, records: Sequence[tuple[TopicPartition, bytes | None, bytes, Headers]], timestamp_ms: int) -> list[int]:
         """(partition, key, value, headers) of each record, in one transaction; their offsets."""
         offsets: list[int] = []
-        ends: dict[TopicPartition, int] = {}
         with self._transaction() as db:
+            # Under the write lock: the connection's data_version moves only when another connection (another
+            # process, another bus on the file) committed since it last looked, and no one can commit now.
+            (version,) = db.execute("PRAGMA data_version").fetchone()
+            ends = self._written_ends if version == self._written_version else {}
             for tp, key, value, headers in records:
                 offset = ends.get(tp)
-                if offset is None:  # read under the write lock: another process may have appended
+                if offset is None:  # another process may have appended
                     (offset,) = db.execute(
                         'SELECT COALESCE(MAX("offset") + 1, 0) FROM records WHERE topic = ? AND "partition" = ?',
                         (tp.topic, tp.partition),
@@ -105,6 +117,7 @@ class BusStore:
                 [(tp.topic, tp.partition, offset, key, value, dump_headers(headers), timestamp_ms)
                  for (tp, key, value, headers), offset in zip(records, offsets)],
             )
+            self._written_ends, self._written_version = ends, version  # forgotten if the commit fails
         return offsets
 
     def read(self, tp: TopicPartition, start: int, limit: int) -> list[Record]:

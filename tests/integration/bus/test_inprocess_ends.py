@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 import sys
 import textwrap
 import time
@@ -221,3 +222,39 @@ async def test_records_of_another_bus_between_this_bus_s_sends_come_from_the_fil
     assert file_reads == [(TopicPartition("t", 0), 1)]
     await mine.close()
     await other.close()
+
+
+def test_appends_of_two_stores_on_one_file_interleave_without_a_gap_or_a_clash(tmp_path) -> None:
+    """A store keeps the ends of the partitions it wrote between its own appends: another connection's
+    commit in between must make it read them again."""
+    path = tmp_path / "bus.db"
+    first, second = BusStore(path), BusStore(path)
+    first.create_topics([TopicSpec("t", 2)])
+    tp, other = TopicPartition("t", 0), TopicPartition("t", 1)
+    try:
+        offsets = [first.append([(tp, None, b"a", ()), (other, None, b"x", ())], 1),
+                   second.append([(tp, None, b"b", ())], 1),
+                   first.append([(tp, None, b"c", ())], 1),
+                   first.append([(tp, None, b"d", ()), (tp, None, b"e", ())], 1),
+                   second.append([(other, None, b"y", ()), (tp, None, b"f", ())], 1),
+                   first.append([(tp, None, b"g", ()), (other, None, b"z", ())], 1)]
+        assert offsets == [[0, 0], [1], [2], [3, 4], [1, 5], [6, 2]]
+        assert [r.value for r in first.read(tp, 0, 100)] == [b"a", b"b", b"c", b"d", b"e", b"f", b"g"]
+        assert [r.value for r in second.read(other, 0, 100)] == [b"x", b"y", b"z"]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_failed_append_leaves_the_next_one_reading_the_ends_from_the_file(tmp_path) -> None:
+    store = BusStore(tmp_path / "bus.db")
+    store.create_topics([TopicSpec("t", 1)])
+    tp = TopicPartition("t", 0)
+    try:
+        assert store.append([(tp, None, b"a", ())], 1) == [0]
+        with pytest.raises(sqlite3.ProgrammingError):
+            store.append([(tp, None, b"b", ()), (tp, None, object(), ())], 1)  # no row of it is written
+        assert store.append([(tp, None, b"c", ())], 1) == [1]
+        assert [r.value for r in store.read(tp, 0, 10)] == [b"a", b"c"]
+    finally:
+        store.close()
