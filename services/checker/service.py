@@ -3,6 +3,7 @@ launcher to launch them. Its queue and its world of runs are one aggregate (`che
 from __future__ import annotations
 
 import asyncio
+import gc
 from datetime import datetime
 
 from sluice.bus.port import Record
@@ -29,6 +30,7 @@ from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
+from sluice.runtime.snapshots import collector_paused
 from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2
@@ -42,6 +44,9 @@ from sluice_services.checker.arrived import ArrivedJobs
 TYPES = EventTypes(checking.EVENTS)
 Requested = RunScheduleNow | StartBackfill | CancelBackfill
 SNAPSHOTS = CHECKER.snapshots
+FROZEN_AFTER_COMMANDS = 100
+"""A poll of at least this many commands is decided with the cyclic collector paused, and what survived it
+frozen (see `apply`)."""
 SNAPSHOT_VERSION = 3
 """The schema version of this service's snapshots (the queue stream's Loaded[CheckerState]): bump it when
 CheckerState (or anything it holds) changes shape; a snapshot of another version is ignored and the
@@ -109,8 +114,16 @@ class CheckerService:
 
     async def apply(self, items: list[tuple[Record, CheckerCommand]]) -> None:
         """The poll's commands of records not consumed before, decided and appended with their consumed
-        positions (sluice.runtime.unit_of_work)."""
-        self._unit_of_work.handle(items)
+        positions (sluice.runtime.unit_of_work). A large poll (a burst of fires) leaves hundreds of jobs in
+        the state, which survive: the collector's young collections walked them again and again and found
+        no cyclic garbage, so it waits, and they are frozen at once (as sluice.runtime.heap's periodic
+        freeze would a second later; without collecting first, which walked them once more)."""
+        if len(items) < FROZEN_AFTER_COMMANDS:
+            self._unit_of_work.handle(items)
+            return
+        with collector_paused():
+            self._unit_of_work.handle(items)
+            gc.freeze()
 
     def fire_due(self) -> bool:
         """Run an admission pass if the clock reached the next check; whether one was due."""

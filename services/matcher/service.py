@@ -8,6 +8,7 @@ by the injected clock, for the schedules this member owns."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import heapq
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple
@@ -25,7 +26,6 @@ from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpec
 from sluice.runtime.aggregates import AggregateStore, catch_up
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import MalformedMessage
-from sluice.runtime.heap import freeze_survivors
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.snapshots import collector_paused
@@ -281,9 +281,10 @@ class MatcherService:
         The cyclic collector waits: a burst of fires makes every schedule's new state, which
         survives, and the collector walked the whole heap again and again meanwhile (the states
         are acyclic, freed by reference counting all the same). After a burst its survivors are
-        frozen at once (sluice.runtime.heap.freeze_survivors, which the service does every second
-        anyway): else the next handlers' collections walked them again until they reached the old
-        generation, and a full collection walked them there."""
+        frozen at once (as sluice.runtime.heap's periodic freeze would a second later, but without
+        collecting first: that walked them all, and a burst leaves no cyclic garbage): else the next
+        handlers' collections walked them again until they reached the old generation, and a full
+        collection walked them there."""
         now = self._clock.now()
         fired = 0
         with collector_paused():
@@ -291,8 +292,8 @@ class MatcherService:
                 for start in range(0, len(due), FIRE_BATCH):
                     self._run([FireDue(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]])
                 fired += len(due)
-            if fired >= FROZEN_AFTER_FIRES:  # while paused: else the first collection after walks them first
-                freeze_survivors()
+            if fired >= FROZEN_AFTER_FIRES:
+                gc.freeze()
         return fired
 
     def _pop_due(self, now: datetime) -> list[str]:

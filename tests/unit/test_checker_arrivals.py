@@ -46,3 +46,19 @@ async def test_a_job_arriving_after_a_waiting_one_fell_due_admits_both_before_th
     assert checker.fire_due() and admitted(log) == ["s0-j1", "s3-j1", "s2-j1"]
     assert checker.next_wake_at() == T0 + timedelta(seconds=600)
     log.close()
+
+
+async def test_a_large_poll_is_decided_with_the_collector_paused_and_its_survivors_frozen(monkeypatch):
+    import gc
+    from sluice_services.checker import service
+    frozen: list[bool] = []
+    monkeypatch.setattr(service.gc, "freeze", lambda: frozen.append(gc.isenabled()))
+    monkeypatch.setattr(service, "FROZEN_AFTER_COMMANDS", 3)
+    log, clock = SqliteEventLog(), SimulatedClock(T0)
+    checker = CheckerService(log, clock)
+    checker.recover()
+    await checker.apply([arriving(0), arriving(1)])
+    assert frozen == [] and admitted(log) == ["s0-j1", "s1-j1"]
+    await checker.apply([arriving(2), arriving(3), arriving(4)])
+    assert frozen == [False] and gc.isenabled() and admitted(log) == [f"s{n}-j1" for n in range(5)]
+    log.close()
