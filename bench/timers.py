@@ -38,7 +38,9 @@ decision 9 -> 7 (a launch shared by the jobs alike when nothing is reserved). On
 the checker's route 0.22 -> 0.07 CPU s (it kept 4,096 launch requests, so 5,904 of the burst's were built
 again from their events' JSON; now kept up to 16 MiB), its fold 7.5 -> 5 us per job admitted on
 arrival (one edit of the schedules map per decision); the cyclic collector took 0.4-0.7 s of the
-spread's CPU, spread over every part.
+spread's CPU, spread over every part. Later that day (load 5-7, gc.callbacks process time, medians of 3):
+0.80 -> 0.09 s, the matcher's burst and the checker's large polls frozen as they end (no collection
+of the spread finds cyclic garbage); spread CPU 4.24 -> 2.93 s in the same runs.
 """
 from __future__ import annotations
 
