@@ -3,7 +3,6 @@ launcher to launch them. Its queue and its world of runs are one aggregate (`che
 from __future__ import annotations
 
 import asyncio
-import gc
 from datetime import datetime
 
 from sluice.bus.port import Record
@@ -28,9 +27,9 @@ from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpec
 from sluice.runtime.aggregates import AggregateStore, attempt_batch, forget_conflicting
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.heap import built_then_frozen
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
-from sluice.runtime.snapshots import collector_paused
 from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2
@@ -115,15 +114,12 @@ class CheckerService:
     async def apply(self, items: list[tuple[Record, CheckerCommand]]) -> None:
         """The poll's commands of records not consumed before, decided and appended with their consumed
         positions (sluice.runtime.unit_of_work). A large poll (a burst of fires) leaves hundreds of jobs in
-        the state, which survive: the collector's young collections walked them again and again and found
-        no cyclic garbage, so it waits, and they are frozen at once (as sluice.runtime.heap's periodic
-        freeze would a second later; without collecting first, which walked them once more)."""
+        the state, which survive: it is decided as a burst (sluice.runtime.heap.built_then_frozen)."""
         if len(items) < FROZEN_AFTER_COMMANDS:
             self._unit_of_work.handle(items)
             return
-        with collector_paused():
+        with built_then_frozen():
             self._unit_of_work.handle(items)
-            gc.freeze()
 
     def fire_due(self) -> bool:
         """Run an admission pass if the clock reached the next check; whether one was due."""

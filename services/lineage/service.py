@@ -11,12 +11,10 @@ another writer recorded meanwhile is folded too.
 """
 from __future__ import annotations
 
-import gc
 import json
 import logging
-from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 
 from sluice.clock import Clock
 from sluice.domain.bounds import lone_surrogate_error
@@ -26,6 +24,7 @@ from sluice.domain.lineage_index import LineageIndex
 from sluice.eventlog.port import ANY_VERSION, DuplicateEventId, EventLog, NewEvent
 from sluice.ids import derived_id
 from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.heap import built_then_frozen
 from sluice.runtime.snapshots import SNAPSHOT_EVERY, Schema, Snapshots
 from sluice_services.catalogue import LINEAGE
 from sluice_services.lineage.snapshot import ColumnsUnusable, LineageColumns, columns, run_facts
@@ -131,7 +130,7 @@ class LineageService:
 
     def recover(self) -> None:
         """The last usable snapshot and the log after it; the whole log when there is none."""
-        with _collector_paused():
+        with built_then_frozen():  # nothing folded is garbage
             self._state, self._position = self._loaded()
             loaded_at = self._position
             self._unsaved = self._fold_tail()
@@ -153,7 +152,7 @@ class LineageService:
 
     def rebuild(self) -> None:
         """Drop the projection, refold every recorded lineage event from the log, snapshot the result."""
-        with _collector_paused():
+        with built_then_frozen():
             self._state, self._position = EMPTY, 0
             self._unsaved = self._fold_tail()
         self.save_snapshot()
@@ -179,16 +178,3 @@ class LineageService:
         self._position = max(self._position, head)
         return folded
 
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Nothing folded is garbage, and the collector's scans of a million-run heap would cost more than
-    the fold; what was built is then frozen, out of reach of later collections that would rescan it."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-        gc.freeze()

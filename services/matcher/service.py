@@ -8,7 +8,6 @@ by the injected clock, for the schedules this member owns."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import heapq
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple
@@ -26,6 +25,7 @@ from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpec
 from sluice.runtime.aggregates import AggregateStore, catch_up
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import MalformedMessage
+from sluice.runtime.heap import freeze_built
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.snapshots import collector_paused
@@ -281,10 +281,8 @@ class MatcherService:
         The cyclic collector waits: a burst of fires makes every schedule's new state, which
         survives, and the collector walked the whole heap again and again meanwhile (the states
         are acyclic, freed by reference counting all the same). After a burst its survivors are
-        frozen at once (as sluice.runtime.heap's periodic freeze would a second later, but without
-        collecting first: that walked them all, and a burst leaves no cyclic garbage): else the next
-        handlers' collections walked them again until they reached the old generation, and a full
-        collection walked them there."""
+        frozen at once (sluice.runtime.heap.freeze_built): else the next handlers' collections walked
+        them again until they reached the old generation, and a full collection walked them there."""
         now = self._clock.now()
         fired = 0
         with collector_paused():
@@ -293,7 +291,7 @@ class MatcherService:
                     self._run([FireDue(schedule_id) for schedule_id in due[start:start + FIRE_BATCH]])
                 fired += len(due)
             if fired >= FROZEN_AFTER_FIRES:
-                gc.freeze()
+                freeze_built()
         return fired
 
     def _pop_due(self, now: datetime) -> list[str]:

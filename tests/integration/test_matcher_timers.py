@@ -117,9 +117,10 @@ async def test_the_next_wake_up_is_the_earliest_live_timer_once_others_moved_or_
 async def test_a_burst_of_fires_freezes_what_survived_it(tmp_path, monkeypatch):
     """The states a burst leaves are frozen at once (gc.freeze), not walked
     by the next handlers' collections; a few fires leave that to the service's periodic freeze."""
+    from sluice.runtime import heap
     from sluice_services.matcher import service
     frozen = []
-    monkeypatch.setattr(service.gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(heap.gc, "freeze", lambda: frozen.append(True))
     monkeypatch.setattr(service, "FROZEN_AFTER_FIRES", 2)
     clock, log, matcher, inputs = await setup(tmp_path, TimeTrigger("0 * * * *"))
     clock.advance(timedelta(minutes=50))

@@ -50,9 +50,10 @@ async def test_a_job_arriving_after_a_waiting_one_fell_due_admits_both_before_th
 
 async def test_a_large_poll_is_decided_with_the_collector_paused_and_its_survivors_frozen(monkeypatch):
     import gc
+    from sluice.runtime import heap
     from sluice_services.checker import service
     frozen: list[bool] = []
-    monkeypatch.setattr(service.gc, "freeze", lambda: frozen.append(gc.isenabled()))
+    monkeypatch.setattr(heap.gc, "freeze", lambda: frozen.append(gc.isenabled()))
     monkeypatch.setattr(service, "FROZEN_AFTER_COMMANDS", 3)
     log, clock = SqliteEventLog(), SimulatedClock(T0)
     checker = CheckerService(log, clock)

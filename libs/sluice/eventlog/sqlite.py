@@ -36,7 +36,6 @@ from sluice.eventlog.port import (
     NO_STREAM,
     Checkpoint,
     DuplicateEventId,
-    NewEvent,
     RecordedEvent,
     StreamAppend,
     check_expected_checkpoints,

@@ -19,6 +19,8 @@ import asyncio
 import gc
 import logging
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,29 @@ def freeze_long_lived() -> None:
     gc.collect()
     gc.freeze()
     log.debug("froze %d long-lived objects in %.1f ms", gc.get_freeze_count(), (time.perf_counter() - started) * 1000)
+
+
+@contextmanager
+def built_then_frozen() -> Iterator[None]:
+    """For a burst that builds state which survives and is not garbage (a recovery's fold, a burst of
+    fires or fired jobs): the collector waits meanwhile (its scans walked what was built again and
+    again), and what was built is frozen at the end (`freeze_built`), before the collector runs again
+    (its first collection would walk it all)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        freeze_built()
+        if collecting:
+            gc.enable()
+
+
+def freeze_built() -> None:
+    """Freeze what is not frozen yet, without collecting first: after a burst whose survivors are not
+    garbage, a collection would only walk them once more. A cycle frozen by mistake waits for the next
+    `freeze_long_lived`."""
+    gc.freeze()
 
 
 def freeze_survivors() -> None:
