@@ -61,7 +61,7 @@ from sluice.domain.common import Notification, PartitionCommitted, PartitionRef,
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import AndTrigger, PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.runtime.heap import freeze_long_lived
+from sluice.runtime.heap import freeze_long_lived, space_young_collections
 from sluice.runtime.map_snapshots import snapshots_written
 from sluice.v1 import matching_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
@@ -110,6 +110,7 @@ async def _run(schedules: int, datasets: int, notifications: int, memory_schedul
             workload = Workload(schedules, datasets, seed)
             matcher = MatcherService(log, SystemClock())
             handlers = matcher.handlers()
+            space_young_collections()  # as the service runtime does from its start
             registration = await _register(handlers[SCHEDULES], workload)
             freeze_long_lived()  # as the service runtime does after recovering these schedules
             progress(f"[matcher] registered {schedules} schedules over {datasets} datasets in {registration:.2f} s")

@@ -60,6 +60,7 @@ from sluice.domain.common import ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import TimeTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.runtime.heap import freeze_long_lived, space_young_collections
 from sluice.v1 import jobs_pb2, schedules_pb2
 from sluice.wire.schedules import schedule_to_proto
 from sluice_services.checker.service import CheckerService
@@ -123,7 +124,9 @@ async def _spread(path: Path, count: int) -> tuple[float, int, float]:
     clock = SimulatedClock(MINUTE - timedelta(minutes=1))
     log = SqliteEventLog(path, clock=clock)
     matcher, checker = MatcherService(log, clock), CheckerService(log, clock)
+    space_young_collections()  # the heap as the service runtime keeps it: from its start,
     await _register(matcher, [_schedule(i, f"{MINUTE.minute} {MINUTE.hour} * * *") for i in range(count)])
+    freeze_long_lived()  # and after its recovery
     after = log.head_position()
     clock.set(MINUTE)
     started, cpu_started = time.perf_counter(), time.process_time()

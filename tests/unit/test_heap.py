@@ -1,6 +1,7 @@
 """Freezing the long-lived heap: cyclic garbage made before a refreeze is still reclaimed by it,
 what survives is frozen, survivors of the young generations are frozen between refreezes, and the
-service runtime freezes what it recovered and what its services keep."""
+service runtime freezes what it recovered and what its services keep. Young collections are spaced
+out from the runtime's start."""
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,7 @@ import pytest
 
 from sluice.bus.inprocess import InProcessBus
 from sluice.eventlog.sqlite import SqliteEventLog
-from sluice.runtime.heap import freeze_long_lived, freeze_survivors, keep_frozen
+from sluice.runtime.heap import YOUNG_THRESHOLD, freeze_long_lived, freeze_survivors, keep_frozen, space_young_collections
 from sluice.runtime.service import ServiceSpec, run_services
 
 
@@ -22,8 +23,10 @@ class Node:
 
 @pytest.fixture(autouse=True)
 def unfrozen():
+    thresholds = gc.get_threshold()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 def cycle() -> weakref.ref:
@@ -53,7 +56,37 @@ def test_a_refreeze_reclaims_cycles_that_became_garbage_while_frozen():
     assert ref() is None
 
 
+def test_young_collections_are_spaced_out_and_the_older_generations_thresholds_kept():
+    gc.set_threshold(700, 12, 13)
+    space_young_collections()
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, 12, 13)
+    gc.set_threshold(YOUNG_THRESHOLD * 5, 12, 13)
+    space_young_collections()
+    assert gc.get_threshold() == (YOUNG_THRESHOLD * 5, 12, 13)  # a process's own larger threshold stays
+
+
+def test_a_polls_objects_in_flight_are_freed_before_a_young_collection_walks_them():
+    collections: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start" and info["generation"] == 0:
+            collections.append(1)
+
+    gc.set_threshold(700, 10, 10)
+    space_young_collections()
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        for _ in range(20):  # polls whose parsed records (two containers each) are all in flight at once
+            in_flight = [{"record": [index]} for index in range(YOUNG_THRESHOLD // 4)]
+            del in_flight
+    finally:
+        gc.callbacks.remove(count)
+    assert collections == []
+
+
 async def test_the_runtime_freezes_what_the_services_recovered(tmp_path):
+    gc.set_threshold(700, 10, 10)
     recovered: list[Node] = []
     ready = asyncio.Event()
     stop = asyncio.Event()
@@ -63,6 +96,7 @@ async def test_the_runtime_freezes_what_the_services_recovered(tmp_path):
     task = asyncio.create_task(run_services([spec], bus, log, stop=stop, on_ready=lambda port: ready.set()))
     await asyncio.wait_for(ready.wait(), 10)
     assert gc.get_freeze_count() >= len(recovered)
+    assert gc.get_threshold()[0] == YOUNG_THRESHOLD
     stop.set()
     await task
     await bus.close()

@@ -18,7 +18,7 @@ from sluice.runtime.grpc_metrics import MetricsInterceptor
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.grpc_server import GrpcBinding, start_server
 from sluice.runtime.health import Health, event_log_check, watch_dependency
-from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen
+from sluice.runtime.heap import REFREEZE_SECONDS, freeze_long_lived, keep_frozen, space_young_collections
 from sluice.runtime.journal import Journal
 from sluice.runtime.map_snapshots import snapshots_written
 from sluice.runtime.metrics import Registry
@@ -77,7 +77,8 @@ async def run_services(
     registry when None), each service's consumers, outbox relay, timers and `instrument` to its own
     registry in it (`metrics.service(name)`); with a `metrics_port` (0: a free one) the
     registry is served over HTTP on `host` too, and `on_metrics_ready` gets the port before `on_ready`.
-    The heap recovered is frozen out of garbage collection, and again every `refreeze_seconds`,
+    Young collections are spaced out (`space_young_collections`); the heap recovered is frozen out
+    of garbage collection, and again every `refreeze_seconds`,
     with what survived the young generations frozen every second in between (0: only after
     recovery); see sluice.runtime.heap. `security`: the API's token, policy and TLS, for gRPC and
     the metrics endpoint alike; the specs' authenticators and resolvers serve its authorization.
@@ -94,6 +95,7 @@ async def run_services(
             stack.push_async_callback(runner.cleanup)
             on_metrics_ready(metrics_bound)
         await bus.create_topics(ALL_TOPICS)
+        space_young_collections()
         for spec in specs:
             if spec.recover:
                 spec.recover()
