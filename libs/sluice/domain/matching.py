@@ -188,6 +188,9 @@ def wake_at(state: MatcherState, now: datetime) -> datetime | None:
     A trigger already satisfied (time passed while the matcher was down) is due now."""
     if state.pending is None or state.schedule is None or not state.schedule.enabled:
         return None
+    if type(state.schedule.trigger) is triggers.TimeTrigger:  # a cron alone (most timers): evaluate's own answer
+        fire = triggers.next_fire(state.schedule.trigger, state.pending.trigger.started_at)
+        return now if fire <= now else fire
     if _untimed(state.schedule.trigger):
         return None  # satisfied only by a notification, and then fired in the same decision
     evaluation = triggers.evaluate(state.schedule.trigger, state.pending.trigger, now)
