@@ -18,13 +18,14 @@ from typing import Any, TypeVar
 import orjson
 from google.protobuf.message import Message
 
-from sluice.domain.common import Notification, ProgramRef
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef, ProgramStatusChanged
 from sluice.domain.constraints.specs import Constraint, TimeoutPolicy
 from sluice.domain.jobs import Job, RetryPolicy, TriggerContext, WaitingJobPolicy
 from sluice.eventlog.codec import EventTypes, from_jsonable
 from sluice.eventlog.port import RecordedEvent
 from sluice.v1 import jobs_pb2 as pb
-from sluice.wire.common import notification_to_proto, timestamp_to_proto
+from sluice.v1 import notifications_pb2
+from sluice.wire.common import timestamp_to_proto
 from sluice.wire.jobs import job_to_proto
 from sluice.wire.schedules import (
     constraint_to_proto,
@@ -40,6 +41,8 @@ def _names(cls: type) -> frozenset[str]:
 
 M = TypeVar("M", bound=Message)
 _JOB, _CONTEXT, _PROGRAM, _RETRY = _names(Job), _names(TriggerContext), _names(ProgramRef), _names(RetryPolicy)
+_NOTIFICATION, _PARTITION = _names(Notification), _names(PartitionRef)
+_COMMITTED, _STATUS_CHANGED = _names(PartitionCommitted), _names(ProgramStatusChanged)
 
 
 def job_message(recorded: RecordedEvent, types: EventTypes, message_type: type[M]) -> M:
@@ -79,7 +82,10 @@ def job_fields(value: Any) -> dict[str, Any] | None:
     if context["properties"]:
         trigger["properties"] = context["properties"]
     if context["notifications"]:
-        trigger["notifications"] = [notification_to_proto(n) for n in _notifications(context["notifications"])]
+        notifications = [_notification_fields(n) for n in context["notifications"]]
+        if None in notifications:
+            return None
+        trigger["notifications"] = notifications
     fields = {
         "id": value["id"],
         "schedule_id": value["schedule_id"],
@@ -108,8 +114,29 @@ def _shaped(value: Any, names: frozenset[str]) -> bool:
     return type(value) is dict and value.keys() == names
 
 
-def _notifications(values: list) -> tuple[Notification, ...]:
-    return from_jsonable(tuple[Notification, ...], values) if values else ()
+def _notification_fields(value: Any) -> dict[str, Any] | None:
+    """notification_to_proto's fields of the notification whose codec JSON is `value`, or None when
+    it is not of the current shape (its payload is told apart by its fields, as the codec does)."""
+    if not _shaped(value, _NOTIFICATION) or type(payload := value["payload"]) is not dict:
+        return None
+    if payload.keys() == _COMMITTED:
+        partitions = []
+        for partition in payload["partitions"]:
+            if not _shaped(partition, _PARTITION) or type(partition["key"]) is not dict:
+                return None
+            fields = {"key": [{"name": name, "value": key} for name, key in partition["key"].items()],
+                      "location": partition["location"], "size_bytes": partition["size_bytes"],
+                      "record_count": partition["record_count"]}
+            if partition["metadata"]:
+                fields["metadata"] = partition["metadata"]
+            partitions.append(fields)
+        return {"id": value["id"], "time": _timestamp(value["time"]), "partition_committed": {
+            "namespace": payload["namespace"], "dataset": payload["dataset"], "partitions": partitions}}
+    if payload.keys() == _STATUS_CHANGED and _shaped(payload["program"], _PROGRAM):
+        return {"id": value["id"], "time": _timestamp(value["time"]), "program_status_changed": {
+            "program": payload["program"], "run_id": payload["run_id"], "status": _run_status(payload["status"]),
+            "schedule_id": payload["schedule_id"], "job_id": payload["job_id"]}}
+    return None
 
 
 def _constraints(values: list) -> tuple[Constraint, ...]:
@@ -131,6 +158,11 @@ def _timestamp(text: str | None) -> dict[str, int] | None:
             _TIMESTAMPS.clear()
         fields = _TIMESTAMPS[text] = {"seconds": stamp.seconds, "nanos": stamp.nanos}
     return fields
+
+
+@lru_cache(maxsize=64)  # a hostile status is refused by the message constructor: not kept
+def _run_status(value: str) -> int:
+    return notifications_pb2.RunStatus.Value(value)
 
 
 @cache
