@@ -160,7 +160,7 @@ def _timestamp(text: str | None) -> dict[str, int] | None:
     return fields
 
 
-@lru_cache(maxsize=64)  # a hostile status is refused by the message constructor: not kept
+@cache  # only the statuses RunStatus knows are kept: another raises
 def _run_status(value: str) -> int:
     return notifications_pb2.RunStatus.Value(value)
 
