@@ -31,8 +31,8 @@ from sluice.runtime.outbox import Outgoing
 from sluice.runtime.snapshots import collector_paused
 from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
-from sluice.v1 import jobs_pb2, matching_pb2
-from sluice.wire.common import parse_bus_message, shared_notification_from_proto
+from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2
+from sluice.wire.common import notification_from_proto, parse_bus_message
 from sluice.wire.job_json import job_message
 from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
 from sluice_services.matcher.decisions import Decisions
@@ -49,6 +49,9 @@ FIRE_BATCH = 1000
 """Schedules whose timers are due at once share one append of at most this many streams."""
 FROZEN_AFTER_FIRES = 1000
 """A `fire_due` of at least this many fires freezes their survivors at its end (see there)."""
+SHARED_NOTIFICATIONS = 1024
+"""Notifications decoded once for all the schedules of a poll they concern (the first stage sends
+one copy per matches partition): equal protobuf bytes give the same object, which pending jobs share."""
 
 
 class MatchRequest(NamedTuple):
@@ -102,6 +105,7 @@ class MatcherService:
         self._offsets = ConsumedOffsets(log, "matcher")
         self._unit_of_work: ConsumingUnitOfWork[Command] = ConsumingUnitOfWork(
             self._offsets, self._run_once, self._reload, what="matcher", load=self._load_concerned, more=self._more)
+        self._notifications: dict[bytes, Notification] = {}
         self._owned: set[int] | None = None
         """Partitions of the matches topic this member owns; None: every schedule (no consumer group)."""
         self._wake_at: dict[str, datetime] = {}
@@ -133,7 +137,7 @@ class MatcherService:
         message = parse_bus_message(matching_pb2.MatchRequested, record.value)
         if not message.targets:
             raise MalformedMessage("targets: must name at least one schedule")
-        notification = shared_notification_from_proto(message.notification)  # one per matches partition: shared
+        notification = self._shared_notification(message.notification)
         requests = tuple(self._match_request(target, notification, f"targets[{index}]")
                          for index, target in enumerate(message.targets))
         if not message.HasField("source"):
@@ -153,12 +157,25 @@ class MatcherService:
         schedule = schedule_from_proto(target.schedule, target.schedule_id, f"{path}.schedule") if newer else None
         return MatchRequest(target.schedule_id, notification, schedule)
 
+    def _shared_notification(self, message: notifications_pb2.Notification) -> Notification:
+        encoded = message.SerializeToString(deterministic=True)
+        notification = self._notifications.get(encoded)
+        if notification is None:
+            notification = notification_from_proto(message)
+            if len(self._notifications) >= SHARED_NOTIFICATIONS:
+                del self._notifications[next(iter(self._notifications))]
+            self._notifications[encoded] = notification
+        return notification
+
     async def apply(self, items: list[tuple[Record, Command]]) -> None:
         """Decide on the commands of records not consumed before; the events and the consumed
         positions are appended together (sluice.runtime.unit_of_work: a redelivered record is
         skipped, also after a restart; positions another member recorded during a rebalance are
         read again). A MatchRequests record also records its source position (`_more`)."""
-        self._unit_of_work.handle(items)
+        try:
+            self._unit_of_work.handle(items)
+        finally:
+            self._notifications.clear()
 
     def _load_concerned(self, items: list[tuple[Record, Command]]) -> None:
         for schedule_id in self._concerned(command for _, command in items):

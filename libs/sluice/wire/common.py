@@ -123,31 +123,6 @@ def notification_from_proto(message: pb.Notification, path: str = "notification"
     return Notification(message.id, timestamp_from_proto(message.time, f"{path}.time"), payload)
 
 
-SHARED_NOTIFICATIONS = 1024
-"""Notifications parsed last, kept by their bytes (`shared_notification_from_proto`)."""
-SHARED_NOTIFICATION_BYTES = 4096
-"""A larger notification is parsed each time: the kept ones must stay small."""
-_SHARED: dict[bytes, Notification] = {}
-
-
-def shared_notification_from_proto(message: pb.Notification) -> Notification:
-    """`notification_from_proto`, one object for one notification among the last SHARED_NOTIFICATIONS
-    parsed in this process: the matcher's records of a notification for several schedules, and in
-    embedded mode the checker's jobs it fired, share the validated notification instead of parsing it
-    again (pending jobs hold it once). Keyed by the message's deterministic bytes: the same content,
-    the same notification; what is refused is not kept."""
-    encoded = message.SerializeToString(deterministic=True)
-    if len(encoded) > SHARED_NOTIFICATION_BYTES:
-        return notification_from_proto(message)
-    notification = _SHARED.get(encoded)
-    if notification is None:
-        notification = notification_from_proto(message)
-        if len(_SHARED) >= SHARED_NOTIFICATIONS:
-            _SHARED.pop(next(iter(_SHARED), b""), None)
-        _SHARED[encoded] = notification
-    return notification
-
-
 M = TypeVar("M", bound=Message)
 
 

@@ -19,10 +19,10 @@ from sluice.wire.schedules import (
     waiting_job_policy_to_proto,
 )
 from sluice.wire.common import (
+    notification_from_proto,
     notification_to_proto,
     program_from_proto,
     program_to_proto,
-    shared_notification_from_proto,
     timestamp_from_proto,
     timestamp_to_proto,
 )
@@ -43,8 +43,7 @@ def context_from_proto(message: pb.TriggerContext) -> TriggerContext:
         "schedule_id": message.schedule_id,
         "schedule_name": message.schedule_name,
         "properties": dict(message.properties) if message.properties else {},
-        "notifications": tuple(shared_notification_from_proto(n) for n in message.notifications)
-        if message.notifications else (),
+        "notifications": tuple(notification_from_proto(n) for n in message.notifications) if message.notifications else (),
         "logical_time": timestamp_from_proto(message.logical_time, "logical_time") if message.HasField("logical_time")
         else None,
     })
