@@ -23,7 +23,7 @@ from sluice.runtime.consumer import Pauses
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
-from sluice.runtime.snapshots import collector_paused
+from sluice.runtime.heap import collector_paused
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import parse_bus_message
 from sluice.wire.jobs import job_from_proto

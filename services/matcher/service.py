@@ -25,10 +25,9 @@ from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpec
 from sluice.runtime.aggregates import AggregateStore, catch_up
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.errors import MalformedMessage
-from sluice.runtime.heap import freeze_built
+from sluice.runtime.heap import collector_paused, freeze_built
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.outbox import Outgoing
-from sluice.runtime.snapshots import collector_paused
 from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2

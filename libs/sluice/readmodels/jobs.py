@@ -29,7 +29,8 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.readmodels.retention import ListingKey, RetainedListing
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
-from sluice.runtime.snapshots import LoopPacer, Schema, collector_paused
+from sluice.runtime.heap import collector_paused
+from sluice.runtime.snapshots import LoopPacer, Schema
 
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,

@@ -52,19 +52,32 @@ def freeze_long_lived() -> None:
 
 
 @contextmanager
-def built_then_frozen() -> Iterator[None]:
-    """For a burst that builds state which survives and is not garbage (a recovery's fold, a burst of
-    fires or fired jobs): the collector waits meanwhile (its scans walked what was built again and
-    again), and what was built is frozen at the end (`freeze_built`), before the collector runs again
-    (its first collection would walk it all)."""
-    collecting = gc.isenabled()
+def collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection meanwhile: for work that builds much and frees little (packing or
+    unpacking a snapshot, indexing a recovered state, a burst of decisions), over which the collector
+    ran full collections of the whole heap again and again. Reference counting still frees what it
+    drops; the collector runs again after."""
+    if not gc.isenabled():
+        yield
+        return
     gc.disable()
     try:
         yield
     finally:
-        freeze_built()
-        if collecting:
-            gc.enable()
+        gc.enable()
+
+
+@contextmanager
+def built_then_frozen() -> Iterator[None]:
+    """For a burst that builds state which survives and is not garbage (a recovery's fold, a burst of
+    fires or fired jobs): the collector waits meanwhile (`collector_paused`), and what was built is
+    frozen at the end (`freeze_built`), before the collector runs again (its first collection would
+    walk it all)."""
+    with collector_paused():
+        try:
+            yield
+        finally:
+            freeze_built()
 
 
 def freeze_built() -> None:

@@ -23,9 +23,7 @@ more than PART_ENTRIES entries in `parts` frames of up to PART_ENTRIES entries e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import gc
 import hashlib
 import logging
 import struct
@@ -39,12 +37,13 @@ from typing import Any, Callable
 import msgspec
 
 from sluice.eventlog.snapshots import Snapshot, snapshot_store
+from sluice.runtime.heap import collector_paused
 from sluice.runtime.state_codec import RAW_FROM, YIELD_EVERY, Packing, StateCodec
 
 log = logging.getLogger(__name__)
 
 __all__ = ["SNAPSHOT_EVERY", "YIELD_EVERY", "RAW_FROM", "PART_ENTRIES", "FORMAT", "Schema", "SnapshotUnusable", "pack", "unpack",
-           "LoopPacer", "Snapshots", "collector_paused"]
+           "LoopPacer", "Snapshots"]
 
 SNAPSHOT_EVERY = 2_000
 """Events folded since the last snapshot before a service writes a new one, or as many as the state
@@ -168,23 +167,6 @@ def _frames(body: bytes) -> typing.Iterator[memoryview]:
             raise SnapshotUnusable("a truncated frame")
         yield view[offset:offset + length]
         offset += length
-
-
-@contextlib.contextmanager
-def collector_paused():
-    """No cyclic garbage collection while packing or unpacking: packing makes a list per dataclass
-    and unpacking builds the whole state, so the collector ran full collections over the whole heap
-    again and again (with pickle: much of packing a jobs view, in long pauses). Reference
-    counting still frees what they drop; the collector runs again after. Also for indexing a
-    recovered state (a key per run or job): the same full collections over the heap just loaded."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _release_gil() -> None:
