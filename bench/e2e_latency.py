@@ -27,8 +27,9 @@ N PartitionCommitted notifications (default: MEASURE_SECONDS of sending at the r
 (open loop, paced against the schedule; when behind it sends at once), stamping each send time
 just before the send. A separate consumer group on `sluice.launch-requests` maps each
 LaunchRequested back to its notification (job.context.notifications[].id); latency = receive -
-send. CPU per notification goes to stderr: this process's (embedded), or the service processes'
-sum and each one's share, from /proc/<pid>/stat (Linux only).
+send. CPU per notification goes to stderr: this process's (embedded, split into the event loop's thread,
+the other threads and the kernel's share), or the service processes' sum and each one's share, from
+/proc/<pid>/stat (Linux only).
 
 Figures per rate R: latency_p50@R/s and latency_p99@R/s in ms (target p99 10 ms embedded),
 throughput@R/s: launch requests received per second from the first send to the last receipt
@@ -267,6 +268,7 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
             sent: dict[str, float] = {}
             due: dict[str, float] = {}
             cpu = services.cpu()
+            split = _embedded_split() if bus_kind != "kafka" else None
             head = log.head_position()
             profiler = _profiler()
             behind = await send_at_rate(bus.producer(), batch, rate, sent, due)
@@ -276,6 +278,8 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
                 services.check()
                 await asyncio.sleep(0.01)
             cpu = {name: seconds - cpu[name] for name, seconds in services.cpu().items()}
+            if split is not None:
+                split = [after - before for after, before in zip(_embedded_split(), split)]
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(os.environ[PROFILE_ENV])
@@ -300,6 +304,11 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
     total = sum(cpu.values())
     shares = ", ".join(f"{name} {seconds:.2f} s ({seconds / max(total, 1e-9):.0%})" for name, seconds in cpu.items())
     progress(f"[e2e-latency] CPU {total:.2f} s, {total / count * 1000:.2f} ms per notification: {shares}")
+    if split is not None:
+        loop_thread, process, system = split
+        progress(f"[e2e-latency] of it per notification: the event loop's thread {loop_thread / count * 1000:.2f} ms,"
+                 f" the other threads (the bus's and the log's writes and fsyncs) {(process - loop_thread) / count * 1000:.2f}"
+                 f" ms; in the kernel {system / max(process, 1e-9):.0%}")
     if behind > 0.05:  # the producer was held back: embedded, by the services on its loop; else by the machine
         intended = [(received[nid] - due[nid]) * 1000 for nid in due if nid in received]
         progress(f"[e2e-latency] from the intended send times instead (what a producer that is not held back"
@@ -308,6 +317,13 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
         progress(f"[e2e-latency] WARNING: {missing} of {count} notifications produced no LaunchRequested"
                  f" within {DRAIN_TIMEOUT:.0f} s; their latency is not in the percentiles")
     return latencies, throughput, total / count * 1000
+
+
+def _embedded_split() -> tuple[float, float, float]:
+    """CPU seconds so far of this thread (the event loop's: embedded, every service's handlers), of the
+    whole process, and of the process in the kernel (system time)."""
+    times = os.times()
+    return time.thread_time(), times.user + times.system, times.system
 
 
 def _profiler():

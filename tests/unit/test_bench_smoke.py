@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -38,13 +39,20 @@ def test_matcher_prints_its_figures(capsys):
     assert targets["ratio_to_bound"] == 0.5 and targets["append_scaling"] == 0.9
 
 
-def test_e2e_latency_prints_its_figures(capsys):
+def test_e2e_latency_prints_its_figures(capsys, monkeypatch):
+    said: list[str] = []
+    monkeypatch.setattr("bench.e2e_latency.progress", said.append)
     lines = figures(capsys, ["e2e-latency", "--runs", "1", "--schedules", "5", "--notifications", "100",
                              "--rates", "500", "--bus", "file", "--warm-up", "0"])
     assert {line["bench"] for line in lines} == {"e2e-latency"}
     assert {line["metric"]: line["target"] for line in lines} == {
         "latency_p50@500/s": None, "latency_p99@500/s": 10.0, "throughput@500/s": 500,
         "cpu_per_notification@500/s": 0.3}
+    split = [line for line in said if "the event loop's thread" in line]
+    assert len(split) == 1, said
+    loop_ms, others_ms, kernel = re.search(r"thread (\S+) ms, .* (\S+) ms; in the kernel (\d+)%", split[0]).groups()
+    cpu_ms = lines[[line["metric"] for line in lines].index("cpu_per_notification@500/s")]["value"]
+    assert 0 < float(loop_ms) <= cpu_ms + 0.01 and float(others_ms) >= 0 and 0 <= int(kernel) <= 100
 
 
 def test_timers_prints_its_figures(capsys, monkeypatch):
