@@ -268,7 +268,7 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
             sent: dict[str, float] = {}
             due: dict[str, float] = {}
             cpu = services.cpu()
-            split = _embedded_split() if bus_kind != "kafka" else None
+            split_at_start = _embedded_split() if bus_kind != "kafka" else None
             head = log.head_position()
             profiler = _profiler()
             behind = await send_at_rate(bus.producer(), batch, rate, sent, due)
@@ -278,8 +278,8 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
                 services.check()
                 await asyncio.sleep(0.01)
             cpu = {name: seconds - cpu[name] for name, seconds in services.cpu().items()}
-            if split is not None:
-                split = [after - before for after, before in zip(_embedded_split(), split)]
+            split = (None if split_at_start is None
+                     else tuple(now - then for now, then in zip(_embedded_split(), split_at_start)))
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(os.environ[PROFILE_ENV])
@@ -307,7 +307,7 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
     if split is not None:
         loop_thread, process, system = split
         progress(f"[e2e-latency] of it per notification: the event loop's thread {loop_thread / count * 1000:.2f} ms,"
-                 f" the other threads (the bus's and the log's writes and fsyncs) {(process - loop_thread) / count * 1000:.2f}"
+                 f" the other threads (bus and log writes, fsyncs, snapshot writes) {(process - loop_thread) / count * 1000:.2f}"
                  f" ms; in the kernel {system / max(process, 1e-9):.0%}")
     if behind > 0.05:  # the producer was held back: embedded, by the services on its loop; else by the machine
         intended = [(received[nid] - due[nid]) * 1000 for nid in due if nid in received]

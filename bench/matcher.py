@@ -34,9 +34,8 @@ of deciding; 10,000 schedules, 2026-11-27): the SQLite append ~40% (the insert, 
 observe and evaluate, the Job of a fire, the new states), encoding and event ids ~11%, parsing ~9%;
 the snapshot thread takes more of the process's CPU besides. Since one event per decision (a job's
 first match creates it, the fire names the notification that completed it) there is one row per
-decision instead of ~1.5. With an event and
-a row per decision the ratio target is out of reach; it needs one record per poll and matches
-partition, as matcher-bound writes (docs/decisions.md, issue 27).
+decision instead of ~1.5. With an event and a row per decision the ratio target is out of reach; it
+needs one record per poll and matches partition, as matcher-bound writes (docs/decisions.md, issue 27).
 
 Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
 size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules);
