@@ -68,7 +68,8 @@ class AlertsService:
         self._sender = sender or AiohttpSender()
         self._jitter = jitter
         self._store: AggregateStore[AlertsState] = AggregateStore(
-            event_log, TYPES, watch.evolve, AlertsState(), snapshot=SNAPSHOTS[0], snapshot_version=SNAPSHOT_VERSION,
+            event_log, TYPES, watch.evolve, AlertsState(), clock=clock, snapshot=SNAPSHOTS[0],
+            snapshot_version=SNAPSHOT_VERSION,
             size=lambda state: len(state.watches) + len(state.deliveries) + len(state.misses))
         self._offsets = ConsumedOffsets(event_log, "alerts")
         self._unit_of_work: ConsumingUnitOfWork[AlertsCommand] = ConsumingUnitOfWork(

@@ -63,7 +63,8 @@ class CheckerService:
         self._clock = clock
         self._capacity = capacity
         self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState(),
-                                                                     snapshot=SNAPSHOTS[0], size=snapshot_size,
+                                                                     clock=clock, snapshot=SNAPSHOTS[0],
+                                                                     size=snapshot_size,
                                                                      snapshot_version=SNAPSHOT_VERSION,
                                                                      fold=checking.fold)
         self._offsets = ConsumedOffsets(log, "checker")

@@ -45,7 +45,8 @@ class DatasetsService:
         self.consumers = ConsumerStore(log, self.datasets, clock)
         self.commits = CommitRunner(log, self.datasets, self.consumers, clock, files=files)
         self._clock = clock
-        self._access: AggregateStore[RunAccess | None] = AggregateStore(log, ACCESS_TYPES, run_access.evolve, None)
+        self._access: AggregateStore[RunAccess | None] = AggregateStore(log, ACCESS_TYPES, run_access.evolve, None,
+                                                                             clock=clock)
 
     # -- the runs' access ------------------------------------------------------------------------
 

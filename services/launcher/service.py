@@ -81,8 +81,8 @@ class LauncherService:
         self._data_dir = data_dir
         self._slots = asyncio.Semaphore(max_parallel)
         self._store: AggregateStore[Run | None] = AggregateStore(
-            log, TYPES, runs.evolve, None, snapshot=SNAPSHOTS[0], snapshot_version=SNAPSHOT_VERSION,
-            state_type=Run | None)
+            log, TYPES, runs.evolve, None, clock=clock, snapshot=SNAPSHOTS[0],
+            snapshot_version=SNAPSHOT_VERSION, state_type=Run | None)
         self._tasks: set[asyncio.Task] = set()
         self._following: set[str] = set()
         self._processes: dict[str, ProcessIdentity] = {}

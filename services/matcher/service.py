@@ -99,7 +99,7 @@ class MatcherService:
         self._log = log
         self._clock = clock
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState(),
-                                                                     snapshot=SNAPSHOTS[0],
+                                                                     clock=clock, snapshot=SNAPSHOTS[0],
                                                                      snapshot_version=SNAPSHOT_VERSION)
         self._offsets = ConsumedOffsets(log, "matcher")
         self._unit_of_work: ConsumingUnitOfWork[Command] = ConsumingUnitOfWork(

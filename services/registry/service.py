@@ -59,9 +59,9 @@ class RegistryService:
         self._log = log
         self._clock = clock
         self._store: AggregateStore[ScheduleState] = AggregateStore(log, TYPES, schedules.evolve, ScheduleState(),
-                                                                      snapshot=SNAPSHOTS[0],
+                                                                      clock=clock, snapshot=SNAPSHOTS[0],
                                                                       snapshot_version=SNAPSHOT_VERSION)
-        self._apps: AggregateStore[AppState] = AggregateStore(log, APP_TYPES, apps.evolve, AppState(),
+        self._apps: AggregateStore[AppState] = AggregateStore(log, APP_TYPES, apps.evolve, AppState(), clock=clock,
                                                               snapshot=SNAPSHOTS[1],
                                                               snapshot_version=SNAPSHOT_VERSION)
         self._sorted: list[Schedule] | None = None

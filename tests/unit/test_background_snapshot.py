@@ -7,6 +7,7 @@ import threading
 from datetime import datetime, timezone
 
 from sluice.bus.inprocess import InProcessBus
+from sluice.clock import SystemClock
 from sluice.domain import matching
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import ProgramRef
@@ -20,12 +21,14 @@ from sluice.runtime.map_snapshots import MapSnapshots
 from sluice.runtime.service import ServiceSpec, run_services
 from sluice.runtime.snapshots import Snapshots
 
+CLOCK = SystemClock()
 T0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
 TYPES = EventTypes(matching.EVENTS)
 
 
 def store_with_streams(log: SqliteEventLog, count: int) -> AggregateStore[MatcherState]:
-    store = AggregateStore(log, TYPES, matching.evolve, MatcherState(), snapshot="test", snapshot_every=10**9)
+    store = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK, snapshot="test",
+                           snapshot_every=10**9)
     for index in range(count):
         stream = f"matcher-s{index}"
         schedule = Schedule(f"s{index}", f"s{index}", ProgramRef("ns", "app", "p"), PartitionTrigger("ns", "d"))
@@ -75,9 +78,11 @@ async def test_a_background_snapshot_finds_what_other_writers_appended_off_the_l
     monkeypatch.setattr(aggregates, "BACKGROUND_SNAPSHOT_STREAMS", 3)
     log = SqliteEventLog(tmp_path / "events.db")
     store_with_streams(log, 5)
-    store = AggregateStore(log, TYPES, matching.evolve, MatcherState(), snapshot="test", snapshot_every=10**9)
+    store = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK, snapshot="test",
+                           snapshot_every=10**9)
     aggregates.catch_up(log, store, "matcher-", TYPES)
-    other = AggregateStore(log, TYPES, matching.evolve, MatcherState())  # a member that took the stream over
+    # a member that took the stream over
+    other = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK)
     updated = Schedule("s0", "s0", ProgramRef("ns", "app", "p"), PartitionTrigger("ns", "other"), generation=2)
     (version,) = log.append_batch([other.prepare("matcher-s0", [ScheduleObserved(updated, T0)])])
     readers = []
@@ -90,7 +95,7 @@ async def test_a_background_snapshot_finds_what_other_writers_appended_off_the_l
     assert store.load("matcher-s0").version == version - 1  # not yet taken: the loop did not wait for it
     position, entries = MapSnapshots(log, "test", store._snapshots.schema).load()
     assert position == log.head_position() and entries["matcher-s0"].state.schedule == updated
-    restored = AggregateStore(log, TYPES, matching.evolve, MatcherState(), snapshot="test")
+    restored = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK, snapshot="test")
     aggregates.catch_up(log, restored, "matcher-", TYPES)
     assert restored.load("matcher-s0").state.schedule == updated
     assert restored.states() == {**store.states(), "matcher-s0": restored.load("matcher-s0").state}

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from sluice.clock import SystemClock
 from sluice.domain import matching
 from sluice.eventlog.codec import EventTypes, encode
 from sluice.eventlog.port import ANY_VERSION, NO_STREAM
@@ -21,6 +22,7 @@ from sluice.runtime.aggregates import AggregateStore, Loaded, catch_up, execute
 from sluice.runtime.map_snapshots import DELTA_SUFFIX, Delta, MapSnapshots
 from sluice.runtime.snapshots import Schema, Snapshots, unpack
 
+CLOCK = SystemClock()
 T0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
 PREFIX = "toy-"
 TOY_BASE = Schema(dict[str, Loaded[tuple]], 0)
@@ -41,7 +43,7 @@ def evolve(state: tuple, event: Added) -> tuple:
 
 
 def toy_store(log: SqliteEventLog, name: str = "toy") -> AggregateStore[tuple]:
-    store = AggregateStore(log, TYPES, evolve, (), snapshot=name, snapshot_every=10**9)
+    store = AggregateStore(log, TYPES, evolve, (), clock=CLOCK, snapshot=name, snapshot_every=10**9)
     catch_up(log, store, PREFIX, TYPES)
     return store
 
@@ -144,7 +146,7 @@ def test_a_stale_delta_in_an_aggregate_store_leaves_recovery_to_the_log(tmp_path
     add(store, log, 2, 3)
     log.save_snapshot(replace(stale, position=log.head_position()))  # the first base's delta, now "newer"
     read = []
-    restored = AggregateStore(log, TYPES, evolve, (), snapshot="toy")
+    restored = AggregateStore(log, TYPES, evolve, (), clock=CLOCK, snapshot="toy")
     catch_up(log, restored, PREFIX, TYPES, on_event=read.append)
     assert read == [Added(3)]  # from the new base's position on
     assert {stream: restored.load(stream).state for stream in folded(log)} == folded(log)
@@ -194,7 +196,7 @@ def test_a_whole_state_snapshot_of_the_previous_format_loads_as_a_base(tmp_path)
     Snapshots(log, "toy", store._snapshots.schema).save(log.head_position(), dict(store._cache))
     add(store, log, 0, 1)
     counted = []
-    restored = AggregateStore(log, TYPES, evolve, (), snapshot="toy")
+    restored = AggregateStore(log, TYPES, evolve, (), clock=CLOCK, snapshot="toy")
     catch_up(log, restored, PREFIX, TYPES, on_event=counted.append)
     assert counted == [Added(1)]  # only the tail after the old snapshot was read
     assert {s: restored.load(s).state for s in folded(log)} == folded(log)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from sluice.clock import Clock, SystemClock
-from sluice.eventlog.sql import SqlEventLogBase
+from sluice.eventlog.sql import COLUMNS, SqlEventLogBase
 from sluice.eventlog import deferred
 from sluice.eventlog.group_commit import GroupCommit
 from sluice.sqlite_wal import SYNCHRONOUS, WalCheckpointer, WalFsync, open_wal
@@ -42,29 +42,38 @@ from sluice.eventlog.port import (
     check_expected_version,
 )
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
+SCHEMA_VERSION = 1
+"""The file's `PRAGMA user_version` once `_migrate` has brought it to _SCHEMA (0: a file of before streams)."""
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS streams (
+    id   INTEGER PRIMARY KEY,
+    name TEXT    NOT NULL UNIQUE
+)""",
+    """CREATE TABLE IF NOT EXISTS events (
     position    INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, even after a rollback
     id          TEXT    NOT NULL UNIQUE,
     stream      TEXT    NOT NULL,
+    stream_id   INTEGER NOT NULL,                   -- streams.id of `stream`
     version     INTEGER NOT NULL,
     type        TEXT    NOT NULL,
     data        BLOB    NOT NULL,
     metadata    TEXT    NOT NULL,                   -- JSON object, str -> str
     recorded_at TEXT    NOT NULL,                   -- ISO 8601, UTC
-    UNIQUE (stream, version)                        -- its index serves read_stream and stream_version
-);
-CREATE TABLE IF NOT EXISTS checkpoints (
+    UNIQUE (stream_id, version)                     -- its index serves read_stream and stream_version
+)""",
+    """CREATE TABLE IF NOT EXISTS checkpoints (
     name  TEXT    PRIMARY KEY,
     value INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS snapshots (                  -- see sluice.eventlog.snapshots
+)""",
+    """CREATE TABLE IF NOT EXISTS snapshots (                  -- see sluice.eventlog.snapshots
     name     TEXT    PRIMARY KEY,
     position INTEGER NOT NULL,
     schema   TEXT    NOT NULL,
     data     BLOB    NOT NULL
-);
-"""
+)""",
+)
+"""Streams are keyed by a small integer in the events' (stream_id, version) index: a batch of appends to
+many streams dirties fewer pages of it than with the names, and their number grew with the log."""
 
 
 class SqliteEventLog(SqlEventLogBase):
@@ -119,6 +128,19 @@ class SqliteEventLog(SqlEventLogBase):
             self._subscribers.notify(appended)
         return versions
 
+    def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
+        query = (f"SELECT {COLUMNS} FROM events WHERE stream_id = (SELECT id FROM streams WHERE name = ?)"
+                 " AND version >= ? ORDER BY version")
+        if limit is None:
+            rows = self._query(query, (stream, from_version))
+        else:
+            rows = self._query(query + " LIMIT ?", (stream, from_version, limit))
+        return [self._to_event(row) for row in rows]
+
+    def stream_version(self, stream: str) -> int:
+        return self._query("SELECT COALESCE(MAX(version), ?) FROM events"
+                           " WHERE stream_id = (SELECT id FROM streams WHERE name = ?)", (NO_STREAM, stream))[0][0]
+
     def _read_durable_to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
         """`read_all_to_head` as subscribers are served: up to the first deferred commit not durable yet."""
         sql, params = self.read_all_query(after, limit, prefixes)
@@ -140,10 +162,10 @@ class SqliteEventLog(SqlEventLogBase):
 
     def _as_recorded(self, first: int, rows: list[tuple]) -> list[RecordedEvent]:
         """The inserted rows as `read_all` will return them (see the module docstring for their positions)."""
-        recorded_at = self._timestamp(rows[0][6])
+        recorded_at = self._timestamp(rows[0][7])
         return [RecordedEvent(id=id_, stream=stream, version=version, position=position, type=type_, data=data,
                               metadata=json.loads(metadata) if metadata != "{}" else {}, recorded_at=recorded_at)
-                for position, (id_, stream, version, type_, data, metadata, _) in enumerate(rows, start=first)]
+                for position, (id_, stream, _, version, type_, data, metadata, _) in enumerate(rows, start=first)]
 
     def close(self) -> None:
         with self._lock:
@@ -205,28 +227,64 @@ def _connect(path: str) -> sqlite3.Connection:
     if not in_memory:
         open_wal(conn)  # synchronous=FULL: see sluice.sqlite_wal
     conn.execute("PRAGMA cache_size=-65536")
-    conn.executescript(_SCHEMA)
+    _migrate(conn)
     return conn
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Create the schema, or bring a file written before the streams table to it (in one transaction:
+    another instance opening the file at the same time waits, then finds it done)."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(events)")}
+            if columns and "stream_id" not in columns:
+                conn.execute("ALTER TABLE events RENAME TO events_before_streams")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            if columns and "stream_id" not in columns:
+                _copy_with_stream_ids(conn)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _copy_with_stream_ids(conn: sqlite3.Connection) -> None:
+    """The events of a file of schema 0 into today's table, each stream numbered in the order it began;
+    AUTOINCREMENT's high-water mark goes with them (positions are never reused)."""
+    conn.execute("INSERT INTO streams (name) SELECT stream FROM events_before_streams GROUP BY stream"
+                 " ORDER BY MIN(position)")
+    conn.execute("INSERT INTO events (position, id, stream, stream_id, version, type, data, metadata, recorded_at)"
+                 " SELECT e.position, e.id, e.stream, s.id, e.version, e.type, e.data, e.metadata, e.recorded_at"
+                 " FROM events_before_streams e JOIN streams s ON s.name = e.stream ORDER BY e.position")
+    conn.execute("UPDATE sqlite_sequence SET seq = MAX(seq, (SELECT seq FROM sqlite_sequence"
+                 " WHERE name = 'events_before_streams')) WHERE name = 'events'")
+    conn.execute("DROP TABLE events_before_streams")
+
+
 _VERSIONS_CHUNK = 500
-_INSERT = ("INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
-           " VALUES (?, ?, ?, ?, ?, ?, ?)")
+_INSERT = ("INSERT INTO events (id, stream, stream_id, version, type, data, metadata, recorded_at)"
+           " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def _append_streams(conn: sqlite3.Connection, appends: Sequence[StreamAppend],
                     recorded_at: str) -> tuple[list[int], list[tuple]]:
     """Every stream's version checked, then every event inserted by one executemany: a batch of many
-    streams costs a few statements, not two per stream. Returns the versions and the rows inserted."""
-    current = _stream_versions(conn, {append.stream for append in appends})
+    streams costs a few statements, not two per stream. Returns the versions and the rows inserted
+    (the columns of _INSERT)."""
+    current = _stream_versions(conn, list(dict.fromkeys(append.stream for append in appends)))
     rows, versions = [], []
     for append in appends:
-        actual = current.get(append.stream, NO_STREAM)
+        stream_id, actual = current[append.stream]
         check_expected_version(append.stream, append.expected_version, actual)
-        rows += [(event.id, append.stream, actual + offset, event.type, bytes(event.data), _metadata(event.metadata),
-                  recorded_at) for offset, event in enumerate(append.events, start=1)]
-        current[append.stream] = actual + len(append.events)
-        versions.append(current[append.stream])
+        rows += [(event.id, append.stream, stream_id, actual + offset, event.type, bytes(event.data),
+                  _metadata(event.metadata), recorded_at) for offset, event in enumerate(append.events, start=1)]
+        current[append.stream] = stream_id, actual + len(append.events)
+        versions.append(actual + len(append.events))
     conn.execute("SAVEPOINT append_events")
     try:
         conn.executemany(_INSERT, rows)
@@ -240,18 +298,28 @@ def _append_streams(conn: sqlite3.Connection, appends: Sequence[StreamAppend],
     return versions, rows
 
 
-def _stream_versions(conn: sqlite3.Connection, streams: set[str]) -> dict[str, int]:
-    """Each stream's last version, one index probe per stream: `MAX(version) ... IN (...) GROUP BY`
-    walked every event of each stream: its cost grew with the stream's length."""
-    names = list(streams)
-    versions: dict[str, int] = {}
+def _stream_versions(conn: sqlite3.Connection, streams: list[str]) -> dict[str, tuple[int, int]]:
+    """Each stream's (id, last version), one index probe per stream; streams new to the log are
+    numbered here, in order (NO_STREAM: no events yet). `MAX(version) ... IN (...) GROUP BY` walked
+    every event of each stream: its cost grew with the stream's length."""
+    found = _known_streams(conn, streams)
+    new = [(name,) for name in streams if name not in found]
+    if new:
+        conn.executemany("INSERT INTO streams (name) VALUES (?)", new)
+        found.update(_known_streams(conn, [name for name, in new]))
+    return found
+
+
+def _known_streams(conn: sqlite3.Connection, names: list[str]) -> dict[str, tuple[int, int]]:
+    known: dict[str, tuple[int, int]] = {}
     for start in range(0, len(names), _VERSIONS_CHUNK):
         chunk = names[start:start + _VERSIONS_CHUNK]
         rows = conn.execute(
-            f"WITH names(stream) AS (VALUES {','.join(['(?)'] * len(chunk))})"
-            " SELECT stream, (SELECT MAX(version) FROM events WHERE events.stream = names.stream) FROM names", chunk)
-        versions.update((stream, version) for stream, version in rows if version is not None)
-    return versions
+            f"WITH names(name) AS (VALUES {','.join(['(?)'] * len(chunk))})"
+            " SELECT streams.name, streams.id, (SELECT MAX(version) FROM events WHERE stream_id = streams.id)"
+            " FROM names JOIN streams ON streams.name = names.name", chunk)
+        known.update((name, (stream_id, NO_STREAM if version is None else version)) for name, stream_id, version in rows)
+    return known
 
 
 def _metadata(metadata: object) -> str:

@@ -7,9 +7,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Generic, Sequence, TypeVar
 
+from sluice.clock import Clock
 from sluice.eventlog.codec import EventTypes, encode
 from sluice.eventlog.port import NO_STREAM, Checkpoint, CheckpointMoved, EventLog, StreamAppend, WrongExpectedVersion
-from sluice.ids import derived_id
+from sluice.ids import time_ordered_ids
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots, PendingSave
 from sluice.runtime.snapshots import Schema
@@ -36,8 +37,11 @@ class Loaded(Generic[S]):
 class AggregateStore(Generic[S]):
     """Keeps the folded state of the streams it wrote or read, so a hot aggregate is not re-read.
 
-    Event ids are derived from (stream, version): a replayed or retried append produces the same
-    ids, and the outbox publishes each event under that id for consumers to deduplicate.
+    Event ids are time-ordered (`sluice.ids.time_ordered_ids` of the clock's time and (stream,
+    version)): the log's index of ids grows at its right edge, where ids derived from (stream,
+    version) alone landed on random pages (each append of a busy log dirtied a page per event). The
+    expected version refuses a second append of the same decision, whatever its ids; the outbox
+    publishes each event under its id for consumers to deduplicate.
 
     With a `snapshot` name the store saves its streams' states (each with its version) after every
     `snapshot_every` (default snapshots.SNAPSHOT_EVERY) events it appended or caught up with, or as
@@ -54,10 +58,11 @@ class AggregateStore(Generic[S]):
     over them, cheaper for a batch); reading the log evolves one event at a time."""
 
     def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S, *,
-                 snapshot: str | None = None, snapshot_version: int = 0, state_type: Any = None,
+                 clock: Clock, snapshot: str | None = None, snapshot_version: int = 0, state_type: Any = None,
                  snapshot_every: int | None = None, size: Callable[[S], int] | None = None,
                  fold: Callable[[S, Sequence[Any]], S] | None = None) -> None:
         self._log = log
+        self._clock = clock
         self._types = types
         self._evolve = evolve
         self._fold_appended = fold or self._evolve_each
@@ -239,7 +244,8 @@ class AggregateStore(Generic[S]):
 
     def prepare(self, stream: str, events: Sequence[Any]) -> StreamAppend:
         loaded = self.load(stream)
-        new_events = [encode(e, derived_id(stream, str(loaded.version + 1 + i))) for i, e in enumerate(events)]
+        event_id = time_ordered_ids(self._clock.now())
+        new_events = [encode(e, event_id(stream, str(loaded.version + 1 + i))) for i, e in enumerate(events)]
         return StreamAppend(stream, new_events, loaded.version)
 
     def commit(self, stream: str, events: Sequence[Any], new_version: int) -> S:

@@ -1,12 +1,15 @@
 """The SQLite adapter against the event-log contract, plus what only SQLite has: a shared file."""
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 
+import pytest
+
 from sluice.clock import Clock
 from sluice.eventlog import NO_STREAM, EventLog, WrongExpectedVersion
-from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.eventlog.sqlite import SCHEMA_VERSION, SqliteEventLog
 
 from tests.integration.eventlog.contract import DurableEventLogContract, EventLogContract, new_events
 
@@ -90,5 +93,58 @@ def test_an_append_finds_a_long_streams_version_without_walking_it(tmp_path: Pat
         for _ in range(20):
             log.append("long", new_events(250), log.stream_version("long"))
         assert steps_to_append("long") < 2 * steps_to_append("short")
+    finally:
+        log.close()
+
+
+_SCHEMA_0 = """
+CREATE TABLE events (
+    position    INTEGER PRIMARY KEY AUTOINCREMENT,
+    id          TEXT    NOT NULL UNIQUE,
+    stream      TEXT    NOT NULL,
+    version     INTEGER NOT NULL,
+    type        TEXT    NOT NULL,
+    data        BLOB    NOT NULL,
+    metadata    TEXT    NOT NULL,
+    recorded_at TEXT    NOT NULL,
+    UNIQUE (stream, version)
+);
+CREATE TABLE checkpoints (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE snapshots (name TEXT PRIMARY KEY, position INTEGER NOT NULL, schema TEXT NOT NULL, data BLOB NOT NULL);
+"""
+"""The file's schema before streams were numbered (user_version 0): what earlier releases wrote."""
+
+
+def test_a_file_of_before_the_streams_table_is_brought_to_todays_schema_with_its_events(tmp_path: Path) -> None:
+    path = _file(tmp_path)
+    path.parent.mkdir(parents=True)
+    old = sqlite3.connect(path)
+    old.executescript(_SCHEMA_0)
+    rows = [(f"e{n}", stream, version, "Happened", f'{{"n":{n}}}'.encode(), meta, "2026-11-20T10:00:00+00:00")
+            for n, (stream, version, meta) in enumerate([("a", 0, "{}"), ("b", 0, '{"k":"v"}'), ("a", 1, "{}")])]
+    old.executemany("INSERT INTO events (id, stream, version, type, data, metadata, recorded_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    old.execute("INSERT INTO checkpoints VALUES ('relay', 2)")
+    old.execute("UPDATE sqlite_sequence SET seq = 7 WHERE name = 'events'")  # positions 4-7 were used, then lost
+    old.commit()
+    old.close()
+
+    log = SqliteEventLog(path)
+    try:
+        assert [(e.position, e.id, e.stream, e.version, e.data, e.metadata) for e in log.read_all()] == [
+            (1, "e0", "a", 0, b'{"n":0}', {}), (2, "e1", "b", 0, b'{"n":1}', {"k": "v"}), (3, "e2", "a", 1, b'{"n":2}', {})]
+        assert log.stream_version("a") == 1 and log.read_checkpoint("relay") == 2
+        with pytest.raises(WrongExpectedVersion):
+            log.append("a", new_events(1), 0)
+        log.append("a", new_events(1), 1)
+        log.append("c", new_events(1), NO_STREAM)
+        assert [(e.stream, e.version, e.position) for e in log.read_all(after=3)] == [("a", 2, 8), ("c", 0, 9)]
+        assert [e.version for e in log.read_stream("a")] == [0, 1, 2]
+    finally:
+        log.close()
+    log = SqliteEventLog(path)  # opened again: already migrated, nothing changes
+    try:
+        assert log._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert [e.position for e in log.read_all()] == [1, 2, 3, 8, 9]
     finally:
         log.close()
