@@ -7,7 +7,7 @@ EventLogUnavailable is raised (an infrastructure error: the caller's work waits,
 An append whose connection was lost after it was sent has an unknown outcome: it is sent again, and if
 that fails on the versions, the ids or a checkpoint, the log is asked whether the first one committed
 (its event ids present, or its checkpoints at their new values), which makes the retry idempotent
-(event ids are derived from (stream, version): the same append always carries the same ids).
+(the append sent again carries the event ids it was sent with).
 
 Schema. `migrate(dsn)` (`sluice migrate`) creates or updates the tables and `sluice_append` and records
 SCHEMA_VERSION; an instance opened with `migrate=False` only checks that version (EventLogNotMigrated
