@@ -22,6 +22,8 @@ class SqlEventLogBase:
     `PLACEHOLDER` ("?" or "%s"). Their appends hold `_lock`."""
 
     PLACEHOLDER = "?"
+    OF_STREAM = "stream = {p}"
+    """The condition on events of one stream, by its name (read_stream, stream_version)."""
     _conn: Any
     _subscribers: Subscribers
     _commits: GroupCommit[Any] | None
@@ -41,7 +43,7 @@ class SqlEventLogBase:
         raise NotImplementedError
 
     def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
-        query = f"SELECT {COLUMNS} FROM events WHERE stream = {{p}} AND version >= {{p}} ORDER BY version"
+        query = f"SELECT {COLUMNS} FROM events WHERE {self.OF_STREAM} AND version >= {{p}} ORDER BY version"
         if limit is None:
             rows = self._query(query, (stream, from_version))
         else:
@@ -49,7 +51,8 @@ class SqlEventLogBase:
         return [self._to_event(row) for row in rows]
 
     def stream_version(self, stream: str) -> int:
-        return self._query("SELECT COALESCE(MAX(version), {p}) FROM events WHERE stream = {p}", (NO_STREAM, stream))[0][0]
+        return self._query(f"SELECT COALESCE(MAX(version), {{p}}) FROM events WHERE {self.OF_STREAM}",
+                           (NO_STREAM, stream))[0][0]
 
     def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
         # Gap-free as it is: every adapter makes positions visible in commit order (see its docstring).

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from sluice.clock import Clock, SystemClock
-from sluice.eventlog.sql import COLUMNS, SqlEventLogBase
+from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog import deferred
 from sluice.eventlog.group_commit import GroupCommit
 from sluice.sqlite_wal import SYNCHRONOUS, WalCheckpointer, WalFsync, open_wal
@@ -79,6 +79,8 @@ many streams dirties fewer pages of it than with the names, and their number gre
 class SqliteEventLog(SqlEventLogBase):
     """The EventLog port over SQLite. Thread-safe: one connection behind a lock."""
 
+    OF_STREAM = "stream_id = (SELECT id FROM streams WHERE name = {p})"
+
     @staticmethod
     def _timestamp(stored: str) -> datetime:
         return datetime.fromisoformat(stored)
@@ -127,19 +129,6 @@ class SqliteEventLog(SqlEventLogBase):
         elif appended:
             self._subscribers.notify(appended)
         return versions
-
-    def read_stream(self, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
-        query = (f"SELECT {COLUMNS} FROM events WHERE stream_id = (SELECT id FROM streams WHERE name = ?)"
-                 " AND version >= ? ORDER BY version")
-        if limit is None:
-            rows = self._query(query, (stream, from_version))
-        else:
-            rows = self._query(query + " LIMIT ?", (stream, from_version, limit))
-        return [self._to_event(row) for row in rows]
-
-    def stream_version(self, stream: str) -> int:
-        return self._query("SELECT COALESCE(MAX(version), ?) FROM events"
-                           " WHERE stream_id = (SELECT id FROM streams WHERE name = ?)", (NO_STREAM, stream))[0][0]
 
     def _read_durable_to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
         """`read_all_to_head` as subscribers are served: up to the first deferred commit not durable yet."""
