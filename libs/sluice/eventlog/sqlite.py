@@ -307,7 +307,8 @@ def _known_streams(conn: sqlite3.Connection, names: list[str]) -> dict[str, tupl
             f"WITH names(name) AS (VALUES {','.join(['(?)'] * len(chunk))})"
             " SELECT streams.name, streams.id, (SELECT MAX(version) FROM events WHERE stream_id = streams.id)"
             " FROM names JOIN streams ON streams.name = names.name", chunk)
-        known.update((name, (stream_id, NO_STREAM if version is None else version)) for name, stream_id, version in rows)
+        known.update((name, (stream_id, NO_STREAM if version is None else version))
+                     for name, stream_id, version in rows)
     return known
 
 

@@ -132,7 +132,8 @@ def test_a_file_of_before_the_streams_table_is_brought_to_todays_schema_with_its
     log = SqliteEventLog(path)
     try:
         assert [(e.position, e.id, e.stream, e.version, e.data, e.metadata) for e in log.read_all()] == [
-            (1, "e0", "a", 0, b'{"n":0}', {}), (2, "e1", "b", 0, b'{"n":1}', {"k": "v"}), (3, "e2", "a", 1, b'{"n":2}', {})]
+            (1, "e0", "a", 0, b'{"n":0}', {}), (2, "e1", "b", 0, b'{"n":1}', {"k": "v"}),
+            (3, "e2", "a", 1, b'{"n":2}', {})]
         assert log.stream_version("a") == 1 and log.read_checkpoint("relay") == 2
         with pytest.raises(WrongExpectedVersion):
             log.append("a", new_events(1), 0)
