@@ -306,9 +306,10 @@ async def _measure(bus_kind: str, tmp: Path, rate: float, schedules: int, count:
     progress(f"[e2e-latency] CPU {total:.2f} s, {total / count * 1000:.2f} ms per notification: {shares}")
     if split is not None:
         loop_thread, process, system = split
+        others = (process - loop_thread) / count * 1000
         progress(f"[e2e-latency] of it per notification: the event loop's thread {loop_thread / count * 1000:.2f} ms,"
-                 f" the other threads (bus and log writes, fsyncs, snapshot writes) {(process - loop_thread) / count * 1000:.2f}"
-                 f" ms; in the kernel {system / max(process, 1e-9):.0%}")
+                 f" the other threads (bus and log writes, fsyncs, snapshot writes) {others:.2f} ms;"
+                 f" in the kernel {system / max(process, 1e-9):.0%}")
     if behind > 0.05:  # the producer was held back: embedded, by the services on its loop; else by the machine
         intended = [(received[nid] - due[nid]) * 1000 for nid in due if nid in received]
         progress(f"[e2e-latency] from the intended send times instead (what a producer that is not held back"

@@ -20,10 +20,14 @@ def derived_id(*parts: str) -> str:
     """A stable id derived from other ids: the same inputs always give the same id (idempotent retries).
 
     It is uuid5(NAMESPACE_URL, "sluice:" + "/".join(parts)), computed without building UUID objects:
-    every append derives one per event."""
+    every fire derives its next job's."""
     x = _sha1(_NAMESPACE_PREFIX + "/".join(parts).encode()).hexdigest()
     # the version (5) in the third group's first digit, RFC 9562's variant in the fourth's
     return f"{x[:8]}-{x[8:12]}-5{x[13:16]}-{_VARIANT[x[16]]}{x[17:20]}-{x[20:32]}"
+
+
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+"""RFC 9562's variant bits (10xx) in the fourth group's first hex digit."""
 
 
 def time_ordered_id(at: datetime, *parts: str) -> str:
@@ -67,6 +71,3 @@ def run_id_for(job_id: str) -> str:
     """One run per job: a redelivered launch request maps to the same run and is ignored."""
     return derived_id("run", job_id)
 
-
-_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
-"""RFC 9562's variant bits (10xx) in the fourth group's first hex digit."""

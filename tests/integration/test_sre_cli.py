@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,13 @@ def test_bad_input_is_one_line(data_dir, args, text):
 def test_an_unreadable_log_or_a_missing_data_dir_is_one_line(tmp_path):
     one_line_error(sluice("log", "stats", "--data-dir", str(tmp_path / "missing")), "no event log at")
     one_line_error(sluice("log", "stats", "--event-log", "postgresql://nobody@127.0.0.1:1/none"), "cannot open the event log")
+
+
+def test_a_log_written_by_a_later_release_is_one_line(data_dir):
+    log = sqlite3.connect(data_dir / "events.db")
+    log.execute("PRAGMA user_version = 99")
+    log.close()
+    one_line_error(sluice("log", "stats", "--data-dir", str(data_dir)), "newer than this release's")
 
 
 async def dead_letter(bus, payload: bytes) -> None:

@@ -50,13 +50,14 @@ class EventLogUnavailable(Exception):
     adapter's own retries; retrying later is right, and the work waits rather than being dead-lettered.
 
     An append that raises it did not finish: the adapter retried one whose outcome it could not know, and
-    a retry that finds the append's event ids (derived from stream and version) already in the log returns
+    a retry that finds the append's event ids (the ones it was first sent with) already in the log returns
     as committed. When it still raises, the append may yet have committed, so a caller retries with the same
     ids (or reloads and decides again): a duplicate id then means it was written."""
 
 
 class EventLogNotMigrated(Exception):
-    """The store's schema is missing or older than this code's (PostgreSQL): run `sluice migrate`."""
+    """The store's schema is missing or older than this code's (PostgreSQL: run `sluice migrate`), or newer (a
+    later release wrote it)."""
 
 
 @dataclass(frozen=True)

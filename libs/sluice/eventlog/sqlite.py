@@ -36,6 +36,7 @@ from sluice.eventlog.port import (
     NO_STREAM,
     Checkpoint,
     DuplicateEventId,
+    EventLogNotMigrated,
     RecordedEvent,
     StreamAppend,
     check_expected_checkpoints,
@@ -216,30 +217,45 @@ def _connect(path: str) -> sqlite3.Connection:
     if not in_memory:
         open_wal(conn)  # synchronous=FULL: see sluice.sqlite_wal
     conn.execute("PRAGMA cache_size=-65536")
-    _migrate(conn)
+    try:
+        _migrate(conn, path)
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
     """Create the schema, or bring a file written before the streams table to it (in one transaction:
-    another instance opening the file at the same time waits, then finds it done)."""
-    if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+    another instance opening the file at the same time waits, then finds it done). A file of a newer
+    schema is refused: this release would write it wrong."""
+    if _schema_version(conn, path) == SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if conn.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+        if _schema_version(conn, path) != SCHEMA_VERSION:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(events)")}
-            if columns and "stream_id" not in columns:
+            before_streams = bool(columns) and "stream_id" not in columns
+            if before_streams:
                 conn.execute("ALTER TABLE events RENAME TO events_before_streams")
             for statement in _SCHEMA:
                 conn.execute(statement)
-            if columns and "stream_id" not in columns:
+            if before_streams:
                 _copy_with_stream_ids(conn)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
+
+
+def _schema_version(conn: sqlite3.Connection, path: str) -> int:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise EventLogNotMigrated(f"the SQLite event log {path} has schema version {version}, newer than this "
+                                  f"release's {SCHEMA_VERSION}: open it with the release that wrote it")
+    return version
 
 
 def _copy_with_stream_ids(conn: sqlite3.Connection) -> None:
@@ -292,10 +308,12 @@ def _stream_versions(conn: sqlite3.Connection, streams: list[str]) -> dict[str, 
     numbered here, in order (NO_STREAM: no events yet). `MAX(version) ... IN (...) GROUP BY` walked
     every event of each stream: its cost grew with the stream's length."""
     found = _known_streams(conn, streams)
-    new = [(name,) for name in streams if name not in found]
+    new = [name for name in streams if name not in found]
     if new:
-        conn.executemany("INSERT INTO streams (name) VALUES (?)", new)
-        found.update(_known_streams(conn, [name for name, in new]))
+        conn.executemany("INSERT INTO streams (name) VALUES (?)", [(name,) for name in new])
+        # consecutive ids, as positions are (see the module docstring): the largest plus one, one writer
+        first = conn.execute("SELECT last_insert_rowid()").fetchone()[0] - len(new) + 1
+        found.update((name, (stream_id, NO_STREAM)) for stream_id, name in enumerate(new, start=first))
     return found
 
 

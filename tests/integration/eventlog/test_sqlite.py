@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sluice.clock import Clock
-from sluice.eventlog import NO_STREAM, EventLog, WrongExpectedVersion
+from sluice.eventlog import NO_STREAM, EventLog, EventLogNotMigrated, WrongExpectedVersion
 from sluice.eventlog.sqlite import SCHEMA_VERSION, SqliteEventLog
 
 from tests.integration.eventlog.contract import DurableEventLogContract, EventLogContract, new_events
@@ -149,3 +149,17 @@ def test_a_file_of_before_the_streams_table_is_brought_to_todays_schema_with_its
         assert [e.position for e in log.read_all()] == [1, 2, 3, 8, 9]
     finally:
         log.close()
+
+
+def test_a_file_of_a_newer_schema_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = _file(tmp_path)
+    SqliteEventLog(path).close()
+    newer = sqlite3.connect(path)
+    newer.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    newer.close()
+
+    with pytest.raises(EventLogNotMigrated, match=f"schema version {SCHEMA_VERSION + 1}, newer than this release's"):
+        SqliteEventLog(path)
+    again = sqlite3.connect(path)
+    assert again.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    again.close()
