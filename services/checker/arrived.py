@@ -1,11 +1,11 @@
 """The launch requests of jobs admitted as they arrived, kept from their JobTriggered messages.
 
-A job admitted unchanged (not joined: its JobAdmitted holds the very Job parsed from its message)
+A job admitted unchanged (not joined: its JobsAdmitted holds the very Job parsed from its message)
 goes to the launcher as the same Job message: the checker's route takes it from here instead of
-decoding the JobAdmitted's JSON and encoding the job again. A JobTriggered and a LaunchRequested
+decoding the JobsAdmitted's JSON and encoding the job again. A JobTriggered and a LaunchRequested
 are both `Job job = 1` alone (SAME_SHAPE), so the bytes that arrived are the launch request's. The
-route still runs on the event read back from the log, after its append committed, and finds it by
-its stream version, which only that committed append can hold. Whatever is not here (a job joined
+route still runs on the event read back from the log, after its append committed, and finds its
+launches by its stream version, which only that committed append can hold. Whatever is not here (a job joined
 or queued first, a restart, a relay far behind) is routed from the event as before.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from sluice.bus.topics import LAUNCH_REQUESTS
-from sluice.domain.checking import JobAdmitted
+from sluice.domain.checking import JobsAdmitted
 from sluice.domain.jobs import Job
 from sluice.runtime.outbox import Outgoing
 from sluice.v1 import jobs_pb2
@@ -42,8 +42,8 @@ class ArrivedJobs:
         """What the kept launch requests count (LAUNCHES_KEPT_BYTES)."""
         self._arrived: dict[int, tuple[Job, bytes]] = {}
         """id(job) -> (the job parsed, its JobTriggered's bytes), until a decision appended."""
-        self._launches: dict[int, Outgoing] = {}
-        """Queue stream version of a JobAdmitted -> its launch request."""
+        self._launches: dict[int, list[Outgoing | None]] = {}
+        """Queue stream version of a JobsAdmitted -> the launch request of each of its jobs (None: not kept)."""
 
     def keep(self, job: Job, triggered: bytes) -> None:
         """`job` parsed from the JobTriggered `triggered`."""
@@ -57,25 +57,31 @@ class ArrivedJobs:
         """The events one decision appended to the queue stream, the last at `last_version`."""
         first = last_version - len(events) + 1
         for offset, event in enumerate(events):
-            if type(event) is JobAdmitted:
-                arrived = self._arrived.get(id(event.job))
-                if arrived is not None and arrived[0] is event.job:
-                    self._keep_launch(first + offset, Outgoing(LAUNCH_REQUESTS, event.job.id, arrived[1]))
+            if type(event) is JobsAdmitted:
+                launches = [Outgoing(LAUNCH_REQUESTS, job.id, arrived[1])
+                            if (arrived := self._arrived.get(id(job))) is not None and arrived[0] is job else None
+                            for job in event.jobs]
+                if any(launches):
+                    self._keep_launches(first + offset, launches)
         self._arrived.clear()
 
-    def launch_at(self, version: int) -> Outgoing | None:
-        """The launch request of the JobAdmitted at this version of the queue stream, once."""
-        launch = self._launches.pop(version, None)
-        if launch is not None:
-            self._launch_bytes -= len(launch.value) + LAUNCH_OVERHEAD
-        return launch
+    def launches_at(self, version: int) -> list[Outgoing | None] | None:
+        """The launch requests of the JobsAdmitted at this version of the queue stream (None for a job
+        not kept), once; None when none was kept."""
+        launches = self._launches.pop(version, None)
+        if launches is not None:
+            self._launch_bytes -= _bytes(launches)
+        return launches
 
-    def _keep_launch(self, version: int, launch: Outgoing) -> None:
-        self._launch_bytes += len(launch.value) + LAUNCH_OVERHEAD
-        while self._launch_bytes > self._launches_kept_bytes and self._launches:
-            oldest = self._launches.pop(next(iter(self._launches)))
-            self._launch_bytes -= len(oldest.value) + LAUNCH_OVERHEAD
-        if self._launch_bytes > self._launches_kept_bytes:  # larger alone than the bound: not kept
-            self._launch_bytes -= len(launch.value) + LAUNCH_OVERHEAD
+    def _keep_launches(self, version: int, launches: list[Outgoing | None]) -> None:
+        size = _bytes(launches)
+        while self._launch_bytes + size > self._launches_kept_bytes and self._launches:
+            self._launch_bytes -= _bytes(self._launches.pop(next(iter(self._launches))))
+        if size > self._launches_kept_bytes:  # larger alone than the bound: not kept
             return
-        self._launches[version] = launch
+        self._launch_bytes += size
+        self._launches[version] = launches
+
+
+def _bytes(launches: list[Outgoing | None]) -> int:
+    return sum(len(launch.value) + LAUNCH_OVERHEAD for launch in launches if launch is not None)

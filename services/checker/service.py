@@ -16,6 +16,7 @@ from sluice.domain.checking import (
     CheckTime,
     EnqueueJob,
     JobAdmitted,
+    JobsAdmitted,
     ObserveRun,
 )
 from sluice.eventlog.codec import EventTypes
@@ -34,7 +35,7 @@ from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_from_bytes, parse_bus_message
-from sluice.wire.job_json import job_message
+from sluice.wire.job_json import job_message, jobs_messages
 from sluice.wire.jobs import job_from_proto
 from sluice.wire.schedules import parse_schedule_change
 from sluice_services.catalogue import CHECKER
@@ -152,13 +153,19 @@ class CheckerService:
         return {w.job_id: w for w in decision.waiting}
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
-        if recorded.stream != QUEUE_STREAM or recorded.type != JobAdmitted.__name__:
+        if recorded.stream != QUEUE_STREAM:
             return []
-        launch = self._arrived.launch_at(recorded.version)
-        if launch is not None:
-            return [launch]
-        message = job_message(recorded, TYPES, jobs_pb2.LaunchRequested)
-        return [Outgoing(LAUNCH_REQUESTS, message.job.id, message.SerializeToString())]
+        if recorded.type == JobsAdmitted.__name__:
+            kept = self._arrived.launches_at(recorded.version)
+            if kept is not None and None not in kept:
+                return kept
+            built = [Outgoing(LAUNCH_REQUESTS, message.job.id, message.SerializeToString())
+                     for message in jobs_messages(recorded, TYPES, jobs_pb2.LaunchRequested)]
+            return built if kept is None else [launch or made for launch, made in zip(kept, built)]
+        if recorded.type == JobAdmitted.__name__:  # a log's admissions before JobsAdmitted
+            message = job_message(recorded, TYPES, jobs_pb2.LaunchRequested)
+            return [Outgoing(LAUNCH_REQUESTS, message.job.id, message.SerializeToString())]
+        return []
 
     def _decide(self, commands: list[CheckerCommand], checkpoints: list[Checkpoint] = ()) -> bool:
         """One attempt: decide on the queue and append with the checkpoints; whether it appended.

@@ -9,7 +9,7 @@ identified by schedule and triggering partitions (or the upstream run, for the c
 Counted per notification: each expected partition (or upstream run) must reach its schedule's program
 exactly once (ledger), in exactly one triggered job (checker's jobs: a job that joined a waiting one
 counts in the run that got its notifications) and in exactly one run record that ended (launcher's
-runs); every job must be admitted at most once (the log's JobAdmitted events).
+runs); every job must be admitted at most once (the log's JobsAdmitted events).
 
 The seed is printed; SLUICE_KILL_SEED=<seed> repeats a sequence of kills."""
 from __future__ import annotations
@@ -224,7 +224,7 @@ def logged_events(event_log: PostgresEventLog) -> list:
 def admitted_twice(events: list) -> list[str]:
     """A job admitted more than once took a second slot of its constraints (the launcher ignores the
     second launch request, so no other count shows it)."""
-    admitted = Counter(json.loads(bytes(e.data))["job"]["id"] for e in events if e.type == "JobAdmitted")
+    admitted = Counter(job["id"] for e in events if e.type == "JobsAdmitted" for job in json.loads(bytes(e.data))["jobs"])
     twice = sorted(job_id for job_id, n in admitted.items() if n > 1)
     return [f"{len(twice)} jobs admitted more than once, e.g. {twice[:8]}"] if twice else []
 

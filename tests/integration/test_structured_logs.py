@@ -94,7 +94,7 @@ def test_a_job_can_be_followed_by_its_ids_through_json_lines(tmp_path):
     journal = [line for line in found if line["logger"] == "sluice.journal"]
     hourly = ids["hourly_counts"]
     events = [line["event"] for line in journal if line.get("schedule_id") == hourly]
-    for event in ("JobTriggered", "JobAdmitted", "RunRequested", "RunStarted", "RunCompleted"):
+    for event in ("JobTriggered", "JobsAdmitted", "RunRequested", "RunStarted", "RunCompleted"):
         assert event in events, (event, events)
     job_id = next(line["job_id"] for line in journal if line["event"] == "RunRequested"
                   and line["schedule_id"] == hourly)

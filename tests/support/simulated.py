@@ -9,6 +9,7 @@ timer. Launch requests are collected from the bus with the simulated time they w
 No sleeping: `advance()` moves the clock from one due timer to the next."""
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -91,7 +92,7 @@ class SimulatedScheduler:
                              [Subscription("scenario-launches", {LAUNCH_REQUESTS: self._record_launch})])
         self._started = False
         self._position = 0
-        self._admitted_at: dict[str, int] = {}
+        self._admitted_at: dict[tuple[str, str], tuple[int, int]] = {}
         self._seen: list[tuple[str, Launch]] = []
 
     # -- what users do ---------------------------------------------------------------------------
@@ -167,11 +168,13 @@ class SimulatedScheduler:
         while events := self.log.read_all(self._position, 1000):
             for event in events:
                 self.jobs.apply(event)
-                if event.type == "JobAdmitted":
-                    self._admitted_at[event.id] = event.position
+                if event.type == "JobsAdmitted":
+                    for index, job in enumerate(json.loads(event.data)["jobs"]):
+                        self._admitted_at[event.id, job["id"]] = event.position, index
             self._position = events[-1].position
         seen, self._seen = self._seen, []
-        self.launches += [launch for _, launch in sorted(seen, key=lambda pair: self._admitted_at[pair[0]])]
+        self.launches += [launch for _, launch in sorted(
+            seen, key=lambda pair: self._admitted_at[pair[0], pair[1].job.id])]
 
     async def _record_launch(self, record: Record) -> None:
         event_id = dict(record.headers)[EVENT_ID_HEADER].decode()

@@ -18,7 +18,7 @@ from sluice.domain.backfills import (
     RunScheduleNow,
     StartBackfill,
 )
-from sluice.domain.checking import CheckerState, CheckTime, JobAdmitted, ObserveRun, ObserveSchedule
+from sluice.domain.checking import CheckerState, CheckTime, ObserveRun, ObserveSchedule, admitted_jobs
 from sluice.domain.common import PartitionCommitted, PartitionRef, ProgramRef, RunStatus
 from sluice.domain.constraints import (
     ConcurrencyConstraint,
@@ -56,7 +56,7 @@ def step(state: CheckerState, command, now: datetime = T0):
 
 
 def admitted(events) -> list:
-    return [e.job for e in events if isinstance(e, JobAdmitted)]
+    return admitted_jobs(events)
 
 
 def partitions() -> tuple[CandidatePartition, ...]:

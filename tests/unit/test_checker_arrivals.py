@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from sluice.bus.port import Record
 from sluice.clock import SimulatedClock
-from sluice.domain.checking import QUEUE_STREAM, EnqueueJob
+from sluice.domain.checking import QUEUE_STREAM, EnqueueJob, admitted_jobs
 from sluice.domain.common import ProgramRef
 from sluice.domain.constraints import DelayConstraint
 from sluice.domain.jobs import Job, TriggerContext
@@ -25,7 +25,7 @@ def arriving(offset: int, *constraints) -> tuple[Record, EnqueueJob]:
 
 
 def admitted(log: SqliteEventLog) -> list[str]:
-    return [TYPES.decode(event).job.id for event in log.read_stream(QUEUE_STREAM) if event.type == "JobAdmitted"]
+    return [job.id for job in admitted_jobs(TYPES.decode(event) for event in log.read_stream(QUEUE_STREAM))]
 
 
 async def test_a_job_arriving_after_a_waiting_one_fell_due_admits_both_before_the_timer_fires():

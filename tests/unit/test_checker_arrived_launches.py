@@ -1,5 +1,5 @@
 """The checker's route sends a job admitted as it arrived as the Job message it arrived in
-(sluice_services.checker.arrived): the same bytes as the route decoding the JobAdmitted from the
+(sluice_services.checker.arrived): the same bytes as the route decoding the JobsAdmitted from the
 log, which a restarted checker (or a joined job) still does."""
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from datetime import datetime, timezone
 from sluice.bus.port import Record
 from sluice.bus.topics import JOBS
 from sluice.clock import SimulatedClock
-from sluice.domain.checking import QUEUE_STREAM, JobAdmitted
+from sluice.domain.checking import QUEUE_STREAM, JobAdmitted, JobsAdmitted
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.constraints import DelayConstraint
 from sluice.domain.jobs import Job, RetryPolicy, TriggerContext, WaitingJobPolicy
+from sluice.eventlog.codec import encode
+from sluice.eventlog.port import NO_STREAM, StreamAppend
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import jobs_pb2
 from sluice.wire.jobs import job_to_proto
@@ -52,6 +54,34 @@ async def test_jobs_admitted_on_arrival_launch_with_the_bytes_the_logged_event_g
     log.close()
 
 
+async def test_an_admission_of_kept_and_unkept_jobs_launches_each_with_the_bytes_the_logged_event_gives():
+    log, clock = SqliteEventLog(), SimulatedClock(T0)
+    checker = CheckerService(log, clock)
+    checker.recover()
+    large = Notification("n1", T0, PartitionCommitted("ns", "d", tuple(
+        PartitionRef({"day": str(day)}, f"/d/day={day}/" + "x" * 64) for day in range(KEPT_BYTES // 64))))
+    records = [triggered(0), triggered(1, notifications=(large,)), triggered(2)]
+    await checker.apply([(record, checker.parse_job_triggered(record)) for record in records])
+    [admitted] = [event for event in log.read_stream(QUEUE_STREAM) if event.type == "JobsAdmitted"]
+    assert [launch is None for launch in checker._arrived.launches_at(admitted.version)] == [False, True, False]
+
+    await checker.apply([(record, checker.parse_job_triggered(record)) for record in
+                         [triggered(3), triggered(4, notifications=(large,)), triggered(5)]])
+    sent = launches(checker, log)
+    assert [key for key, _ in sent] == ["s0-j1", "s1-j1", "s2-j1", "s3-j1", "s4-j1", "s5-j1"]
+    assert sent == launches(CheckerService(log, clock), log)
+    log.close()
+
+
+def test_a_log_of_earlier_versions_launches_its_job_admitted_events():
+    log, clock = SqliteEventLog(), SimulatedClock(T0)
+    job = Job("s0-j1", "s0", 1, P, TriggerContext("s0", "s0"), T0, sequence=1, triggered_at=T0)
+    log.append_batch([StreamAppend(QUEUE_STREAM, [encode(JobAdmitted(job, T0), "e1")], NO_STREAM)])
+    [(key, value)] = launches(CheckerService(log, clock), log)
+    assert key == "s0-j1" and jobs_pb2.LaunchRequested.FromString(value).job == job_to_proto(job)
+    log.close()
+
+
 async def test_a_job_that_waits_first_launches_from_the_logged_event():
     log, clock = SqliteEventLog(), SimulatedClock(T0)
     checker = CheckerService(log, clock)
@@ -72,15 +102,15 @@ def test_a_decision_appended_forgets_the_arrivals_and_keeps_launches_up_to_so_ma
     kept = ArrivedJobs(launches_kept_bytes=2 * (size + LAUNCH_OVERHEAD))
     for job in jobs[:2]:
         kept.keep(job, jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString())
-    kept.appended([JobAdmitted(job, T0) for job in jobs[:2]], last_version=12)  # versions 11 and 12
+    kept.appended([JobsAdmitted((job,), T0) for job in jobs[:2]], last_version=12)  # versions 11 and 12
     kept.keep(jobs[2], jobs_pb2.JobTriggered(job=job_to_proto(jobs[2])).SerializeToString())
-    kept.appended([JobAdmitted(jobs[2], T0)], last_version=13)
-    assert kept.launch_at(11) is None  # the oldest let go
-    launches = [kept.launch_at(v) for v in (12, 13)]
+    kept.appended([JobsAdmitted((jobs[2],), T0)], last_version=13)
+    assert kept.launches_at(11) is None  # the oldest let go
+    launches = [launch for v in (12, 13) for launch in kept.launches_at(v)]
     assert [(o.key, jobs_pb2.LaunchRequested.FromString(o.value).job.id) for o in launches] == [("j1", "j1"), ("j2", "j2")]
-    assert kept.launch_at(12) is None  # once
-    kept.appended([JobAdmitted(jobs[0], T0)], last_version=14)
-    assert kept.launch_at(14) is None  # its arrival was forgotten with the decision before
+    assert kept.launches_at(12) is None  # once
+    kept.appended([JobsAdmitted((jobs[0],), T0)], last_version=14)
+    assert kept.launches_at(14) is None  # its arrival was forgotten with the decision before
 
 
 def test_a_job_triggered_without_its_id_or_not_protobuf_is_malformed():
@@ -99,8 +129,8 @@ def test_a_message_over_kept_bytes_is_not_kept_and_launches_from_its_event():
     kept = ArrivedJobs()
     job = Job("j0", "s0", 1, P, TriggerContext("s0", "s0", {"k": "v" * (KEPT_BYTES + 1)}), T0)
     kept.keep(job, jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString())
-    kept.appended([JobAdmitted(job, T0)], last_version=1)
-    assert kept.launch_at(1) is None
+    kept.appended([JobsAdmitted((job,), T0)], last_version=1)
+    assert kept.launches_at(1) is None
 
 
 def test_a_burst_of_launches_routed_after_its_last_decision_is_all_kept():
@@ -109,5 +139,5 @@ def test_a_burst_of_launches_routed_after_its_last_decision_is_all_kept():
     for start in range(0, len(jobs), 500):
         for job in jobs[start:start + 500]:
             kept.keep(job, jobs_pb2.JobTriggered(job=job_to_proto(job)).SerializeToString())
-        kept.appended([JobAdmitted(job, T0) for job in jobs[start:start + 500]], last_version=start + 500)
-    assert [kept.launch_at(version).key for version in range(1, 10_001)] == [job.id for job in jobs]
+        kept.appended([JobsAdmitted(tuple(jobs[start:start + 500]), T0)], last_version=start // 500 + 1)
+    assert [launch.key for version in range(1, 21) for launch in kept.launches_at(version)] == [job.id for job in jobs]

@@ -14,6 +14,7 @@ from sluice.domain.checking import (
     CheckTime,
     EnqueueJob,
     JobAdmitted,
+    JobsAdmitted,
     JobDeferred,
     JobQueued,
     JobWithdrawn,
@@ -66,7 +67,7 @@ def kinds(events) -> list[str]:
 
 def test_a_job_without_constraints_is_queued_and_admitted_in_one_decision():
     state, events = run(CheckerState(), EnqueueJob(job(1)))
-    assert kinds(events) == ["JobAdmitted"]  # admitted on arrival: one event queues and admits it
+    assert kinds(events) == ["JobsAdmitted"]  # admitted on arrival: one event queues and admits it
     assert not state.queue and state.world.runs == {}  # no constraint counts P's runs: none kept
     assert run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))[1] == []
 
@@ -84,7 +85,7 @@ def test_a_redelivered_job_changes_nothing_even_after_its_run_ended():
     state, _ = run(CheckerState(), EnqueueJob(job(1, ConcurrencyConstraint(1))))
     state, _ = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))
     assert run(state, EnqueueJob(job(1)))[1] == []
-    assert kinds(run(state, EnqueueJob(job(2)))[1]) == ["JobAdmitted"]
+    assert kinds(run(state, EnqueueJob(job(2)))[1]) == ["JobsAdmitted"]
 
 
 def test_jobs_of_one_pass_are_admitted_in_sequence_order_and_a_redelivery_of_the_higher_one_is_a_no_op():
@@ -92,11 +93,11 @@ def test_jobs_of_one_pass_are_admitted_in_sequence_order_and_a_redelivery_of_the
     ("s1-j10" < "s1-j9"). A redelivered job 10 (the matcher's relay publishes at least once) must be
     recognised, also in the state folded from the recorded events."""
     events = checking.decide_admitting(CheckerState(), [EnqueueJob(job(9)), EnqueueJob(job(10))], T0)[0]
-    assert [e.job.sequence for e in events] == [9, 10]
+    assert [job.sequence for job in checking.admitted_jobs(events)] == [9, 10] and len(events) == 1
     folded = checking.fold(CheckerState(), events)
     assert folded.schedules["s1"].last_sequence == 10
     assert run(folded, EnqueueJob(job(10)))[1] == []
-    assert kinds(run(folded, EnqueueJob(job(11)))[1]) == ["JobAdmitted"]
+    assert kinds(run(folded, EnqueueJob(job(11)))[1]) == ["JobsAdmitted"]
 
 
 def test_a_waiting_job_is_deferred_once_and_admitted_when_its_delay_ends():
@@ -106,7 +107,7 @@ def test_a_waiting_job_is_deferred_once_and_admitted_when_its_delay_ends():
     assert checking.next_check(state, T0).wake_at == T0 + timedelta(seconds=60)
     assert run(state, CheckTime(), T0 + timedelta(seconds=30))[1] == []  # not due: nothing recorded
     state, events = run(state, CheckTime(), T0 + timedelta(seconds=60))
-    assert kinds(events) == ["JobAdmitted"] and not state.queue
+    assert kinds(events) == ["JobsAdmitted"] and not state.queue
 
 
 def test_concurrency_slot_is_taken_by_one_job_and_freed_by_the_run_end():
@@ -116,7 +117,7 @@ def test_concurrency_slot_is_taken_by_one_job_and_freed_by_the_run_end():
     assert kinds(events) == ["JobQueued", "JobDeferred"]
     assert checking.next_check(state, T0).wake_at is None  # only a run end can free the slot
     state, events = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.FAILED, T0 + timedelta(minutes=1)))
-    assert kinds(events) == ["RunObserved", "JobAdmitted"] and events[1].job.id == "s1-j2"
+    assert kinds(events) == ["RunObserved", "JobsAdmitted"] and events[1].jobs[0].id == "s1-j2"
 
 
 def test_an_unchanged_run_status_is_not_recorded_again():
@@ -176,11 +177,11 @@ def test_ended_runs_are_forgotten_beyond_what_the_constraints_need():
 def test_high_priority_passes_the_soft_load_limit():
     capacity = Capacity(limit=1, high_priority=5)
     state, events = run(CheckerState(), EnqueueJob(job(1)), capacity=capacity)
-    assert kinds(events) == ["LoadLimited", "JobAdmitted"]
+    assert kinds(events) == ["LoadLimited", "JobsAdmitted"]
     state, events = run(state, EnqueueJob(job(1, schedule="low")), capacity=capacity)
     assert kinds(events) == ["JobQueued", "JobDeferred"]
     state, events = run(state, EnqueueJob(job(1, schedule="high", priority=5)), capacity=capacity)
-    assert kinds(events) == ["JobAdmitted"]
+    assert kinds(events) == ["JobsAdmitted"]
 
 
 def test_replaying_the_events_gives_the_same_state():
@@ -193,7 +194,7 @@ def test_replaying_the_events_gives_the_same_state():
         state, events = run(state, command, now)
         history += events
     assert checking.fold(CheckerState(), history) == state
-    assert {type(e) for e in history} >= {ScheduleTracked, JobQueued, JobDeferred, JobAdmitted, RunObserved}
+    assert {type(e) for e in history} >= {ScheduleTracked, JobQueued, JobDeferred, JobsAdmitted, RunObserved}
     assert not any(isinstance(e, ScheduleUntracked) for e in history)
     assert replace(state, queue={}) == state  # everything was admitted
 
@@ -208,12 +209,15 @@ def test_a_queued_job_leaves_the_state_before_it_unchanged():
 
 
 def test_admitted_on_arrival_folds_to_what_queued_then_admitted_folds_to():
-    """A JobAdmitted with no JobQueued before it stands for both (the log of earlier versions has both)."""
+    """A job admitted with no JobQueued before it: the JobsAdmitted stands for both (the log of earlier
+    versions has both), and folds as the JobAdmitted of earlier versions did."""
     state, _ = run(CheckerState(), ObserveSchedule("s1", schedule("s1", ConcurrencyConstraint(2, group="g"))))
     state, events = run(state, EnqueueJob(job(1, ConcurrencyConstraint(2, group="g"))))
     [admitted] = events
-    assert isinstance(admitted, JobAdmitted)
-    assert checking.fold(state, events) == checking.fold(state, [JobQueued(admitted.job, admitted.at), admitted])
+    assert isinstance(admitted, JobsAdmitted)
+    [fired] = admitted.jobs
+    assert checking.fold(state, events) == checking.fold(state, [JobQueued(fired, admitted.at), admitted])
+    assert checking.fold(state, events) == checking.fold(state, [JobAdmitted(fired, admitted.at)])
     assert run(checking.fold(state, events), EnqueueJob(job(1, ConcurrencyConstraint(2, group="g"))))[1] == []
 
 
@@ -223,12 +227,12 @@ def test_a_group_slot_stays_taken_when_the_jobs_arrive_before_their_schedules_ar
     also with no ScheduleTracked yet to say so: a later pass does not admit a second job of the group."""
     group = ConcurrencyConstraint(1, group="g")
     state, events = run(CheckerState(), EnqueueJob(job(1, group, schedule="a", program=P)))
-    assert kinds(events) == ["JobAdmitted"]
+    assert kinds(events) == ["JobsAdmitted"]
     state, events = run(state, EnqueueJob(job(1, group, schedule="b", program=Q)))
     assert kinds(events) == ["JobQueued", "JobDeferred"]
     assert run(state, CheckTime(), T0 + timedelta(minutes=5))[1] == []
     state, events = run(state, ObserveRun(P, run_id_for("a-j1"), RunStatus.COMPLETED, T0 + timedelta(minutes=6)))
-    assert kinds(events) == ["RunObserved", "JobAdmitted"] and events[1].job.id == "b-j1"
+    assert kinds(events) == ["RunObserved", "JobsAdmitted"] and events[1].jobs[0].id == "b-j1"
 
 CONSTRAINTS = st.lists(st.sampled_from([
     ConcurrencyConstraint(1), ConcurrencyConstraint(2), ConcurrencyConstraint(1, group="g"),
@@ -318,7 +322,7 @@ def test_a_pass_over_the_jobs_a_batch_concerns_decides_what_a_pass_over_the_whol
             events, after = checking.decide_admitting(partial, commands, now, capacity, settled=settled)
             assert events == expected
             whole, partial = checking.fold(whole, expected), checking.fold(partial, events)
-            admitted += [event.job for event in events if isinstance(event, JobAdmitted)]
+            admitted += checking.admitted_jobs(events)
             by_program: dict = {}
             for job_id, queued in partial.queue.items():
                 by_program.setdefault(queued.job.program, set()).add(job_id)

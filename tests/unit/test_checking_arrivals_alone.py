@@ -91,15 +91,21 @@ def test_a_poll_with_two_jobs_of_one_schedule_takes_the_general_path():
 
 
 def one_by_one(state: CheckerState, events: list) -> CheckerState:
+    """evolve of each event, a JobsAdmitted as the JobAdmitted of each of its jobs alone (earlier logs')."""
     for event in events:
-        state = checking.evolve(state, event)
+        if isinstance(event, checking.JobsAdmitted):
+            for job in event.jobs:
+                state = checking.evolve(state, checking.JobAdmitted(job, event.at, job.id in event.forced))
+        else:
+            state = checking.evolve(state, event)
     return state
 
 
 @pytest.mark.parametrize("seed", range(100))
 def test_fold_of_a_burst_admitted_on_arrival_is_evolve_one_event_at_a_time(seed):
-    """`fold` takes a run of jobs admitted on arrival that only mark their schedules seen in one edit:
-    the same state as evolving each event, whatever else the queue holds, watches or tracks."""
+    """A JobsAdmitted takes a run of jobs admitted on arrival that only mark their schedules seen in one
+    edit: the same state as evolving each job's admission alone, whatever else the queue holds, watches
+    or tracks."""
     rng = random.Random(seed)
     state, settled, arrivals = scenario(seed)
     unconstrained = [EnqueueJob(replace(fired(rng, f"burst-{index}", rng.randrange(1, 3),
@@ -111,7 +117,8 @@ def test_fold_of_a_burst_admitted_on_arrival_is_evolve_one_event_at_a_time(seed)
         for previous in (settled, None):
             events, _ = checking.decide_admitting(state, commands_now, now, settled=previous)
             assert checking.fold(state, events) == one_by_one(state, events)
-    again = [checking.JobAdmitted(command.job, now) for command in unconstrained]
-    later = [checking.JobAdmitted(replace(command.job, id=command.job.id + "-next", sequence=command.job.sequence + 1),
-                                  now) for command in unconstrained]
-    assert checking.fold(state, [*again, *later]) == one_by_one(state, [*again, *later])
+    again = [command.job for command in unconstrained]
+    later = [replace(command.job, id=command.job.id + "-next", sequence=command.job.sequence + 1)
+             for command in unconstrained]
+    admitted = [checking.JobsAdmitted(tuple(again), now), checking.JobsAdmitted(tuple(later), now)]
+    assert checking.fold(state, admitted) == one_by_one(state, admitted)

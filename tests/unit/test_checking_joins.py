@@ -10,7 +10,6 @@ from sluice.domain.checking import (
     CheckerState,
     CheckTime,
     EnqueueJob,
-    JobAdmitted,
     NotificationsJoined,
     ObserveRun,
     ObserveSchedule,
@@ -67,14 +66,14 @@ def test_a_fire_while_a_job_waits_joins_it_and_the_one_run_gets_every_notificati
     state, events = run(state, EnqueueJob(job(4, ONE_AT_A_TIME)))
     assert kinds(events) == ["NotificationsJoined"] and list(state.queue) == ["s1-j2"]
     state, events = run(state, ObserveRun(P, run_id_for("s1-j1"), RunStatus.COMPLETED, T0))
-    (admitted,) = [e for e in events if isinstance(e, JobAdmitted)]
-    assert admitted.job.id == "s1-j2" and hours_of(admitted.job) == ["02", "03", "04"]
+    (admitted,) = checking.admitted_jobs(events)
+    assert admitted.id == "s1-j2" and hours_of(admitted) == ["02", "03", "04"]
     assert not state.queue and not state.joinable
 
 
 def test_a_job_already_admitted_is_never_joined():
     state, events = run(CheckerState(), EnqueueJob(job(1, ONE_AT_A_TIME)))
-    assert kinds(events) == ["JobAdmitted"]
+    assert kinds(events) == ["JobsAdmitted"]
     state, events = run(state, EnqueueJob(job(2, ONE_AT_A_TIME)))
     assert kinds(events) == ["JobQueued", "JobDeferred"]  # waits as a job of its own: job 1 is PENDING_LAUNCH
     assert hours_of(state.queue["s1-j2"].job) == ["02"]
@@ -144,9 +143,9 @@ def test_seed_scenario_1_five_partitions_within_the_interval_make_two_runs():
     for minute in range(5):
         now = T0 + timedelta(minutes=minute)
         state, events = run(state, EnqueueJob(job(minute + 1, interval, at=now)), now=now)
-        launched += [e.job for e in events if isinstance(e, JobAdmitted)]
+        launched += checking.admitted_jobs(events)
     state, events = run(state, CheckTime(), now=T0 + timedelta(minutes=5))
-    launched += [e.job for e in events if isinstance(e, JobAdmitted)]
+    launched += checking.admitted_jobs(events)
     assert [hours_of(j) for j in launched] == [["01"], ["02", "03", "04", "05"]]
     assert not state.queue
 

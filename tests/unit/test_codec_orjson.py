@@ -84,7 +84,7 @@ async def test_a_scheduler_run_encodes_as_before(tmp_path):
             await scheduler.finish(launch)
         await scheduler.advance(timedelta(minutes=5))
         recorded = [r for r in scheduler.log.read_all(0, 10_000) if r.type in ALL_TYPES]
-        assert {"JobTriggered", "JobAdmitted", "NotificationMatched", "ScheduleCreated", "RunObserved"} <= {
+        assert {"JobTriggered", "JobsAdmitted", "NotificationMatched", "ScheduleCreated", "RunObserved"} <= {
             r.type for r in recorded}
         for record in recorded:
             event = ALL_TYPES.decode(record)

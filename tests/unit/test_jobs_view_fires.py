@@ -5,7 +5,7 @@ import gc
 from datetime import timedelta
 
 from sluice.eventlog import codec
-from sluice.domain.checking import JobAdmitted
+from sluice.domain.checking import JobAdmitted, JobsAdmitted
 from sluice.domain.jobs import JobState
 from sluice.domain.matching import JobTriggered, MatchNotification, stream_name
 from sluice.domain.runs import RunRequested
@@ -62,6 +62,17 @@ def test_admission_and_run_are_read_from_the_events_carrying_the_whole_job():
         (JobState.PENDING_LAUNCH, later, "timed out, launch forced"),
         (JobState.LAUNCHED, later + timedelta(seconds=1), "run run-1")]
     assert job.notifications == 1 and job.created_at == fired.job.created_at
+
+
+def test_an_admission_of_several_jobs_moves_each_to_pending_launch():
+    _, events = run(observed(schedule()), MatchNotification(notification(0)), MatchNotification(notification(1)))
+    fired = [event.job for event in events if isinstance(event, JobTriggered)]
+    later = T0 + timedelta(minutes=5)
+    view = JobsView()
+    for event in recorded([*events, JobsAdmitted(tuple(fired), later, forced=(fired[1].id,))]):
+        view.apply(event)
+    assert [(view.get(job.id).state, view.get(job.id).history[-1].cause) for job in fired] == [
+        (JobState.PENDING_LAUNCH, "constraints met"), (JobState.PENDING_LAUNCH, "timed out, launch forced")]
 
 
 def test_a_jobs_history_leaves_the_cyclic_collector_alone():

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluice.domain.checking import JobAdmitted
+from sluice.domain.checking import JobAdmitted, JobsAdmitted
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef, ProgramStatusChanged, RunStatus
 from sluice.domain.constraints.specs import (
     ConcurrencyConstraint,
@@ -26,11 +26,11 @@ from sluice.domain.matching import JobTriggered
 from sluice.eventlog.codec import EventTypes, encode, from_jsonable
 from sluice.eventlog.port import RecordedEvent
 from sluice.v1 import jobs_pb2
-from sluice.wire.job_json import event_job_fields, job_message
+from sluice.wire.job_json import event_job_fields, job_message, jobs_messages
 from sluice.wire.jobs import job_to_proto
 
 T0 = datetime(2026, 11, 23, 12, 30, tzinfo=timezone.utc)
-TYPES = EventTypes([JobTriggered, JobAdmitted])
+TYPES = EventTypes([JobTriggered, JobAdmitted, JobsAdmitted])
 EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 
 texts = st.text(max_size=8)
@@ -92,6 +92,21 @@ def test_the_job_of_an_event_is_what_job_to_proto_makes_of_the_decoded_job(fired
     data = encode(event, "e-1").data
     assert event_job_fields(data) is not None
     assert routed(data, type(event).__name__) == decoded(data, type(event).__name__) == sent(fired)
+
+
+@EXAMPLES
+@given(st.lists(jobs, min_size=1, max_size=4))
+def test_the_jobs_of_an_admission_are_what_job_to_proto_makes_of_each(admitted):
+    event = JobsAdmitted(tuple(admitted), T0, forced=(admitted[0].id,))
+    messages = jobs_messages(recorded(encode(event, "e-1").data, "JobsAdmitted"), TYPES, jobs_pb2.JobTriggered)
+    assert [jobs_pb2.JobTriggered.FromString(m.SerializeToString()) for m in messages] == [sent(j) for j in admitted]
+
+
+def test_an_admission_with_a_job_of_an_older_shape_is_decoded():
+    data = json.loads(encode(JobsAdmitted((job(), job(max_run_seconds=5)), T0), "e-1").data)
+    del data["jobs"][1]["max_run_seconds"]
+    messages = jobs_messages(recorded(json.dumps(data).encode(), "JobsAdmitted"), TYPES, jobs_pb2.JobTriggered)
+    assert [jobs_pb2.JobTriggered.FromString(m.SerializeToString()) for m in messages] == [sent(job()), sent(job())]
 
 
 def test_a_fired_time_job_is_built_from_its_json():

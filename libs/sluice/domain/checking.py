@@ -38,6 +38,7 @@ from sluice.domain.checking_messages import (
     JobAdmitted,
     JobDeferred,
     JobQueued,
+    JobsAdmitted,
     JobWithdrawn,
     LoadLimited,
     NotificationsJoined,
@@ -45,6 +46,8 @@ from sluice.domain.checking_messages import (
     RunObserved,
     ScheduleTracked,
     ScheduleUntracked,
+    admitted_events,
+    admitted_jobs,
 )
 from sluice.domain.checking_state import (
     CheckerState,
@@ -116,8 +119,7 @@ def decide_admitting(state: CheckerState, commands: list[CheckerCommand], now: d
         decision = admit(state.facts(), state.world, now, capacity)
         until = decision.wake_at
     admission = _admission(state, decision, now)
-    admitted = {event.job.id for event in admission if isinstance(event, JobAdmitted)}
-    return _queued_once(events, admission, admitted), Settled(until)
+    return _queued_once(events, admission, set(decision.launch)), Settled(until)
 
 
 def _still_settled(settled: Settled | None, now: datetime) -> bool:
@@ -143,7 +145,7 @@ def _apart(commands: list[CheckerCommand]) -> bool:
 def _admitting_arrivals(state: CheckerState, jobs: list[Job], now: datetime, capacity: Capacity,
                         settled: Settled) -> tuple[list[CheckerEvent], Settled | None]:
     """decide_admitting of arriving jobs of distinct schedules, before `settled.until`: the same
-    events, but a job the pass admits is never folded into the queue (the JobAdmitted that queues
+    events, but a job the pass admits is never folded into the queue (the JobsAdmitted that queues
     it is folded by the caller), only the jobs it leaves waiting or discards are."""
     events: list[CheckerEvent] = []
     arrived: dict[str, Job] = {}
@@ -268,9 +270,9 @@ def _withdraw(state: CheckerState, schedule_id: str, reason: str, now: datetime,
 def _admission(state: CheckerState, decision: AdmissionDecision, now: datetime,
                arrived: Mapping[str, Job] = immutables.Map()) -> list[CheckerEvent]:
     """The decision's events; a launched job is in the queue, or among `arrived` (not queued yet)."""
-    forced = set(decision.forced)
-    events: list[CheckerEvent] = [JobAdmitted(arrived[job_id] if job_id in arrived else state.queue[job_id].job, now,
-                                              job_id in forced) for job_id in decision.launch]
+    events: list[CheckerEvent] = [*admitted_events(
+        [arrived[job_id] if job_id in arrived else state.queue[job_id].job for job_id in decision.launch], now,
+        set(decision.forced))]
     events += [JobWithdrawn(job_id, state.queue[job_id].job.schedule_id, reason, now)
                for job_id, reason in decision.discard]
     leaving = {*decision.launch, *(job_id for job_id, _ in decision.discard)}

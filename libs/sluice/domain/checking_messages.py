@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Sequence
 
 from sluice.domain.backfills import (
     BackfillCancelled,
@@ -71,6 +72,52 @@ class JobAdmitted:
 
 
 @dataclass(frozen=True)
+class JobsAdmitted:
+    """What a JobAdmitted says, for each of `jobs` in order: the launches of one admission pass, one
+    event (a burst of fires admitted at once is one row of the log, not one per job). A pass of many
+    jobs makes several, each of at most ADMITTED_PER_EVENT jobs and notifications (`admitted_events`).
+    Written since 2026-11-27; a log's earlier admissions are JobAdmitted events."""
+
+    jobs: tuple[Job, ...]
+    at: datetime
+    forced: tuple[str, ...] = ()
+    """The ids of the jobs launched by their timeout's FORCE_LAUNCH policy."""
+
+
+ADMITTED_PER_EVENT = 500
+"""A JobsAdmitted carries at most this many jobs and trigger notifications together (a job heavier
+alone has an event of its own): its row stays within what a JobAdmitted of one such job takes."""
+
+
+def admitted_jobs(events: Sequence[object]) -> list[Job]:
+    """The jobs the events admit, in order (JobsAdmitted and a log's earlier JobAdmitted)."""
+    jobs: list[Job] = []
+    for event in events:
+        if type(event) is JobsAdmitted:
+            jobs += event.jobs
+        elif type(event) is JobAdmitted:
+            jobs.append(event.job)
+    return jobs
+
+
+def admitted_events(jobs: list[Job], at: datetime, forced: frozenset[str] | set[str]) -> list[JobsAdmitted]:
+    """The JobsAdmitted of an admission pass launching `jobs`, in order."""
+    events: list[JobsAdmitted] = []
+    chunk: list[Job] = []
+    weight = 0
+    for job in jobs:
+        heft = 1 + len(job.context.notifications)
+        if chunk and weight + heft > ADMITTED_PER_EVENT:
+            events.append(JobsAdmitted(tuple(chunk), at, tuple(j.id for j in chunk if j.id in forced)))
+            chunk, weight = [], 0
+        chunk.append(job)
+        weight += heft
+    if chunk:
+        events.append(JobsAdmitted(tuple(chunk), at, tuple(j.id for j in chunk if j.id in forced)))
+    return events
+
+
+@dataclass(frozen=True)
 class NotificationsJoined:
     """The job's trigger fired while `into`, an earlier job of its schedule, waited for its
     constraints: instead of waiting too, its notifications joined `into`'s trigger context, and it
@@ -130,8 +177,8 @@ class LoadLimited:
     at: datetime
 
 
-EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobWithdrawn, RunObserved, ScheduleTracked, ScheduleUntracked,
-          LoadLimited, NotificationsJoined, ManualJobRequested, BackfillRequested, BackfillCancelled)
-CheckerEvent = (JobQueued | JobDeferred | JobAdmitted | JobWithdrawn | RunObserved | ScheduleTracked
+EVENTS = (JobQueued, JobDeferred, JobAdmitted, JobsAdmitted, JobWithdrawn, RunObserved, ScheduleTracked,
+          ScheduleUntracked, LoadLimited, NotificationsJoined, ManualJobRequested, BackfillRequested, BackfillCancelled)
+CheckerEvent = (JobQueued | JobDeferred | JobAdmitted | JobsAdmitted | JobWithdrawn | RunObserved | ScheduleTracked
                 | ScheduleUntracked | LoadLimited | NotificationsJoined | ManualJobRequested | BackfillRequested
                 | BackfillCancelled)

@@ -16,6 +16,7 @@ from sluice.domain.checking_messages import (
     JobAdmitted,
     JobDeferred,
     JobQueued,
+    JobsAdmitted,
     JobWithdrawn,
     LoadLimited,
     NotificationsJoined,
@@ -109,9 +110,11 @@ class CheckerState:
         return [queued.facts() for queued in self.queue.values()]
 
 def evolve(state: CheckerState, event: CheckerEvent) -> CheckerState:
-    if type(event) is JobAdmitted:  # most events of a busy checker: not matched against every case first
-        return _admitted(state, event.job, event.at)
+    if type(event) is JobsAdmitted:  # most events of a busy checker: not matched against every case first
+        return _all_admitted(state, event.jobs, event.at)
     match event:
+        case JobAdmitted(job, at):
+            return _admitted(state, job, at)
         case JobQueued(job, at):
             return _queued(state, job, at, schedules=_sequence_seen(state, job))
         case ManualJobRequested(job, _, at):
@@ -275,31 +278,34 @@ def _changed(value: Any, **changes: Any) -> Any:
 
 
 def fold(state: CheckerState, events: Sequence[CheckerEvent]) -> CheckerState:
-    """evolve over the events; a run of jobs admitted on arrival that change only the schedules
-    they were seen of (`_seen_only`: a decision's burst of fires) takes one edit of that map."""
+    """evolve over the events."""
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def _all_admitted(state: CheckerState, jobs: Sequence[Job], at: datetime) -> CheckerState:
+    """`_admitted` of each job in order; a run of jobs admitted on arrival that change only the
+    schedules they were seen of (`_seen_only`: a decision's burst of fires) takes one edit of that map."""
     index = 0
-    while index < len(events):
-        event = events[index]
-        if not _seen_only(state, event):
-            state = evolve(state, event)
+    while index < len(jobs):
+        job = jobs[index]
+        if not _seen_only(state, job):
+            state = _admitted(state, job, at)
             index += 1
             continue
         with state.schedules.mutate() as schedules:
-            while index < len(events) and _seen_only(state, event := events[index]):
-                job = event.job
+            while index < len(jobs) and _seen_only(state, job := jobs[index]):
                 schedules[job.schedule_id] = _seen(schedules.get(job.schedule_id), job)
                 index += 1
             state = _changed(state, schedules=schedules.finish())
     return state
 
 
-def _seen_only(state: CheckerState, event: CheckerEvent) -> bool:
-    """Whether evolve(state, event) changes only `schedules`: a JobAdmitted of a job admitted on arrival
-    without constraints (no group, watch or horizon), of a program not watched (no run reserved),
-    not of a backfill (no progress); see `_admitted`."""
-    if type(event) is not JobAdmitted:
-        return False
-    job = event.job
+def _seen_only(state: CheckerState, job: Job) -> bool:
+    """Whether `_admitted(state, job, at)` changes only `schedules`: a job admitted on arrival without
+    constraints (no group, watch or horizon), of a program not watched (no run reserved), not of a
+    backfill (no progress)."""
     return not job.constraints and not state.watch_all and job.id not in state.queue \
         and not (state.watched and job.program in state.watched) \
         and not (state.requested.queued and job.id in state.requested.queued)

@@ -34,12 +34,13 @@ from sluice.runtime.snapshots import LoopPacer, Schema
 
 TYPES = EventTypes((matching.JobCreated, matching.NotificationMatched, matching.MissedFiresSkipped,
                     matching.JobTriggered, matching.JobDiscarded, checking.JobDeferred, checking.JobAdmitted,
-                    checking.JobWithdrawn, checking.NotificationsJoined, runs.RunRequested,
+                    checking.JobsAdmitted, checking.JobWithdrawn, checking.NotificationsJoined, runs.RunRequested,
                     backfills.ManualJobRequested, backfills.BackfillRequested, backfills.BackfillCancelled))
 """The events the view folds; the matcher's ScheduleObserved (a whole schedule each) are not decoded."""
 STREAMS = (matching.stream_name(""), checking.QUEUE_STREAM, runs.stream_name(""))
 """The streams TYPES are appended to: the view reads only these."""
-READ_BY_FIELDS = frozenset({"JobTriggered", "JobAdmitted", "RunRequested", "NotificationMatched", "NotificationsJoined"})
+READ_BY_FIELDS = frozenset({"JobTriggered", "JobAdmitted", "JobsAdmitted", "RunRequested", "NotificationMatched",
+                            "NotificationsJoined"})
 """Events the view reads as plain values: each carries a whole job or notification it does not show."""
 SNAPSHOT = "jobs"
 SNAPSHOT_VERSION = 2
@@ -220,6 +221,11 @@ class JobsView:
                 self._transition(job["id"], JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
                 if fields.get("next_job_id"):  # it stands for the JobCreated of the schedule's next job
                     self._created(fields["next_job_id"], job["schedule_id"], at)
+            case "JobsAdmitted":
+                forced = set(fields["forced"])
+                for job in fields["jobs"]:
+                    self._transition(job["id"], JobState.PENDING_LAUNCH, at,
+                                     "timed out, launch forced" if job["id"] in forced else "constraints met")
             case "JobAdmitted":
                 self._transition(fields["job"]["id"], JobState.PENDING_LAUNCH, at,
                                  "timed out, launch forced" if fields.get("forced") else "constraints met")

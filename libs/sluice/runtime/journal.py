@@ -36,6 +36,7 @@ LINES: dict[str, tuple[str, Callable[[dict], dict[str, str]], str]] = {
     "JobDiscarded": ("job discarded: {reason}", _ids("job_id", "schedule_id"), "DISCARDED"),
     "JobDeferred": ("job waits on {waiting_on}", _ids("job_id"), "PENDING_CONSTRAINT"),
     "JobAdmitted": ("job admitted: its run's launch is requested", _of_job, "PENDING_LAUNCH"),
+    "JobsAdmitted": ("job admitted: its run's launch is requested", lambda data: {}, "PENDING_LAUNCH"),
     "JobWithdrawn": ("job withdrawn: {reason}", _ids("job_id", "schedule_id"), "DISCARDED"),
     "NotificationsJoined": ("job joined the waiting job {into}", _ids("job_id"), "JOINED"),
     "RunRequested": ("run requested", lambda data: {"run_id": data["run_id"], **_of_job(data)}, "LAUNCHED"),
@@ -50,6 +51,8 @@ LINES: dict[str, tuple[str, Callable[[dict], dict[str, str]], str]] = {
 }
 ONLY_WITH: dict[str, str] = {"NotificationMatched": "schedule_id"}
 """Event types that make a line only when this field is set: a NotificationMatched that created its job."""
+PER_JOB: dict[str, str] = {"JobsAdmitted": "jobs"}
+"""Event types that make a line per job of this field, as an event of that job alone would."""
 
 
 class Journal:
@@ -74,9 +77,15 @@ class Journal:
                 return
             ids = ids_of(data)
             text = message.format_map(_Fields(data))
+            per_job = [_of_job({"job": job}) for job in data[PER_JOB[recorded.type]]] \
+                if recorded.type in PER_JOB else None
         except (ValueError, KeyError, TypeError) as error:   # a line for an event of another shape, not a crash
             log.info("%s (its fields unreadable: %r)", recorded.type, error,
                      extra={"event": recorded.type, "service": self._service})
+            return
+        if per_job is not None:
+            for job_ids in per_job:
+                log.info(text, extra={**job_ids, "event": recorded.type, "state": state, "service": self._service})
             return
         ids.update(self._job_of_run(ids, recorded.type))
         log.info(text, extra={**ids, "event": recorded.type, "state": state, "service": self._service})

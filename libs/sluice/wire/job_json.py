@@ -1,7 +1,7 @@
 """An event's job as protobuf straight from the event's JSON: the outbox routes' encoding.
 
 A route reads back an event the service appended (the matcher's JobTriggered, the checker's
-JobAdmitted) and sends its job on the bus. Decoding the JSON into a Job and encoding that field by
+JobsAdmitted) and sends its jobs on the bus. Decoding the JSON into a Job and encoding that field by
 field builds every dataclass of the job only to read it once; this builds the message from the
 JSON's values. The JSON is the event codec's (sluice.eventlog.codec: dataclass fields by name,
 enums by value, datetimes in ISO format, tuples as lists), and the message is job_to_proto's
@@ -55,6 +55,22 @@ def job_message(recorded: RecordedEvent, types: EventTypes, message_type: type[M
         except (TypeError, ValueError):  # a value of another type: decoding raises what it raises
             pass
     return message_type(job=job_to_proto(types.decode(recorded).job))
+
+
+def jobs_messages(recorded: RecordedEvent, types: EventTypes, message_type: type[M]) -> list[M]:
+    """job_message of each job of a recorded event that holds several (JobsAdmitted's `jobs`)."""
+    try:
+        event = orjson.loads(recorded.data)
+        values = event.get("jobs") if type(event) is dict else None
+        fields = [job_fields(value) for value in values] if type(values) is list else [None]
+    except (orjson.JSONDecodeError, TypeError, ValueError):  # the decoding path raises what it raises
+        fields = [None]
+    if None not in fields:
+        try:
+            return [message_type(job=job) for job in fields]
+        except (TypeError, ValueError):
+            pass
+    return [message_type(job=job_to_proto(job)) for job in types.decode(recorded).jobs]
 
 
 def event_job_fields(data: bytes) -> dict[str, Any] | None:
