@@ -459,7 +459,7 @@ async def _receive(consumer, received: dict[str, float]) -> None:
 
 def _report_stages(log: EventLog, after: int, sent: dict[str, float], received: dict[str, float]) -> None:
     """Diagnostics: where the latency goes, from the recorded_at (wall clock) of the matcher's
-    JobTriggered and the checker's JobAdmitted of each notification's job; `sent` and `received`
+    JobTriggered and the checker's JobsAdmitted of each notification's job; `sent` and `received`
     are perf_counter() times, put on the wall clock here."""
     to_wall = time.time() - time.perf_counter()
     sent = {nid: at + to_wall for nid, at in sent.items()}
@@ -469,13 +469,15 @@ def _report_stages(log: EventLog, after: int, sent: dict[str, float], received: 
     while events := log.read_all(after, 5000):
         after = events[-1].position
         for event in events:
-            target = {"JobTriggered": triggered, "JobAdmitted": admitted}.get(event.type)
+            target = {"JobTriggered": triggered, "JobsAdmitted": admitted}.get(event.type)
             if target is not None:
-                for notification in json.loads(event.data)["job"]["context"]["notifications"]:
-                    target.setdefault(notification["id"], event.recorded_at.timestamp())
+                data = json.loads(event.data)
+                for job in data["jobs"] if "jobs" in data else (data["job"],):
+                    for notification in job["context"]["notifications"]:
+                        target.setdefault(notification["id"], event.recorded_at.timestamp())
     stages = [("sent -> matcher's JobTriggered committed", sent, triggered),
-              ("JobTriggered -> checker's JobAdmitted committed", triggered, admitted),
-              ("JobAdmitted -> LaunchRequested received", admitted, received)]
+              ("JobTriggered -> checker's JobsAdmitted committed", triggered, admitted),
+              ("JobsAdmitted -> LaunchRequested received", admitted, received)]
     parts = []
     for name, start, end in stages:
         spans = [(end[nid] - start[nid]) * 1000 for nid in start if nid in end]

@@ -63,6 +63,7 @@ from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import TimeTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.heap import freeze_long_lived, space_young_collections
+from sluice.runtime.map_snapshots import snapshots_written
 from sluice.v1 import jobs_pb2, schedules_pb2
 from sluice.wire.schedules import schedule_to_proto
 from sluice_services.checker.service import CheckerService
@@ -151,6 +152,7 @@ async def _spread(path: Path, count: int) -> tuple[float, int, float]:
         if records:  # the checker's consumer takes a poll's worth of jobs at once
             await checker.apply([(record, checker.parse_job_triggered(record)) for record in records])
     spread, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    await snapshots_written()  # as the service runtime does before it closes the log
     log.close()
     if len(launches) != count:
         raise RuntimeError(f"{len(launches)} launch requests for {count} schedules due at the minute")

@@ -5,8 +5,8 @@ goes to the launcher as the same Job message: the checker's route takes it from 
 decoding the JobsAdmitted's JSON and encoding the job again. A JobTriggered and a LaunchRequested
 are both `Job job = 1` alone (SAME_SHAPE), so the bytes that arrived are the launch request's. The
 route still runs on the event read back from the log, after its append committed, and finds its
-launches by its stream version, which only that committed append can hold. Whatever is not here (a job joined
-or queued first, a restart, a relay far behind) is routed from the event as before.
+launches by its stream version, which only that committed append can hold. Whatever is not here (a
+job joined or queued first, a restart, a relay far behind) is routed from the event as before.
 """
 from __future__ import annotations
 

@@ -224,7 +224,8 @@ def logged_events(event_log: PostgresEventLog) -> list:
 def admitted_twice(events: list) -> list[str]:
     """A job admitted more than once took a second slot of its constraints (the launcher ignores the
     second launch request, so no other count shows it)."""
-    admitted = Counter(job["id"] for e in events if e.type == "JobsAdmitted" for job in json.loads(bytes(e.data))["jobs"])
+    admitted = Counter(job["id"] for e in events if e.type == "JobsAdmitted"
+                       for job in json.loads(bytes(e.data))["jobs"])
     twice = sorted(job_id for job_id, n in admitted.items() if n > 1)
     return [f"{len(twice)} jobs admitted more than once, e.g. {twice[:8]}"] if twice else []
 

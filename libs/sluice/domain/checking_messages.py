@@ -73,10 +73,10 @@ class JobAdmitted:
 
 @dataclass(frozen=True)
 class JobsAdmitted:
-    """What a JobAdmitted says, for each of `jobs` in order: the launches of one admission pass, one
-    event (a burst of fires admitted at once is one row of the log, not one per job). A pass of many
-    jobs makes several, each of at most ADMITTED_PER_EVENT jobs and notifications (`admitted_events`).
-    Written since 2026-11-27; a log's earlier admissions are JobAdmitted events."""
+    """What a JobAdmitted says, for each of `jobs` in order: the launches of one admission pass in one
+    event, so a burst of fires admitted at once is a few rows of the log, not one per job. A pass of
+    many jobs makes several (`admitted_events`). A log written before this event has a JobAdmitted
+    per job; both fold alike."""
 
     jobs: tuple[Job, ...]
     at: datetime
@@ -85,8 +85,8 @@ class JobsAdmitted:
 
 
 ADMITTED_PER_EVENT = 500
-"""A JobsAdmitted carries at most this many jobs and trigger notifications together (a job heavier
-alone has an event of its own): its row stays within what a JobAdmitted of one such job takes."""
+"""A JobsAdmitted carries at most this many jobs and their trigger notifications together (a job
+with more has an event of its own): a backfill admitting thousands at once is not one huge row."""
 
 
 def admitted_jobs(events: Sequence[object]) -> list[Job]:
