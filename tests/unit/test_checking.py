@@ -24,7 +24,7 @@ from sluice.domain.checking import (
     ScheduleTracked,
     ScheduleUntracked,
 )
-from sluice.domain.common import ProgramRef, RunStatus
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef, RunStatus
 from sluice.domain.constraints import (
     Capacity,
     ConcurrencyConstraint,
@@ -206,6 +206,17 @@ def test_a_queued_job_leaves_the_state_before_it_unchanged():
     assert after.schedules["s1"].last_sequence == 7
     assert before.schedules["s1"].last_sequence == 0
     assert len(after.schedules) == len(before.schedules) == 999
+
+
+def test_a_pass_admitting_many_jobs_writes_them_in_order_in_events_of_bounded_weight():
+    many = [job(sequence, schedule=f"s{sequence}") for sequence in range(1, 1201)]
+    notifications = tuple(Notification(f"n{i}", T0, PartitionCommitted("ns", "d", (PartitionRef({"i": str(i)}, f"/d/{i}"),)))
+                          for i in range(600))
+    heavy = replace(job(1201, schedule="heavy"), context=TriggerContext("heavy", "heavy", notifications=notifications))
+    events = checking.admitted_events([*many, heavy], T0, {"s7-j7", heavy.id})
+    assert [len(event.jobs) for event in events] == [500, 500, 200, 1]
+    assert checking.admitted_jobs(events) == [*many, heavy]
+    assert [event.forced for event in events] == [("s7-j7",), (), (), (heavy.id,)]
 
 
 def test_admitted_on_arrival_folds_to_what_queued_then_admitted_folds_to():

@@ -128,6 +128,29 @@ def test_the_journal_says_job_created_for_the_match_that_created_it_only():
         ("job created, waiting for its trigger", "sched-1", "PENDING_TRIGGER")]
 
 
+def test_the_journal_writes_a_line_per_job_of_an_admission():
+    import logging
+    from sluice.runtime.journal import Journal
+
+    _, events = run(observed(schedule()), MatchNotification(notification(0)), MatchNotification(notification(1)))
+    fired = [event.job for event in events if isinstance(event, JobTriggered)]
+    lines = []
+    handler = logging.Handler()
+    handler.emit = lines.append
+    logger = logging.getLogger("sluice.journal")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        [admitted] = recorded([JobsAdmitted(tuple(fired), T0)])
+        Journal(None, (), "checker").write(admitted)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [(line.getMessage(), line.job_id, line.schedule_id, line.state) for line in lines] == [
+        ("job admitted: its run's launch is requested", job.id, "sched-1", "PENDING_LAUNCH") for job in fired]
+
+
 def test_a_cron_fire_that_names_the_next_job_shows_it_waiting():
     from dataclasses import replace
     from sluice.domain.matching import CheckTime, step
