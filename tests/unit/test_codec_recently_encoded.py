@@ -41,3 +41,10 @@ def test_an_event_encoded_long_ago_is_decoded_from_its_data():
         encode(Counted("filler", index), f"filler-{index}")
     decoded = TYPES.decode(recorded("id-3", data))
     assert decoded == event and decoded is not event
+
+
+def test_a_large_event_is_not_kept():
+    event = Counted("x" * codec._RECENTLY_ENCODED_BYTES, 4)
+    data = encode(event, "id-4").data
+    assert "id-4" not in codec._recently_encoded
+    assert TYPES.decode(recorded("id-4", data)) == event

@@ -46,13 +46,17 @@ them right after they commit. The data is compared, not just the id: a writer th
 encoded another event under the id the winner committed. Few: the readers follow the appends closely,
 and a fired job's event holds the whole job (~3 KB in memory)."""
 _RECENTLY_ENCODED_MAX = 64
+_RECENTLY_ENCODED_BYTES = 16 * 1024
+"""A larger event is not kept: one of many jobs (the checker's JobsAdmitted of a burst, ~1.5 MB in memory for
+500) would make the 64 kept hold ~100 MB."""
 
 
 def encode(event: Any, event_id: str, metadata: Mapping[str, str] | None = None) -> NewEvent:
     data = dumps(event)
-    _recently_encoded[event_id] = (data, event)
-    if len(_recently_encoded) > _RECENTLY_ENCODED_MAX:
-        _recently_encoded.popitem(last=False)
+    if len(data) <= _RECENTLY_ENCODED_BYTES:
+        _recently_encoded[event_id] = (data, event)
+        if len(_recently_encoded) > _RECENTLY_ENCODED_MAX:
+            _recently_encoded.popitem(last=False)
     return NewEvent(id=event_id, type=type(event).__name__, data=data, metadata=dict(metadata) if metadata else {})
 
 
