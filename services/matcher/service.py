@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple
 from datetime import datetime
@@ -108,7 +109,12 @@ class MatcherService:
         self._owned: set[int] | None = None
         """Partitions of the matches topic this member owns; None: every schedule (no consumer group)."""
         self._wake_at: dict[str, datetime] = {}
-        self._timers: list[tuple[datetime, str]] = []
+        self._timers: list[tuple[datetime, int, str]] = []
+        """(wake-up time, when the timer was set, schedule id): a heap. Timers due at once fire in the
+        order they were set, so a burst's appends follow the order its streams began in the log (each
+        was set by its schedule's previous append): an SQLite log numbers streams in that order, and
+        neighbouring numbers share the pages of its (stream_id, version) index."""
+        self._timers_set = itertools.count()
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
@@ -296,7 +302,7 @@ class MatcherService:
     def _pop_due(self, now: datetime) -> list[str]:
         due = []
         while (when := self.next_wake_at()) is not None and when <= now:
-            _, schedule_id = heapq.heappop(self._timers)
+            _, _, schedule_id = heapq.heappop(self._timers)
             del self._wake_at[schedule_id]
             if self.owns(schedule_id):  # else another member's now; a rebalance back makes this one re-read it
                 due.append(schedule_id)
@@ -306,7 +312,7 @@ class MatcherService:
         """The earliest live timer: superseded entries on top of the heap are dropped (the timer
         loop asks after every change; a min over every schedule's timer cost O(schedules))."""
         while self._timers:
-            when, schedule_id = self._timers[0]
+            when, _, schedule_id = self._timers[0]
             if self._wake_at.get(schedule_id) == when:
                 return when
             heapq.heappop(self._timers)
@@ -322,7 +328,7 @@ class MatcherService:
             return
         if self._wake_at.get(schedule_id) != when:
             self._wake_at[schedule_id] = when
-            heapq.heappush(self._timers, (when, schedule_id))
+            heapq.heappush(self._timers, (when, next(self._timers_set), schedule_id))
             self._timers_changed.set()
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
