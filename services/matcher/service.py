@@ -111,9 +111,9 @@ class MatcherService:
         self._wake_at: dict[str, datetime] = {}
         self._timers: list[tuple[datetime, int, str]] = []
         """(wake-up time, when the timer was set, schedule id): a heap. Timers due at once fire in the
-        order they were set, so a burst's appends follow the order its streams began in the log (each
-        was set by its schedule's previous append): an SQLite log numbers streams in that order, and
-        neighbouring numbers share the pages of its (stream_id, version) index."""
+        order they were set, which is their schedules' order in the appends that set them (registration,
+        the previous burst): a burst's appends follow the order its streams began in the log. An SQLite
+        log numbers streams in that order, and neighbouring numbers share pages of its index."""
         self._timers_set = itertools.count()
         self._timers_changed = asyncio.Event()
 
