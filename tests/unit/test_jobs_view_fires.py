@@ -2,6 +2,7 @@
 as for one that waited for several (JobCreated, NotificationMatched..., JobTriggered); the events
 that carry a whole job read for the fields it shows, the fired job decoded from its event on demand."""
 import gc
+import logging
 from datetime import timedelta
 
 from sluice.eventlog import codec
@@ -11,6 +12,7 @@ from sluice.domain.matching import JobTriggered, MatchNotification, stream_name
 from sluice.domain.runs import RunRequested
 from sluice.eventlog.port import RecordedEvent
 from sluice.readmodels.jobs import JobsView
+from sluice.runtime.journal import Journal
 
 from tests.unit.test_matching import T0, notification, observed, run, schedule
 
@@ -106,11 +108,8 @@ def test_the_older_shape_of_a_jobs_events_gives_the_same_view():
     assert views[0] == views[1] and views[0][:2] == (2, (("experiments", "clickstream", 2),))
 
 
-def test_the_journal_says_job_created_for_the_match_that_created_it_only():
-    import logging
-    from sluice.runtime.journal import Journal
-
-    _, events = run(observed(schedule(count=3)), *[MatchNotification(notification(n)) for n in range(2)])
+def journal_lines(events: list, service: str) -> list:
+    """The log records the journal writes for these events."""
     lines = []
     handler = logging.Handler()
     handler.emit = lines.append
@@ -120,33 +119,23 @@ def test_the_journal_says_job_created_for_the_match_that_created_it_only():
     logger.setLevel(logging.INFO)
     try:
         for event in recorded(events):
-            Journal(None, (), "matcher").write(event)
+            Journal(None, (), service).write(event)
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
-    assert [(line.getMessage(), line.schedule_id, line.state) for line in lines] == [
+    return lines
+
+
+def test_the_journal_says_job_created_for_the_match_that_created_it_only():
+    _, events = run(observed(schedule(count=3)), *[MatchNotification(notification(n)) for n in range(2)])
+    assert [(line.getMessage(), line.schedule_id, line.state) for line in journal_lines(events, "matcher")] == [
         ("job created, waiting for its trigger", "sched-1", "PENDING_TRIGGER")]
 
 
 def test_the_journal_writes_a_line_per_job_of_an_admission():
-    import logging
-    from sluice.runtime.journal import Journal
-
     _, events = run(observed(schedule()), MatchNotification(notification(0)), MatchNotification(notification(1)))
     fired = [event.job for event in events if isinstance(event, JobTriggered)]
-    lines = []
-    handler = logging.Handler()
-    handler.emit = lines.append
-    logger = logging.getLogger("sluice.journal")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        [admitted] = recorded([JobsAdmitted(tuple(fired), T0)])
-        Journal(None, (), "checker").write(admitted)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    lines = journal_lines([JobsAdmitted(tuple(fired), T0)], "checker")
     assert [(line.getMessage(), line.job_id, line.schedule_id, line.state) for line in lines] == [
         ("job admitted: its run's launch is requested", job.id, "sched-1", "PENDING_LAUNCH") for job in fired]
 
