@@ -66,8 +66,7 @@ class CheckerService:
         self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState(),
                                                                      clock=clock, snapshot=SNAPSHOTS[0],
                                                                      size=snapshot_size,
-                                                                     snapshot_version=SNAPSHOT_VERSION,
-                                                                     fold=checking.fold)
+                                                                     snapshot_version=SNAPSHOT_VERSION)
         self._offsets = ConsumedOffsets(log, "checker")
         self._unit_of_work: ConsumingUnitOfWork[CheckerCommand] = ConsumingUnitOfWork(
             self._offsets, self._decide, self._reload, what=QUEUE_STREAM)

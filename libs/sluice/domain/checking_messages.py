@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
+from typing import Collection, Sequence
 
 from sluice.domain.backfills import (
     BackfillCancelled,
@@ -100,21 +100,18 @@ def admitted_jobs(events: Sequence[object]) -> list[Job]:
     return jobs
 
 
-def admitted_events(jobs: list[Job], at: datetime, forced: frozenset[str] | set[str]) -> list[JobsAdmitted]:
+def admitted_events(jobs: list[Job], at: datetime, forced: Collection[str]) -> list[JobsAdmitted]:
     """The JobsAdmitted of an admission pass launching `jobs`, in order."""
-    events: list[JobsAdmitted] = []
-    chunk: list[Job] = []
+    chunks: list[list[Job]] = []
     weight = 0
     for job in jobs:
         heft = 1 + len(job.context.notifications)
-        if chunk and weight + heft > ADMITTED_PER_EVENT:
-            events.append(JobsAdmitted(tuple(chunk), at, tuple(j.id for j in chunk if j.id in forced)))
-            chunk, weight = [], 0
-        chunk.append(job)
+        if not chunks or weight + heft > ADMITTED_PER_EVENT:
+            chunks.append([])
+            weight = 0
+        chunks[-1].append(job)
         weight += heft
-    if chunk:
-        events.append(JobsAdmitted(tuple(chunk), at, tuple(j.id for j in chunk if j.id in forced)))
-    return events
+    return [JobsAdmitted(tuple(chunk), at, tuple(job.id for job in chunk if job.id in forced)) for chunk in chunks]
 
 
 @dataclass(frozen=True)

@@ -53,19 +53,15 @@ class AggregateStore(Generic[S]):
     the log up to its head, so its snapshot holds every event of the prefix up to that position;
     one that did not (a single stream, like the checker's queue) saves position 0, and each
     stream's tail is read from its version on first load. A snapshot holds `state_type` (default: the
-    initial state's type) at `snapshot_version`: the owner's constant, bumped when that type changes shape.
-    `fold(state, events)`, when given, folds an append's events at commit at once (equal to `evolve`
-    over them, cheaper for a batch); reading the log evolves one event at a time."""
+    initial state's type) at `snapshot_version`: the owner's constant, bumped when that type changes shape."""
 
     def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S, *,
                  clock: Clock, snapshot: str | None = None, snapshot_version: int = 0, state_type: Any = None,
-                 snapshot_every: int | None = None, size: Callable[[S], int] | None = None,
-                 fold: Callable[[S, Sequence[Any]], S] | None = None) -> None:
+                 snapshot_every: int | None = None, size: Callable[[S], int] | None = None) -> None:
         self._log = log
         self._clock = clock
         self._types = types
         self._evolve = evolve
-        self._fold_appended = fold or self._evolve_each
         self._initial = initial
         self._cache: dict[str, Loaded[S]] = {}
         self._restored: dict[str, Loaded[S]] = {}
@@ -249,7 +245,7 @@ class AggregateStore(Generic[S]):
         return StreamAppend(stream, new_events, loaded.version)
 
     def commit(self, stream: str, events: Sequence[Any], new_version: int) -> S:
-        state = self._fold_appended(self.load(stream).state, events)
+        state = self._evolve_each(self.load(stream).state, events)
         self._keep(stream, Loaded(state, new_version))
         self._unsnapshotted += len(events)
         return state
