@@ -2,17 +2,23 @@
 
 Each schedule's state is taken from the aggregate store once, advanced in memory command after
 command (`matching.step`: decide and the resulting state at once), and its events are gathered
-into one StreamAppend per schedule. Nothing reaches the store before the append succeeded."""
+into one record per matches partition (a Batch: the schedules' events under their own streams and
+versions). Nothing reaches the store before the append succeeded."""
 from __future__ import annotations
 
 from datetime import datetime
 
+from sluice.bus.port import kafka_partition
+from sluice.bus.topics import MATCHES_PARTITIONS
 from sluice.domain import matching
 from sluice.domain.matching import MatcherState
+from sluice.eventlog.batched import batch, sub_event_id
 from sluice.eventlog.codec import encode
 from sluice.eventlog.port import StreamAppend
 from sluice.ids import time_ordered_ids
 from sluice.runtime.aggregates import AggregateStore
+
+PARTITION_STREAM_PREFIX = "matcher-partition-"
 
 
 class Decisions:
@@ -21,6 +27,7 @@ class Decisions:
         self.now = now
         self._states: dict[str, MatcherState] = {}
         self._events: dict[str, list] = {}
+        self._partitions: list[str] = []
 
     def state(self, schedule_id: str) -> MatcherState:
         state = self._states.get(schedule_id)
@@ -40,27 +47,43 @@ class Decisions:
         return bool(self._events)
 
     def appends(self) -> list[StreamAppend]:
-        """One StreamAppend per schedule at its expected version. Event ids are time-ordered
-        (`time_ordered_id`): the log's index of ids grows at its right edge, where ids derived from
-        (stream, version) alone landed on random pages and made each append slower as the log grew.
-        The expected version refuses a second append of the same decision, whatever its ids."""
-        appends, event_id, load = [], time_ordered_ids(self.now), self._store.load
+        """One Batch (sluice.eventlog.batched) per partition stream the schedules decided on belong to,
+        at its expected version: each schedule's events under its own stream's next versions. Ids
+        are time-ordered (`time_ordered_id`): the log's index of ids grows at its right edge. The
+        expected version refuses a second append of the same decision, whatever its ids."""
+        event_id, load = time_ordered_ids(self.now), self._store.load
+        by_partition: dict[str, list[tuple[str, int, object]]] = {}
         for schedule_id, events in self._events.items():
             stream = matching.stream_name(schedule_id)
             version = load(stream).version
-            if len(events) == 1:  # the usual decision
-                encoded = [encode(events[0], event_id(stream, str(version + 1)))]
-            else:
-                encoded = [encode(event, event_id(stream, str(version + offset)))
-                           for offset, event in enumerate(events, start=1)]
-            appends.append(StreamAppend(stream, encoded, version))
+            entries = by_partition.setdefault(partition_stream(schedule_id), [])
+            entries += [(stream, version + offset, event) for offset, event in enumerate(events, start=1)]
+        appends = []
+        for partition, entries in by_partition.items():
+            version = load(partition).version
+            batch_id = event_id(partition, str(version + 1))
+            appends.append(StreamAppend(partition, [batch(batch_id, [
+                (stream, event_version, encode(event, sub_event_id(batch_id, number)))
+                for number, (stream, event_version, event) in enumerate(entries)])], version))
+        self._partitions = list(by_partition)
         return appends
 
     def commit(self, versions: list[int]) -> list[tuple[str, MatcherState]]:
-        """The append succeeded with these versions: the store takes the new states; which changed."""
-        changed, states, put = [], self._states, self._store.put
-        for schedule_id, version in zip(self._events, versions):
-            state = states[schedule_id]
-            put(matching.stream_name(schedule_id), state, version)
-            changed.append((schedule_id, state))
-        return changed
+        """The append succeeded with these versions (one per partition stream): the store takes the
+        new states; which changed."""
+        states, store = self._states, self._store
+        # versions first: a snapshot taken in a put below may read a partition's new batch into the store
+        updates = [(schedule_id, matching.stream_name(schedule_id), store.load(matching.stream_name(schedule_id)).version
+                    + len(events)) for schedule_id, events in self._events.items()]
+        for schedule_id, stream, version in updates:
+            store.put(stream, states[schedule_id], version)
+        # the partitions last: a snapshot in between reads their batch again, not skip it
+        for partition, version in zip(self._partitions, versions):
+            store.put(partition, MatcherState(), version)
+        return [(schedule_id, states[schedule_id]) for schedule_id, _, _ in updates]
+
+
+def partition_stream(schedule_id: str) -> str:
+    """The stream of the matches partition the schedule's decisions are appended to: its owner is
+    their one writer. (MATCHES_PARTITIONS fixed: a schedule's events stay in one such stream.)"""
+    return f"{PARTITION_STREAM_PREFIX}{kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS)}"

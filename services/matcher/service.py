@@ -18,6 +18,7 @@ from sluice.bus.port import Record, TopicPartition, kafka_partition
 from sluice.bus.topics import JOBS, MATCHES, MATCHES_PARTITIONS, SCHEDULES
 from sluice.clock import Clock
 from sluice.domain import matching
+from sluice.eventlog.batched import BATCH_TYPE, expand
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification
 from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchNotification, ObserveSchedule
@@ -35,7 +36,7 @@ from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2
 from sluice.wire.common import notification_from_proto, parse_bus_message
 from sluice.wire.job_json import job_message
 from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
-from sluice_services.matcher.decisions import Decisions
+from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX, Decisions
 from sluice_services.catalogue import MATCHER
 
 STREAM_PREFIX, = MATCHER.stream_prefixes
@@ -101,7 +102,8 @@ class MatcherService:
         self._clock = clock
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState(),
                                                                      clock=clock, snapshot=SNAPSHOTS[0],
-                                                                     snapshot_version=SNAPSHOT_VERSION)
+                                                                     snapshot_version=SNAPSHOT_VERSION,
+                                                                     batch_prefix=PARTITION_STREAM_PREFIX)
         self._offsets = ConsumedOffsets(log, "matcher")
         self._unit_of_work: ConsumingUnitOfWork[Command] = ConsumingUnitOfWork(
             self._offsets, self._run_once, self._reload, what="matcher", load=self._load_concerned, more=self._more)
@@ -232,7 +234,10 @@ class MatcherService:
         retry_on_conflict(lambda: self._run_once(commands, []), self._reload, what="matcher")
 
     def _reload(self, conflict: WrongExpectedVersion) -> None:
-        self._store.forget(conflict.stream)
+        if self._store.is_batch(conflict.stream):  # another member wrote the partition: read what it decided
+            self._store.follow_batch(conflict.stream)
+        else:
+            self._store.forget(conflict.stream)
 
     def _run_once(self, commands: list[Command], checkpoints: list[Checkpoint]) -> bool:
         """Decide every command in order, append all events with the checkpoints in one transaction
@@ -332,10 +337,18 @@ class MatcherService:
             self._timers_changed.set()
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
-        if recorded.type != JobTriggered.__name__ or not recorded.stream.startswith(STREAM_PREFIX):
+        """A JobTriggered to the jobs topic: of a batch, or of a schedule's own stream (an older log)."""
+        if not recorded.stream.startswith(STREAM_PREFIX) or recorded.type not in _ROUTED:
             return []
-        message = job_message(recorded, TYPES, jobs_pb2.JobTriggered)
-        return [Outgoing(JOBS, message.job.schedule_id, message.SerializeToString())]
+        outgoing = []
+        for event in expand(recorded):
+            if event.type == JobTriggered.__name__:
+                message = job_message(event, TYPES, jobs_pb2.JobTriggered)
+                outgoing.append(Outgoing(JOBS, message.job.schedule_id, message.SerializeToString()))
+        return outgoing
+
+
+_ROUTED = frozenset({BATCH_TYPE, JobTriggered.__name__})
 
 
 def _source_name(record: Record, source: SourcePosition) -> str:

@@ -5,11 +5,13 @@ import asyncio
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Generic, Sequence, TypeVar
+from typing import Any, Callable, Collection, Generic, Mapping, Sequence, TypeVar
 
 from sluice.clock import Clock
+from sluice.eventlog.batched import BATCH_TYPE, expand
 from sluice.eventlog.codec import EventTypes, encode
-from sluice.eventlog.port import NO_STREAM, Checkpoint, CheckpointMoved, EventLog, StreamAppend, WrongExpectedVersion
+from sluice.eventlog.port import (NO_STREAM, Checkpoint, CheckpointMoved, EventLog, RecordedEvent, StreamAppend,
+                                  WrongExpectedVersion)
 from sluice.ids import time_ordered_ids
 from sluice.runtime import snapshots
 from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots, PendingSave
@@ -53,11 +55,17 @@ class AggregateStore(Generic[S]):
     the log up to its head, so its snapshot holds every event of the prefix up to that position;
     one that did not (a single stream, like the checker's queue) saves position 0, and each
     stream's tail is read from its version on first load. A snapshot holds `state_type` (default: the
-    initial state's type) at `snapshot_version`: the owner's constant, bumped when that type changes shape."""
+    initial state's type) at `snapshot_version`: the owner's constant, bumped when that type changes shape.
+
+    Streams starting with `batch_prefix` hold batches (sluice.eventlog.batched): their events belong to
+    the virtual streams they name, and the store keeps such a stream's own version as an entry of the
+    initial state (what the writer's next append expects; in snapshots too, `states` leaves it out). A
+    virtual stream's events all go to one batch stream: each batch stream is folded on its own."""
 
     def __init__(self, log: EventLog, types: EventTypes, evolve: Callable[[S, Any], S], initial: S, *,
                  clock: Clock, snapshot: str | None = None, snapshot_version: int = 0, state_type: Any = None,
-                 snapshot_every: int | None = None, size: Callable[[S], int] | None = None) -> None:
+                 snapshot_every: int | None = None, size: Callable[[S], int] | None = None,
+                 batch_prefix: str | None = None) -> None:
         self._log = log
         self._clock = clock
         self._types = types
@@ -70,6 +78,7 @@ class AggregateStore(Generic[S]):
             dict[str, Loaded[state_type or type(initial)]], snapshot_version)) if snapshot else None
         self._snapshot_every = snapshot_every or snapshots.SNAPSHOT_EVERY
         self._size = size
+        self._batch_prefix = batch_prefix
         self._changed: set[str] | _Untracked = self._snapshots.changed if self._snapshots else _Untracked()
         """Streams whose state was set or dropped since the snapshot's base: what its delta holds."""
         self._unsnapshotted = 0
@@ -82,8 +91,13 @@ class AggregateStore(Generic[S]):
         self._position: int | None = None
         """With a prefix: every event of the prefix's streams up to here is in the cache."""
 
+    def is_batch(self, stream: str) -> bool:
+        return self._batch_prefix is not None and stream.startswith(self._batch_prefix)
+
     def load(self, stream: str) -> Loaded[S]:
         cached = self._cache.get(stream)
+        if cached is None and self.is_batch(stream):
+            return self.follow_batch(stream)
         if cached is None:
             start = self._restored.pop(stream, None)
             cached = self._fold(stream, start or Loaded(self._initial, NO_STREAM))
@@ -101,7 +115,8 @@ class AggregateStore(Generic[S]):
         return self._fold(stream, self._restored.get(stream) or Loaded(self._initial, NO_STREAM))
 
     def states(self) -> dict[str, S]:
-        return {stream: loaded.state for stream, loaded in {**self._restored, **self._cache}.items()}
+        return {stream: loaded.state for stream, loaded in {**self._restored, **self._cache}.items()
+                if not self.is_batch(stream)}
 
     def observe(self, stream: str, version: int, event: Any) -> None:
         """Fold an event read elsewhere (a catch-up at start) into the cache."""
@@ -112,8 +127,54 @@ class AggregateStore(Generic[S]):
                 current = Loaded(self._initial, NO_STREAM)
             else:
                 self._cache[stream] = current
-        if version == current.version + 1:
+        if self.is_batch(stream):
+            if version > current.version:
+                self._keep(stream, Loaded(self._initial, version))
+        elif version == current.version + 1:
             self._keep(stream, Loaded(self._evolve(current.state, event), version))
+
+    def observe_batch(self, recorded: RecordedEvent, on_event: Callable[[Any], None] = lambda event: None) -> int:
+        """Fold a batch read elsewhere (a catch-up at start): each of its events into its virtual
+        stream, and the batch stream's version; how many events it folded."""
+        folded = 0
+        for event in expand(recorded):
+            if event.type in self._types:
+                decoded = self._types.decode(event)
+                self.observe(event.stream, event.version, decoded)
+                on_event(decoded)
+                folded += 1
+        self.observe(recorded.stream, recorded.version, None)
+        return folded
+
+    def follow_batch(self, stream: str) -> Loaded[S]:
+        """Read a batch stream on from the version the store has (another writer appended: a conflict,
+        a first load) and fold its events in; the batch stream's entry."""
+        known = self._cache.get(stream) or self._restored.get(stream)
+        _, moved = self._batch_tail(stream, NO_STREAM if known is None else known.version, self._restored, self._cache)
+        self._keep_newer(moved)
+        return self._cache[stream]
+
+    def _batch_tail(self, stream: str, after_version: int, states: Mapping[str, Loaded[S]],
+                    moved: Mapping[str, Loaded[S]]) -> tuple[int, dict[str, Loaded[S]]]:
+        """The batch stream's records after `after_version` folded onto the virtual streams' states
+        (`moved`'s, else `states`'), taking the cache's where it is further already (this store's own
+        appends); the batch stream's last version and every entry that moved, its own included."""
+        found: dict[str, Loaded[S]] = {}
+        version = after_version
+        for recorded in self._log.read_stream(stream, after_version + 1):
+            for event in expand(recorded):
+                current = found.get(event.stream) or moved.get(event.stream) or states.get(event.stream)
+                current = current or Loaded(self._initial, NO_STREAM)
+                if current.version >= event.version:
+                    continue
+                live = self._cache.get(event.stream)  # one dict read, also from the snapshot thread
+                if live is not None and live.version >= event.version:
+                    found[event.stream] = live
+                elif event.version == current.version + 1 and event.type in self._types:
+                    found[event.stream] = Loaded(self._evolve(current.state, self._types.decode(event)), event.version)
+            version = recorded.version
+        found[stream] = Loaded(self._initial, version)
+        return version, found
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -198,6 +259,9 @@ class AggregateStore(Generic[S]):
             start = states.get(stream, Loaded(self._initial, NO_STREAM))
             if start.version >= version:
                 continue
+            if self.is_batch(stream):
+                moved.update(self._batch_tail(stream, start.version, states, moved)[1])
+                continue
             live = self._cache.get(stream)  # one dict read, also from the snapshot thread
             moved[stream] = live if live is not None and live.version >= version else self._fold(stream, start)
         return head, moved
@@ -211,12 +275,15 @@ class AggregateStore(Generic[S]):
     def _take(self, head: int, moved: dict[str, Loaded[S]]) -> None:
         """Streams read further than the cache holds them, and the head they were read up to: every
         event of the prefix up to it is now in the cache."""
+        self._keep_newer(moved)
+        self._position = max(self._position or 0, head)
+
+    def _keep_newer(self, moved: dict[str, Loaded[S]]) -> None:
         for stream, loaded in moved.items():
             cached = self._cache.get(stream)
             if cached is None or cached.version < loaded.version:
                 self._restored.pop(stream, None)
                 self._keep(stream, loaded)
-        self._position = max(self._position or 0, head)
 
     def _entries(self, states: Collection[Loaded[S]]) -> int:
         """What packing these states costs, in entries: one per stream, or what `size` counts."""
@@ -354,7 +421,9 @@ def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, type
     folded = 0
     while records := log.read_all(after, batch, (stream_prefix,)):
         for recorded in records:
-            if recorded.type in types:
+            if recorded.type == BATCH_TYPE and store.is_batch(recorded.stream):
+                folded += store.observe_batch(recorded, on_event)
+            elif recorded.type in types:
                 event = types.decode(recorded)
                 store.observe(recorded.stream, recorded.version, event)
                 on_event(event)

@@ -1,0 +1,67 @@
+"""Many streams' events in one record of the log: a batch.
+
+A writer that decides for thousands of small aggregates at once (the matcher: a schedule each)
+appends one record per batch stream instead of one per event: each record costs a row, its index
+entries and a version probe, whatever its size. The events keep their own streams and versions as
+if each were appended alone ("virtual" streams, never written as such); `expand` gives them back,
+so a reader folds and routes them exactly as before. A virtual stream's versions continue those of
+a physical stream of the same name written before (an older log), and position order is kept: the
+events of a batch share its position, after everything before it.
+
+The record's data is JSON, `{"events": [...], "index": [[stream, version, type, start, end], ...]}`,
+its events' own encodings copied in, so `expand` cuts them out by offset without parsing them and any
+JSON tool reads the record whole. The index is found from the end: `],"index":` cannot occur inside an
+encoded event's strings (their quotes are escaped).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import orjson
+
+from sluice.eventlog.port import NewEvent, RecordedEvent
+
+BATCH_TYPE = "Batch"
+_HEAD = b'{"events":['
+_INDEX = b'],"index":'
+
+
+class MalformedBatch(ValueError):
+    """A Batch record whose data is not what `batch` writes."""
+
+
+def batch(batch_id: str, events: Sequence[tuple[str, int, NewEvent]]) -> NewEvent:
+    """One record of (virtual stream, version, event) triples, in order. The events carry no metadata."""
+    parts, index, offset = [], [], len(_HEAD)
+    for stream, version, event in events:
+        if event.metadata:
+            raise ValueError(f"event {event.id} of stream {stream}: a batched event carries no metadata")
+        data = bytes(event.data)
+        index.append((stream, version, event.type, offset, offset + len(data)))
+        parts.append(data)
+        offset += len(data) + 1
+    return NewEvent(batch_id, BATCH_TYPE, _HEAD + b",".join(parts) + _INDEX + orjson.dumps(index) + b"}")
+
+
+def expand(recorded: RecordedEvent) -> list[RecordedEvent]:
+    """The events of a Batch record, each as if read from its own stream (id `<batch id>/<n>`, the
+    batch's position); any other record as it is."""
+    if recorded.type != BATCH_TYPE:
+        return [recorded]
+    data = bytes(recorded.data)
+    marker = data.rfind(_INDEX)
+    try:
+        if marker < 0 or not data.startswith(_HEAD) or not data.endswith(b"}"):
+            raise ValueError("not a batch")
+        index = orjson.loads(data[marker + len(_INDEX):-1])
+        return [RecordedEvent(f"{recorded.id}/{n}", stream, version, recorded.position, type_, data[start:end], {},
+                              recorded.recorded_at)
+                for n, (stream, version, type_, start, end) in enumerate(index)]
+    except (ValueError, TypeError) as error:
+        raise MalformedBatch(f"record {recorded.id} of stream {recorded.stream} at position {recorded.position}: "
+                             f"not a batch of events ({error})") from None
+
+
+def sub_event_id(batch_id: str, number: int) -> str:
+    """The id `expand` gives the `number`th event (from 0) of the batch `batch_id`."""
+    return f"{batch_id}/{number}"
