@@ -65,6 +65,7 @@ from bench import Figure, option, percentile, progress
 from sluice.bus.inprocess import InProcessBus
 from sluice.bus.kafka import KafkaBus
 from sluice.bus.topics import LAUNCH_REQUESTS, PARTITION_NOTIFICATIONS, partition_event_key
+from sluice.eventlog.batched import expand
 from sluice.clock import SystemClock
 from sluice.domain.checking import QUEUE_STREAM
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
@@ -363,10 +364,11 @@ async def _wait_observed(log: EventLog, schedules: int, check: Callable[[], None
 
     def all_observed() -> bool:
         nonlocal matcher, checker, after
-        for event in log.read_all(after, 1000):
-            after = event.position
-            matcher += event.type == "ScheduleObserved" and event.stream.startswith("matcher-")
-            checker += event.type == "ScheduleTracked" and event.stream == QUEUE_STREAM
+        for record in log.read_all(after, 1000):
+            after = record.position
+            matcher += sum(event.type == "ScheduleObserved" for event in expand(record)
+                           if event.stream.startswith("matcher-"))
+            checker += record.type == "ScheduleTracked" and record.stream == QUEUE_STREAM
         return matcher == checker == schedules
     await _until(all_observed, check, lambda: f"of {schedules} schedules, {matcher} observed, {checker} tracked")
 
@@ -468,7 +470,7 @@ def _report_stages(log: EventLog, after: int, sent: dict[str, float], received: 
     admitted: dict[str, float] = {}
     while events := log.read_all(after, 5000):
         after = events[-1].position
-        for event in events:
+        for event in (event for record in events for event in expand(record)):
             target = {"JobTriggered": triggered, "JobsAdmitted": admitted}.get(event.type)
             if target is not None:
                 data = json.loads(event.data)

@@ -149,8 +149,8 @@ async def _spread(path: Path, count: int) -> tuple[float, int, float]:
                 offset += 1
             for message in checker.route(recorded):
                 launches.append((recorded.position, message.value))
-        if records:  # the checker's consumer takes a poll's worth of jobs at once
-            await checker.apply([(record, checker.parse_job_triggered(record)) for record in records])
+        for start in range(0, len(records), POLL):  # the checker's consumer takes a poll's worth of jobs at once
+            await checker.apply([(record, checker.parse_job_triggered(record)) for record in records[start:start + POLL]])
     spread, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     await snapshots_written()  # as the service runtime does before it closes the log
     log.close()

@@ -23,6 +23,7 @@ import orjson
 
 from sluice.clock import epoch_micros
 from sluice.domain import backfills, checking, matching, runs
+from sluice.eventlog.batched import BATCH_TYPE, expand
 from sluice.eventlog.codec import EventTypes, dumps, from_jsonable
 from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
@@ -198,6 +199,13 @@ class JobsView:
 
     def apply(self, recorded: RecordedEvent) -> None:
         self.position = max(self.position, recorded.position)
+        if recorded.type == BATCH_TYPE:
+            for event in expand(recorded):
+                self._apply_one(event)
+        else:
+            self._apply_one(recorded)
+
+    def _apply_one(self, recorded: RecordedEvent) -> None:
         if recorded.type not in TYPES:
             return
         self._unsnapshotted += 1

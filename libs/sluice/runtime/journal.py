@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 import orjson
 
+from sluice.eventlog.batched import expand
 from sluice.eventlog.port import EventLog, RecordedEvent
 
 log = logging.getLogger("sluice.journal")
@@ -65,9 +66,10 @@ class Journal:
         return log.isEnabledFor(logging.INFO)
 
     async def follow(self) -> None:
-        async for recorded in self._log.subscribe(after=self._log.head_position(), prefixes=self._prefixes):
-            if recorded.type in LINES:
-                self.write(recorded)
+        async for record in self._log.subscribe(after=self._log.head_position(), prefixes=self._prefixes):
+            for recorded in expand(record):
+                if recorded.type in LINES:
+                    self.write(recorded)
 
     def write(self, recorded: RecordedEvent) -> None:
         message, ids_of, state = LINES[recorded.type]
