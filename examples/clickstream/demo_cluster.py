@@ -35,6 +35,7 @@ from sluice_examples.clickstream.demo import (
 )
 from sluice_services.catalogue import NAMES as SERVICES
 from sluice_services.localserver import LocalServer
+from sluice_services.streams import schedule_recorded
 from tests.support.kafka import KafkaBroker
 from tests.support.postgres import PostgresServer
 from tests.support.spark_cluster import SparkCluster
@@ -61,7 +62,7 @@ def wait_until_matched_by_the_matcher(dsn: str, schedule_ids: list[str], timeout
     log = PostgresEventLog(dsn)
     deadline = time.monotonic() + timeout
     try:
-        while not all(log.stream_version(f"matcher-{schedule_id}") >= 0 for schedule_id in schedule_ids):
+        while not all(schedule_recorded(log, schedule_id) for schedule_id in schedule_ids):
             if time.monotonic() > deadline:
                 raise SystemExit(f"the matcher did not see the schedules within {timeout:.0f}s")
             time.sleep(0.5)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sluice.bus.port import Record
 from sluice.cli import render
+from sluice.eventlog.batched import expand_all
 from sluice.eventlog.port import RecordedEvent
 from sluice_services.cli.offline import OperatorError, add_sources, offline, open_bus, open_log
 from sluice_services.cli.progress import Progress, progress
@@ -56,12 +57,13 @@ def _log_stats(settings, args) -> int:
     try:
         categories, types, count, after = Counter(), Counter(), 0, 0
         with progress(args, "reading the log", log.head_position(), unit="position") as reading:
-            while events := log.read_all(after, 5000):
+            while records := log.read_all(after, 5000):
+                events = expand_all(records)
                 for event in events:
                     categories[_category(event.stream)] += 1
                     types[event.type] += 1
                 count += len(events)
-                after = events[-1].position
+                after = records[-1].position
                 reading.reach(after)
         head = log.head_position()
     finally:
@@ -97,7 +99,8 @@ def _log_tail(settings, args) -> int:
 def _log_show(settings, args) -> int:
     log = open_log(settings)
     try:
-        events = log.read_stream(args.stream)
+        from sluice_services.streams import read_stream  # a command's own import: `sluice --help` loads no service
+        events = read_stream(log, args.stream)
     finally:
         log.close()
     if not events:
@@ -113,7 +116,7 @@ def _log_read(settings, args) -> int:
         head = log.head_position()
         if args.after < 0 or args.after > head:
             raise OperatorError(f"--from: position {args.after} is outside the log (0 to {head})")
-        events = log.read_all(args.after, args.limit)
+        events = expand_all(log.read_all(args.after, args.limit))
     finally:
         log.close()
     return _print_events(args, events, with_data=True)
@@ -122,7 +125,7 @@ def _log_read(settings, args) -> int:
 def _read_from(log, after: int, head: int) -> list[RecordedEvent]:
     events = []
     while batch := log.read_all(after, 5000):
-        events += batch
+        events += expand_all(batch)
         after = batch[-1].position
         if after >= head:
             break

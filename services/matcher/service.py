@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import itertools
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple
 from datetime import datetime
@@ -36,7 +35,7 @@ from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2
 from sluice.wire.common import notification_from_proto, parse_bus_message
 from sluice.wire.job_json import job_message
 from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
-from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX, Decisions
+from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX, Decisions, partition_stream
 from sluice_services.catalogue import MATCHER
 
 STREAM_PREFIX, = MATCHER.stream_prefixes
@@ -111,12 +110,8 @@ class MatcherService:
         self._owned: set[int] | None = None
         """Partitions of the matches topic this member owns; None: every schedule (no consumer group)."""
         self._wake_at: dict[str, datetime] = {}
-        self._timers: list[tuple[datetime, int, str]] = []
-        """(wake-up time, when the timer was set, schedule id): a heap. Timers due at once fire in the
-        order they were set, which is their schedules' order in the appends that set them (registration,
-        the previous burst): a burst's appends follow the order its streams began in the log. An SQLite
-        log numbers streams in that order, and neighbouring numbers share pages of its index."""
-        self._timers_set = itertools.count()
+        self._timers: list[tuple[datetime, str]] = []
+        """(wake-up time, schedule id): a heap."""
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
@@ -307,7 +302,7 @@ class MatcherService:
     def _pop_due(self, now: datetime) -> list[str]:
         due = []
         while (when := self.next_wake_at()) is not None and when <= now:
-            _, _, schedule_id = heapq.heappop(self._timers)
+            _, schedule_id = heapq.heappop(self._timers)
             del self._wake_at[schedule_id]
             if self.owns(schedule_id):  # else another member's now; a rebalance back makes this one re-read it
                 due.append(schedule_id)
@@ -317,7 +312,7 @@ class MatcherService:
         """The earliest live timer: superseded entries on top of the heap are dropped (the timer
         loop asks after every change; a min over every schedule's timer cost O(schedules))."""
         while self._timers:
-            when, _, schedule_id = self._timers[0]
+            when, schedule_id = self._timers[0]
             if self._wake_at.get(schedule_id) == when:
                 return when
             heapq.heappop(self._timers)
@@ -333,7 +328,7 @@ class MatcherService:
             return
         if self._wake_at.get(schedule_id) != when:
             self._wake_at[schedule_id] = when
-            heapq.heappush(self._timers, (when, next(self._timers_set), schedule_id))
+            heapq.heappush(self._timers, (when, schedule_id))
             self._timers_changed.set()
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:
@@ -357,3 +352,4 @@ def _source_name(record: Record, source: SourcePosition) -> str:
 
 def _relay_name(record: Record, source: SourcePosition) -> str:
     return f"matcher:{record.topic}:{record.partition}:relay:{source.relay}:{source.topic}:{source.partition}"
+

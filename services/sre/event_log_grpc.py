@@ -11,6 +11,7 @@ from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.paging import next_page_token, paging
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import event_log_pb2, event_log_pb2_grpc
+from sluice_services.streams import read_stream
 
 LISTING = "EventLog.ListStreams"
 DEFAULT_EVENTS, MAX_EVENTS = 100, 1_000
@@ -41,8 +42,8 @@ class EventLogServicer(event_log_pb2_grpc.EventLogServicer):
         if request.page_size < 0:
             raise InvalidArgument("page_size", f"must be 0 (the default, {DEFAULT_EVENTS}) or more, got {request.page_size}")
         size = min(request.page_size or DEFAULT_EVENTS, MAX_EVENTS)
-        events = await asyncio.to_thread(self._log.read_stream, request.stream, request.from_version, size + 1)
-        if not events and self._log.stream_version(request.stream) < 0:
+        events = await asyncio.to_thread(read_stream, self._log, request.stream, request.from_version, size + 1)
+        if not events and not await asyncio.to_thread(read_stream, self._log, request.stream, 0, 1):
             raise NotFound(f"no stream {request.stream!r} in the event log")
         shown = events[:size]
         return event_log_pb2.ReadStreamResponse(

@@ -31,6 +31,7 @@ from sluice.bus.topics import DEAD_LETTER
 from sluice.client import SluiceClient
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.v1 import notifications_pb2 as npb
+from sluice_services.streams import schedule_recorded
 from tests.faults import load
 from tests.faults.kinds import KINDS, Applied, Timing
 from tests.faults.stack import Stack
@@ -148,7 +149,7 @@ def _wait(probe, timeout: float, interval: float = 0.5):
 def _matcher_observed(stack: Stack, schedule_id: str) -> bool:
     log = PostgresEventLog(stack.event_log_url)
     try:
-        return log.stream_version(f"matcher-{schedule_id}") >= 0
+        return schedule_recorded(log, schedule_id)
     finally:
         log.close()
 

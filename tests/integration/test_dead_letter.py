@@ -19,6 +19,7 @@ from tests.support.kafka import KafkaBroker
 from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice_services.composition import matcher_spec, registry_spec
+from sluice_services.streams import schedule_recorded
 from sluice_services.registry.service import RegistryService
 
 pytestmark = pytest.mark.integration
@@ -74,7 +75,7 @@ async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float) -> Non
     task = asyncio.create_task(run_services(specs, bus, log, on_ready=ready.set_result, stop=stop))
     await asyncio.wait_for(ready, settle)
     deadline = asyncio.get_running_loop().time() + settle
-    while log.stream_version(f"matcher-{SCHEDULE.id}") < 0:
+    while not schedule_recorded(log, SCHEDULE.id):
         assert asyncio.get_running_loop().time() < deadline, "the matcher never observed the schedule"
         await asyncio.sleep(0.05)
     poison = {

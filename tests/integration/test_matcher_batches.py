@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from datetime import datetime, timezone
 
+from sluice.eventlog.batched import expand_all
 from sluice.bus.port import Record, kafka_partition
 from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS, PARTITION_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SimulatedClock
@@ -86,7 +87,7 @@ async def deliver(handler, records: list[Record]) -> None:
 
 def per_stream(log) -> dict[str, list[tuple[int, str, bytes]]]:
     streams: dict[str, list] = {}
-    for recorded in log.read_all(0, 100_000):
+    for recorded in expand_all(log.read_all(0, 100_000)):
         if recorded.stream.startswith("matcher-"):
             streams.setdefault(recorded.stream, []).append((recorded.version, recorded.type, bytes(recorded.data)))
     return streams
@@ -163,7 +164,7 @@ async def test_what_the_first_stage_publishes_again_changes_nothing(tmp_path):
 
     fresh = Notification("n-new", T0, PartitionCommitted("ns", "d0", (PartitionRef({"i": "new"}, "/d/new"),)))
     await deliver(handler, republished(all_schedules, [(31, fresh)], offsets))
-    counted_by = {r.stream for r in log.read_all(head, 1000) if b'"n-new"' in r.data}  # matched, or fired by it alone
+    counted_by = {r.stream for r in expand_all(log.read_all(head, 1000)) if b'"n-new"' in r.data}  # matched, or fired by it alone
     assert len(counted_by) == sum(1 for s in all_schedules if "d0" in {leaf.dataset for leaf in
                                                                     getattr(s.trigger, "all_of", (s.trigger,))})
     log.close()

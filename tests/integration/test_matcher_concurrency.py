@@ -1,6 +1,6 @@
 """One pending job per schedule, also when two matcher instances handle the two inputs of an AND
-trigger at the same instant: each instance writes with the stream's expected version, the loser
-reloads and decides again, so both notifications land in the same job, which fires once."""
+trigger at the same instant: each instance writes with the expected version of the schedule's
+partition stream, the loser reads what the winner wrote and decides again, so both notifications land in the same job, which fires once."""
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +18,7 @@ from sluice.domain.common import Notification, PartitionCommitted, PartitionRef,
 from sluice.domain.matching import JobTriggered, NotificationMatched, stream_name
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import AndTrigger, PartitionTrigger
+from sluice.eventlog.batched import expand_all
 from sluice.eventlog.port import EventLog
 from sluice.eventlog.postgres import PostgresEventLog
 from sluice.eventlog.sqlite import SqliteEventLog
@@ -71,7 +72,8 @@ def test_the_two_inputs_of_an_and_trigger_at_once_make_one_job(open_log):
                 thread.start()
             for thread in threads:
                 thread.join(30)
-        events = [TYPES.decode(r) for r in logs[0].read_stream(stream_name(SCHEDULE.id))]
+        events = [TYPES.decode(r) for r in expand_all(logs[0].read_all(0, 10_000))
+                  if r.stream == stream_name(SCHEDULE.id)]
         created = [e for e in events if isinstance(e, NotificationMatched) and e.schedule_id]  # first matches
         fired = [e for e in events if isinstance(e, JobTriggered)]
         assert len(created) == len(fired) == ROUNDS

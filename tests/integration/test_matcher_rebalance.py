@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from sluice.eventlog.batched import expand_all
 from sluice.bus.kafka import KafkaBus
 from sluice.bus.topics import PARTITION_NOTIFICATIONS, partition_event_key
 from sluice.clock import SimulatedClock
@@ -83,7 +84,7 @@ def matches_and_jobs(log) -> tuple[list[tuple[str, str]], dict[str, list]]:
     after = 0
     while events := log.read_all(after, 5000):
         after = events[-1].position
-        for recorded in events:
+        for recorded in expand_all(events):
             if recorded.type not in ("JobCreated", "NotificationMatched", "JobTriggered"):
                 continue
             event = TYPES.decode(recorded)

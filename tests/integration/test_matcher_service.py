@@ -10,6 +10,7 @@ from sluice.domain.common import Notification, PartitionCommitted, PartitionRef,
 from sluice.domain.matching import JobTriggered
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import PartitionTrigger
+from sluice.eventlog.batched import expand_all
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.matcher.service import MatcherService
 from tests.support.matcher_inputs import MatcherInputs
@@ -28,7 +29,7 @@ def notification(notification_id: str) -> Notification:
 
 
 def triggered(log) -> list[str]:
-    return [r.stream for r in log.read_all(0, 10_000) if r.type == JobTriggered.__name__]
+    return [r.stream for r in expand_all(log.read_all(0, 10_000)) if r.type == JobTriggered.__name__]
 
 
 async def test_redelivered_offsets_and_resent_ids_have_no_effect(tmp_path):
@@ -40,7 +41,7 @@ async def test_redelivered_offsets_and_resent_ids_have_no_effect(tmp_path):
     before = log.head_position()
     first = inputs.match_records(notification("n-0"), PARTITION_NOTIFICATIONS, 0)
     await inputs.deliver(first)
-    written = log.read_all(before, 100)
+    written = expand_all(log.read_all(before, 100))
     assert sorted((r.stream, r.type) for r in written) == [
         ("matcher-s-one", "JobTriggered"),  # count 1: created, matched and fired, one event
         ("matcher-s-two", "NotificationMatched")]  # count 2: the first match creates the job, one event

@@ -15,6 +15,7 @@ from sluice.runtime.health import Health
 from sluice.runtime.service import run_services
 from sluice.v1 import jobs_pb2
 from sluice_services.composition import matcher_spec, registry_spec
+from sluice_services.streams import schedule_recorded
 from sluice_services.registry.service import RegistryService
 from tests.integration.test_dead_letter import CLOCK, SCHEDULE, valid_notification
 from tests.support.waiting import until
@@ -66,7 +67,7 @@ async def test_a_notification_during_an_outage_waits_and_fires_once_the_log_writ
     specs = [registry_spec(log, CLOCK, producer), matcher_spec(log, CLOCK, producer)]
     task = asyncio.create_task(run_services(specs, bus, log, on_ready=ready.set_result, stop=stop, health=health))
     await asyncio.wait_for(ready, 10)
-    await until(lambda: sqlite_log.stream_version(f"matcher-{SCHEDULE.id}") >= 0, "the schedule observed", timeout=10)
+    await until(lambda: schedule_recorded(sqlite_log, SCHEDULE.id), "the schedule observed", timeout=10)
     await until(health.ready, "the service ready", timeout=10)
 
     if outage == "sqlite read-only":

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from sluice.eventlog.batched import expand_all
 from sluice.bus.inprocess import InProcessBus
 from sluice.bus.topics import PARTITION_NOTIFICATIONS
 from sluice.clock import SimulatedClock
@@ -69,7 +70,7 @@ def route(recorded: RecordedEvent) -> list[Outgoing]:
 
 
 def jobs_triggered(log: SqliteEventLog) -> list[str]:
-    return [event.id for event in log.read_all(0, 1_000_000) if event.type == JobTriggered.__name__]
+    return [event.id for event in expand_all(log.read_all(0, 1_000_000)) if event.type == JobTriggered.__name__]
 
 
 @pytest.mark.parametrize("matched_before_the_resend", [True, False])

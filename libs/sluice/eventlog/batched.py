@@ -15,7 +15,7 @@ encoded event's strings (their quotes are escaped).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import orjson
 
@@ -54,6 +54,8 @@ def expand(recorded: RecordedEvent) -> list[RecordedEvent]:
         if marker < 0 or not data.startswith(_HEAD) or not data.endswith(b"}"):
             raise ValueError("not a batch")
         index = orjson.loads(data[marker + len(_INDEX):-1])
+        if type(index) is not list or not all(type(entry) is list for entry in index):
+            raise ValueError("its index is not a list of entries")
         return [RecordedEvent(f"{recorded.id}/{n}", stream, version, recorded.position, type_, data[start:end], {},
                               recorded.recorded_at)
                 for n, (stream, version, type_, start, end) in enumerate(index)]
@@ -65,3 +67,8 @@ def expand(recorded: RecordedEvent) -> list[RecordedEvent]:
 def sub_event_id(batch_id: str, number: int) -> str:
     """The id `expand` gives the `number`th event (from 0) of the batch `batch_id`."""
     return f"{batch_id}/{number}"
+
+
+def expand_all(records: Iterable[RecordedEvent]) -> list[RecordedEvent]:
+    """`expand` of each record, in order."""
+    return [event for record in records for event in expand(record)]
