@@ -12,13 +12,15 @@ from sluice.bus.port import kafka_partition
 from sluice.bus.topics import MATCHES_PARTITIONS
 from sluice.domain import matching
 from sluice.domain.matching import MatcherState
-from sluice.eventlog.batched import batch, sub_event_id
-from sluice.eventlog.codec import encode
+from sluice.eventlog.batched import batch, batches
+from sluice.eventlog.codec import dumps
 from sluice.eventlog.port import StreamAppend
 from sluice.ids import time_ordered_ids
 from sluice.runtime.aggregates import AggregateStore
 
 PARTITION_STREAM_PREFIX = "matcher-partition-"
+BATCH_BYTES = 1 << 20
+"""A partition's events of one append go in records of at most 1 MiB of events (a poll's usually fit in one)."""
 
 
 class Decisions:
@@ -47,24 +49,24 @@ class Decisions:
         return bool(self._events)
 
     def appends(self) -> list[StreamAppend]:
-        """One Batch (sluice.eventlog.batched) per partition stream the schedules decided on belong to,
-        at its expected version: each schedule's events under its own stream's next versions. Ids
-        are time-ordered (`time_ordered_id`): the log's index of ids grows at its right edge. The
-        expected version refuses a second append of the same decision, whatever its ids."""
+        """Per partition stream the schedules decided on belong to, Batch records (sluice.eventlog.batched,
+        up to BATCH_BYTES of events each) at its expected version: each schedule's events under its own
+        stream's next versions. Ids are time-ordered (`time_ordered_id`): the log's index of ids grows at
+        its right edge. The expected version refuses a second append of the same decision, whatever its ids."""
         event_id, load = time_ordered_ids(self.now), self._store.load
-        by_partition: dict[str, list[tuple[str, int, object]]] = {}
+        by_partition: dict[str, list[tuple[str, int, str, bytes]]] = {}
         for schedule_id, events in self._events.items():
             stream = matching.stream_name(schedule_id)
             version = load(stream).version
             entries = by_partition.setdefault(partition_stream(schedule_id), [])
-            entries += [(stream, version + offset, event) for offset, event in enumerate(events, start=1)]
+            entries += [(stream, version + offset, type(event).__name__, dumps(event))
+                        for offset, event in enumerate(events, start=1)]
         appends = []
         for partition, entries in by_partition.items():
             version = load(partition).version
-            batch_id = event_id(partition, str(version + 1))
-            appends.append(StreamAppend(partition, [batch(batch_id, [
-                (stream, event_version, encode(event, sub_event_id(batch_id, number)))
-                for number, (stream, event_version, event) in enumerate(entries)])], version))
+            records = [batch(event_id(partition, str(version + number)), run)
+                       for number, run in enumerate(batches(entries, BATCH_BYTES), start=1)]
+            appends.append(StreamAppend(partition, records, version))
         self._partitions = list(by_partition)
         return appends
 

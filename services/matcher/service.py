@@ -336,7 +336,7 @@ class MatcherService:
         if not recorded.stream.startswith(STREAM_PREFIX) or recorded.type not in _ROUTED:
             return []
         outgoing = []
-        for event in expand(recorded):
+        for event in expand(recorded, _FIRES):
             if event.type == JobTriggered.__name__:
                 message = job_message(event, TYPES, jobs_pb2.JobTriggered)
                 outgoing.append(Outgoing(JOBS, message.job.schedule_id, message.SerializeToString()))
@@ -344,6 +344,7 @@ class MatcherService:
 
 
 _ROUTED = frozenset({BATCH_TYPE, JobTriggered.__name__})
+_FIRES = frozenset({JobTriggered.__name__})
 
 
 def _source_name(record: Record, source: SourcePosition) -> str:

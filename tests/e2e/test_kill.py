@@ -36,6 +36,7 @@ from sluice.ids import derived_id, run_id_for
 from tests.support.kafka import KafkaBroker
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_services.composition import SERVICES
+from sluice_services.streams import schedule_recorded
 from tests.conftest import free_port
 from tests.support.service_processes import ServiceProcess, start_registry_first, wait_for
 
@@ -303,7 +304,7 @@ def test_kill_9_of_random_services_loses_and_duplicates_no_launch(tmp_path, post
         schedule_ids = {s.name: s.id for s in registry.list_schedules(NAMESPACE, APP)}
         event_log = PostgresEventLog(dsn)
         stack.callback(event_log.close)
-        assert wait_for(lambda: all(event_log.stream_version(f"matcher-{i}") >= 0 for i in schedule_ids.values()),
+        assert wait_for(lambda: all(schedule_recorded(event_log, i) for i in schedule_ids.values()),
                         timeout=90), "the matcher did not observe every schedule"
         expected = expected_launches(published, schedule_ids)
 

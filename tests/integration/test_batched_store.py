@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 import pytest
 
 from sluice.clock import SystemClock
-from sluice.eventlog.batched import batch, sub_event_id
-from sluice.eventlog.codec import EventTypes, encode
+from sluice.eventlog.batched import batch
+from sluice.eventlog.codec import EventTypes, dumps, encode
 from sluice.eventlog.port import NO_STREAM, StreamAppend, WrongExpectedVersion
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime import aggregates
@@ -53,8 +53,7 @@ def append(store: AggregateStore[tuple], log: SqliteEventLog, batch_stream: str,
     expected = store.load(batch_stream).version
     batch_id = f"{batch_stream}-{expected + 1}"
     (version,) = log.append_batch([StreamAppend(batch_stream, [batch(batch_id, [
-        (stream, event_version, encode(event, sub_event_id(batch_id, n)))
-        for n, (stream, event_version, event) in enumerate(entries)])], expected)])
+        (stream, event_version, "Added", dumps(event)) for stream, event_version, event in entries])], expected)])
     for stream, (state, stream_version) in after.items():
         store.put(stream, state, stream_version)
     store.put(batch_stream, (), version)

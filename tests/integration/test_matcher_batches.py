@@ -5,17 +5,21 @@ from __future__ import annotations
 import random
 from datetime import datetime, timezone
 
-from sluice.eventlog.batched import expand_all
 from sluice.bus.port import Record, kafka_partition
 from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS, PARTITION_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import AndTrigger, PartitionTrigger
+from sluice.domain.matching import ScheduleObserved, stream_name
+from sluice.eventlog.batched import expand_all
+from sluice.eventlog.codec import encode
+from sluice.eventlog.port import NO_STREAM, StreamAppend
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import matching_pb2, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice.wire.schedules import schedule_to_proto
+from sluice_services.matcher import decisions
 from sluice_services.matcher.service import MatcherService
 
 T0 = datetime(2026, 11, 22, tzinfo=timezone.utc)
@@ -194,3 +198,57 @@ async def test_a_poll_another_member_recorded_meanwhile_is_skipped_not_decided_a
     reread = MatcherService(log, clock)
     reread.recover()
     assert reread.states() == new_owner.states()
+
+
+async def test_a_poll_is_one_batch_record_per_matches_partition_and_a_wide_one_several(tmp_path, monkeypatch):
+    """Every decision of a poll on a partition's schedules is one record of that partition's stream;
+    records are cut at BATCH_BYTES, and recovery folds what either wrote to the same states."""
+    clock = SimulatedClock(T0)
+    all_schedules = schedules()
+    records = match_records(all_schedules, 30)
+    written = {}
+    for name, cap in (("one", decisions.BATCH_BYTES), ("cut", 2_000)):
+        monkeypatch.setattr(decisions, "BATCH_BYTES", cap)
+        log = SqliteEventLog(tmp_path / f"{name}.db", clock=clock)
+        matcher = MatcherService(log, clock)
+        handlers = matcher.handlers()
+        await handlers[SCHEDULES].apply([(r, handlers[SCHEDULES].parse(r)) for r in schedule_records(all_schedules)])
+        head = log.head_position()
+        await handlers[MATCHES].apply([(r, handlers[MATCHES].parse(r)) for r in records])
+        polled = log.read_all(head, 1000)
+        assert {r.type for r in polled} == {"Batch"}
+        assert {r.stream for r in polled} == {decisions.partition_stream(s.id) for s in all_schedules
+                                              if s.id in {e.stream.removeprefix("matcher-") for e in expand_all(polled)}}
+        written[name] = (polled, per_stream(log), matcher.states())
+        restarted = MatcherService(log, clock)
+        restarted.recover()
+        assert restarted.states() == matcher.states()
+        log.close()
+    one, cut = written["one"], written["cut"]
+    assert len(one[0]) <= MATCHES_PARTITIONS < len(cut[0])  # the cap cut the same decisions into more records
+    assert all(sum(len(e.data) for e in expand_all([r])) <= 2_000 or len(expand_all([r])) == 1 for r in cut[0])
+    assert cut[1] == one[1] and cut[2] == one[2]
+
+
+async def test_an_older_log_s_schedule_streams_go_on_in_their_partition_s_batches(tmp_path):
+    """A log written before batches holds each schedule's events in a stream of its own: the
+    schedule's next events follow them in version, and recovery folds both in order."""
+    clock = SimulatedClock(T0)
+    all_schedules = schedules()
+    log = SqliteEventLog(tmp_path / "events.db", clock=clock)
+    log.append_batch([StreamAppend(stream_name(s.id), [encode(ScheduleObserved(s, T0), f"old-{s.id}")], NO_STREAM)
+                      for s in all_schedules])  # what the matcher wrote per schedule before
+    matcher = MatcherService(log, clock)
+    matcher.recover()
+    assert {s.id for s in all_schedules} == {schedule_id for schedule_id, state in matcher.states().items()
+                                             if state.schedule is not None}
+    handler = matcher.handlers()[MATCHES]
+    await handler.apply([(r, handler.parse(r)) for r in match_records(all_schedules, 30)])
+
+    streams = per_stream(log)
+    assert all([version for version, _, _ in events] == list(range(len(events))) for events in streams.values())
+    assert all(streams[stream_name(s.id)][0][1] == "ScheduleObserved" for s in all_schedules)
+    restarted = MatcherService(log, clock)
+    restarted.recover()
+    assert restarted.states() == matcher.states()
+    log.close()

@@ -20,9 +20,12 @@ from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import PartitionTrigger
+from sluice.eventlog.batched import batch
+from sluice.eventlog.port import NO_STREAM, StreamAppend
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.consumer import send_to_dead_letter
 from tests.support.kafka import KafkaBroker
+from sluice_services.matcher.decisions import partition_stream
 from sluice_services.registry.service import RegistryService
 
 pytestmark = pytest.mark.integration
@@ -68,6 +71,22 @@ def test_log_stats_tail_show_and_read(data_dir):
 
     read = json.loads(sluice("--json", "log", "read", "--from", "1", "--limit", "1", "--data-dir", str(data_dir)).stdout)
     assert [(e["position"], e["data"]["schedule"]["name"]) for e in read] == [(2, "b")]
+
+
+def test_a_schedule_s_batched_matcher_events_are_read_as_its_own_stream(tmp_path):
+    log = SqliteEventLog(tmp_path / "events.db", clock=SimulatedClock())
+    stream = f"matcher-{schedule_id_for(PROGRAM, 'a')}"
+    log.append_batch([StreamAppend(partition_stream(schedule_id_for(PROGRAM, "a")), [batch("b-1", [
+        (stream, 0, "ScheduleObserved", b'{"n":0}'), (stream, 1, "JobCreated", b'{"n":1}')])], NO_STREAM)])
+    log.close()
+
+    stats = json.loads(sluice("--json", "log", "stats", "--data-dir", str(tmp_path)).stdout)
+    assert stats["events"] == 2 and stats["types"] == {"ScheduleObserved": 1, "JobCreated": 1}
+    shown = json.loads(sluice("--json", "log", "show", stream, "--data-dir", str(tmp_path)).stdout)
+    assert [(e["stream"], e["version"], e["type"], e["data"], e["position"]) for e in shown] == [
+        (stream, 0, "ScheduleObserved", {"n": 0}, 1), (stream, 1, "JobCreated", {"n": 1}, 1)]
+    read = json.loads(sluice("--json", "log", "read", "--data-dir", str(tmp_path)).stdout)
+    assert [e["type"] for e in read] == ["ScheduleObserved", "JobCreated"]
 
 
 @pytest.mark.parametrize("args, text", [

@@ -15,7 +15,7 @@ encoded event's strings (their quotes are escaped).
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Container, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -30,22 +30,34 @@ class MalformedBatch(ValueError):
     """A Batch record whose data is not what `batch` writes."""
 
 
-def batch(batch_id: str, events: Sequence[tuple[str, int, NewEvent]]) -> NewEvent:
-    """One record of (virtual stream, version, event) triples, in order. The events carry no metadata."""
+def batch(batch_id: str, events: Sequence[tuple[str, int, str, bytes]]) -> NewEvent:
+    """One record of (virtual stream, version, event type, encoded event), in order."""
     parts, index, offset = [], [], len(_HEAD)
-    for stream, version, event in events:
-        if event.metadata:
-            raise ValueError(f"event {event.id} of stream {stream}: a batched event carries no metadata")
-        data = bytes(event.data)
-        index.append((stream, version, event.type, offset, offset + len(data)))
+    for stream, version, type_, data in events:
+        index.append((stream, version, type_, offset, offset + len(data)))
         parts.append(data)
         offset += len(data) + 1
     return NewEvent(batch_id, BATCH_TYPE, _HEAD + b",".join(parts) + _INDEX + orjson.dumps(index) + b"}")
 
 
-def expand(recorded: RecordedEvent) -> list[RecordedEvent]:
+def batches(events: Sequence[tuple[str, int, str, bytes]], max_bytes: int) -> Iterator[list[tuple[str, int, str, bytes]]]:
+    """The events cut into runs of at most `max_bytes` of encoded events each (one larger alone), in order:
+    one record each, so that no decision however wide makes a record the log or a reader cannot take."""
+    run: list[tuple[str, int, str, bytes]] = []
+    size = 0
+    for event in events:
+        if run and size + len(event[3]) > max_bytes:
+            yield run
+            run, size = [], 0
+        run.append(event)
+        size += len(event[3])
+    if run:
+        yield run
+
+
+def expand(recorded: RecordedEvent, types: Container[str] | None = None) -> list[RecordedEvent]:
     """The events of a Batch record, each as if read from its own stream (id `<batch id>/<n>`, the
-    batch's position); any other record as it is."""
+    batch's position), only those of `types` when given; any other record as it is."""
     if recorded.type != BATCH_TYPE:
         return [recorded]
     data = bytes(recorded.data)
@@ -58,15 +70,10 @@ def expand(recorded: RecordedEvent) -> list[RecordedEvent]:
             raise ValueError("its index is not a list of entries")
         return [RecordedEvent(f"{recorded.id}/{n}", stream, version, recorded.position, type_, data[start:end], {},
                               recorded.recorded_at)
-                for n, (stream, version, type_, start, end) in enumerate(index)]
+                for n, (stream, version, type_, start, end) in enumerate(index) if types is None or type_ in types]
     except (ValueError, TypeError) as error:
         raise MalformedBatch(f"record {recorded.id} of stream {recorded.stream} at position {recorded.position}: "
                              f"not a batch of events ({error})") from None
-
-
-def sub_event_id(batch_id: str, number: int) -> str:
-    """The id `expand` gives the `number`th event (from 0) of the batch `batch_id`."""
-    return f"{batch_id}/{number}"
 
 
 def expand_all(records: Iterable[RecordedEvent]) -> list[RecordedEvent]:

@@ -200,7 +200,7 @@ class JobsView:
     def apply(self, recorded: RecordedEvent) -> None:
         self.position = max(self.position, recorded.position)
         if recorded.type == BATCH_TYPE:
-            for event in expand(recorded):
+            for event in expand(recorded, TYPES):
                 self._apply_one(event)
         else:
             self._apply_one(recorded)

@@ -67,7 +67,7 @@ class Journal:
 
     async def follow(self) -> None:
         async for record in self._log.subscribe(after=self._log.head_position(), prefixes=self._prefixes):
-            for recorded in expand(record):
+            for recorded in expand(record, LINES):
                 if recorded.type in LINES:
                     self.write(recorded)
 
