@@ -19,8 +19,9 @@ from sluice.ids import time_ordered_ids
 from sluice.runtime.aggregates import AggregateStore
 
 PARTITION_STREAM_PREFIX = "matcher-partition-"
-BATCH_BYTES = 1 << 20
-"""A partition's events of one append go in records of at most 1 MiB of events (a poll's usually fit in one)."""
+BATCH_BYTES = 256 * 1024
+"""A partition's events of one append go in records of at most 256 KiB of events: a poll's in a few, and
+each record well under the 1 MiB a KurrentDB server takes in one append by default."""
 
 
 class Decisions:

@@ -17,6 +17,7 @@ import orjson
 
 import sluice
 from sluice.domain import apps, checking, commits, matching, runs, schedules
+from sluice.eventlog.batched import expand_all
 from sluice.eventlog import codec
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.constraints import ConcurrencyConstraint, TimeWindowConstraint
@@ -83,7 +84,7 @@ async def test_a_scheduler_run_encodes_as_before(tmp_path):
         for launch in list(scheduler.launches):
             await scheduler.finish(launch)
         await scheduler.advance(timedelta(minutes=5))
-        recorded = [r for r in scheduler.log.read_all(0, 10_000) if r.type in ALL_TYPES]
+        recorded = [r for r in expand_all(scheduler.log.read_all(0, 10_000)) if r.type in ALL_TYPES]
         assert {"JobTriggered", "JobsAdmitted", "NotificationMatched", "ScheduleCreated", "RunObserved"} <= {
             r.type for r in recorded}
         for record in recorded:
