@@ -4,7 +4,8 @@ The log (SQLite file, default N = 1,000,000) holds what the matcher and the chec
 S schedules with partition triggers (count 1..3) over D datasets: each notification matched by
 every schedule listening to its dataset (one event per decision in `matcher-<schedule>`:
 NotificationMatched, the first one creating the job, or JobTriggered), each triggered job queued and admitted in `checker-queue` (the one stream
-that grows forever). The events come from the domain's own decide/evolve, so recovery folds real
+that grows forever). The matcher's events are in streams of their own, as a log written before its batch
+records holds them (`sluice.eventlog.batched`; recovery folds both alike). The events come from the domain's own decide/evolve, so recovery folds real
 history. Generating it is not timed; the file is kept under the temp dir, keyed by N and the
 generator's version, and reused by later runs (delete it to regenerate).
 
