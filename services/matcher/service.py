@@ -2,7 +2,8 @@
 
 On the bus the first stage (`lookup.ScheduleLookup`) re-keys notifications by schedule id onto the
 matches topic, so the member of the consumer group that owns a schedule's partition is its single
-writer (the MATCHES batch handler). Triggers that time can satisfy (cron, quiet period, elapsed)
+writer (the MATCHES batch handler). Its schedules' streams are appended through that partition's
+batch stream (`decisions.partition_stream`): one record per partition and append. Triggers that time can satisfy (cron, quiet period, elapsed)
 set one timer per schedule at the pending job's exact wake-up time; `fire_due()` runs what is due
 by the injected clock, for the schedules this member owns."""
 from __future__ import annotations

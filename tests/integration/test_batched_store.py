@@ -3,36 +3,23 @@ its virtual stream, at recovery, after another writer's append and across snapsh
 virtual stream were a stream of its own."""
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pytest
 
 from sluice.clock import SystemClock
 from sluice.eventlog.batched import batch
-from sluice.eventlog.codec import EventTypes, dumps, encode
+from sluice.eventlog.codec import dumps, encode
 from sluice.eventlog.port import NO_STREAM, StreamAppend, WrongExpectedVersion
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime import aggregates
 from sluice.runtime.aggregates import AggregateStore, catch_up
 from sluice.runtime.map_snapshots import snapshots_written
+from tests.support.toy_aggregate import TYPES, Added, evolve
 
 CLOCK = SystemClock()
 T0 = datetime(2026, 11, 27, tzinfo=timezone.utc)
 BATCHES = "agg-batch-"
-
-
-@dataclass(frozen=True)
-class Added:
-    value: int
-
-
-TYPES = EventTypes([Added])
-
-
-def evolve(state: tuple, event: Added) -> tuple:
-    return (*state, event.value)
 
 
 def new_store(log: SqliteEventLog, snapshot: str | None = None) -> AggregateStore[tuple]:

@@ -7,20 +7,21 @@ import asyncio
 import random
 import threading
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
 
 from sluice.clock import SystemClock
 from sluice.domain import matching
-from sluice.eventlog.codec import EventTypes, encode
+from sluice.eventlog.codec import encode
 from sluice.eventlog.port import ANY_VERSION, NO_STREAM
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.readmodels.jobs import JobsView, snapshots_of
 from sluice.runtime.aggregates import AggregateStore, Loaded, catch_up, execute
 from sluice.runtime.map_snapshots import DELTA_SUFFIX, Delta, MapSnapshots
 from sluice.runtime.snapshots import Schema, Snapshots, unpack
+from tests.support.toy_aggregate import TYPES, Added, evolve
 
 CLOCK = SystemClock()
 T0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
@@ -28,18 +29,6 @@ PREFIX = "toy-"
 TOY_BASE = Schema(dict[str, Loaded[tuple]], 0)
 TOY_DELTA = Schema(Delta[str, Loaded[tuple]], 0)
 MAP = Schema(dict[str, int], 1)
-
-
-@dataclass(frozen=True)
-class Added:
-    value: int
-
-
-TYPES = EventTypes([Added])
-
-
-def evolve(state: tuple, event: Added) -> tuple:
-    return (*state, event.value)
 
 
 def toy_store(log: SqliteEventLog, name: str = "toy") -> AggregateStore[tuple]:

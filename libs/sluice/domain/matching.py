@@ -2,7 +2,8 @@
 
 One stream per schedule ("matcher-<schedule id>") gives every schedule's job state a single
 writer; the stream holds the matcher's own copy of the definition, so a restarted matcher
-rebuilds both from its log."""
+rebuilds both from its log. (The service appends these streams' events in batches, one record
+per matches partition: sluice.eventlog.batched.)"""
 from __future__ import annotations
 
 import hashlib
