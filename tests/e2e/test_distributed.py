@@ -19,6 +19,7 @@ from tests.support.service_processes import start_registry_first
 from sluice.v1 import jobs_pb2, notifications_pb2 as npb, schedules_pb2 as spb
 from sluice_examples.clickstream.generate import MARKETPLACES, generate_hour
 from sluice_services.composition import SERVICES
+from sluice_services.streams import schedule_recorded
 from tests.conftest import free_port
 from tests.e2e.conftest import eventually
 
@@ -63,7 +64,7 @@ def wait_until_matcher_observed(dsn: str, schedule_id: str) -> None:
     """The schedule reaches the matcher over the bus; a notification published before that finds no schedule."""
     log = PostgresEventLog(dsn)
     try:
-        eventually(lambda: log.stream_version(f"matcher-{schedule_id}") >= 0, timeout=60, what="the matcher to observe the schedule")
+        eventually(lambda: schedule_recorded(log, schedule_id), timeout=60, what="the matcher to observe the schedule")
     finally:
         log.close()
 
