@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 BATCH = 500
 TAIL_CAPACITY = 4096
 """Events of this process's last commits kept for its subscribers (held: up to a quarter more)."""
+TAIL_BYTES = 16 * 1024 * 1024
+"""And at most this much of their data: a batch record (sluice.eventlog.batched) holds hundreds of events."""
 REPORT_EVERY = 30.0
 """Seconds between two warnings that the log is unavailable to subscribers (they retry every poll)."""
 
@@ -57,8 +59,10 @@ class Tail:
     then (or never will be). A position missing between two records (another process's commit)
     breaks a run; the tail serves only within the run that holds a reader's next position."""
 
-    def __init__(self, capacity: int = TAIL_CAPACITY) -> None:
+    def __init__(self, capacity: int = TAIL_CAPACITY, max_bytes: int = TAIL_BYTES) -> None:
         self._capacity = capacity
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._events: list[RecordedEvent] = []
         self._runs: list[int] = []  # position - serial: equal exactly within a run of contiguous positions
         self._serial = 0
@@ -72,16 +76,28 @@ class Tail:
                 self._events.append(event)
                 self._runs.append(event.position - self._serial)
                 self._serial += 1
+                self._bytes += len(event.data)
             excess = len(self._events) - self._capacity
-            if excess > self._capacity // 4:  # trimmed in chunks: one list move per thousand events
-                del self._events[:excess], self._runs[:excess]
+            if excess > self._capacity // 4 or self._bytes > self._max_bytes:
+                self._trim(max(0, excess))
+
+    def _trim(self, drop: int) -> None:
+        """Drop the oldest `drop` events, and more until their data is within three quarters of the
+        byte bound: trimmed in chunks, one list move per thousand events or quarter of the bytes."""
+        events = self._events
+        size = self._bytes - sum(len(event.data) for event in events[:drop])
+        while drop < len(events) and size > self._max_bytes * 3 // 4:
+            size -= len(events[drop].data)
+            drop += 1
+        del events[:drop], self._runs[:drop]
+        self._bytes = size
 
     def clear(self) -> None:
         with self._lock:
             self._clear()
 
     def _clear(self) -> None:
-        self._events, self._runs = [], []
+        self._events, self._runs, self._bytes = [], [], 0
 
     def read(self, after: int, limit: int, prefixes: tuple[str, ...]) -> Read | None:
         """What `Subscribers._read` would return from `after` as of the end of the run that holds
