@@ -19,9 +19,10 @@ from sluice.ids import time_ordered_ids
 from sluice.runtime.aggregates import AggregateStore
 
 PARTITION_STREAM_PREFIX = "matcher-partition-"
-BATCH_BYTES = 256 * 1024
-"""A partition's events of one append go in records of at most 256 KiB of events: a poll's in a few, and
-each record well under the 1 MiB a KurrentDB server takes in one append by default."""
+BATCH_BYTES = 64 * 1024
+"""A partition's events of one append go in records of at most 64 KiB of events: a poll's in tens (against
+thousands of rows before), each record well under the 1 MiB a KurrentDB server takes in one append by
+default, and a reader's page of records (500 at once) in tens of MB."""
 
 
 class Decisions:

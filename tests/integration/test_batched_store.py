@@ -137,3 +137,15 @@ async def test_a_snapshot_written_in_the_background_takes_the_batches_appended_m
     assert entries["agg-d"].state == (4,)  # read from the log in the worker thread
     assert entries["agg-a"].state in ((1,), (1, 5))  # the append after it may have committed before the read
     assert recovered(log, "agg") == recovered(log) == {"agg-a": (1, 5), "agg-b": (2,), "agg-c": (3,), "agg-d": (4,)}
+
+
+def test_batch_streams_are_read_a_page_of_records_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(aggregates, "BATCH_RECORDS_READ", 1)
+    log = SqliteEventLog(tmp_path / "events.db")
+    writer, follower = new_store(log), new_store(log)
+    assert follower.load(BATCHES + "0").version == NO_STREAM
+    for value in range(5):
+        append(writer, log, BATCHES + "0", {"agg-a": [value], f"agg-{value}": [value]})
+    follower.follow_batch(BATCHES + "0")
+    assert follower.states() == writer.states() == recovered(log)
+    assert follower.load("agg-a").state == (0, 1, 2, 3, 4) and follower.load(BATCHES + "0").version == 4

@@ -47,7 +47,8 @@ SNAPSHOT = "jobs"
 SNAPSHOT_VERSION = 2
 """The schema version of the view's snapshot (its JobView by job id): bump it when JobView (or anything
 it holds) changes shape; a snapshot of another version is ignored and the log folded instead."""
-READ_BATCH = 10_000
+READ_BATCH = 1_000
+"""Records read at once: a matcher's batch or a checker's JobsAdmitted holds hundreds of events."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ import asyncio
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Generic, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from sluice.clock import Clock
 from sluice.eventlog.batched import BATCH_TYPE, expand
@@ -21,6 +21,9 @@ from sluice.runtime.unit_of_work import MAX_CONFLICT_RETRIES, retry_on_conflict 
 S = TypeVar("S")
 
 READ_BATCH = 10_000
+BATCH_RECORDS_READ = 500
+"""Records read at once from batch streams (a catch-up, a batch stream's tail): each holds up to BATCH_BYTES
+of its writer's events, so a read holds at most ~500 such records in memory."""
 BACKGROUND_SNAPSHOT_STREAMS = 2_000
 """From this many entries to pack (streams, or what `size` counts in them) a snapshot is written off
 the event loop, where packing that many would hold it too long. (Lower, a snapshot still being
@@ -90,6 +93,10 @@ class AggregateStore(Generic[S]):
         self._prefix: str | None = None
         self._position: int | None = None
         """With a prefix: every event of the prefix's streams up to here is in the cache."""
+
+    @property
+    def has_batches(self) -> bool:
+        return self._batch_prefix is not None
 
     def is_batch(self, stream: str) -> bool:
         return self._batch_prefix is not None and stream.startswith(self._batch_prefix)
@@ -161,7 +168,7 @@ class AggregateStore(Generic[S]):
         appends); the batch stream's last version and every entry that moved, its own included."""
         found: dict[str, Loaded[S]] = {}
         version = after_version
-        for recorded in self._log.read_stream(stream, after_version + 1):
+        for recorded in _paged(self._log, stream, after_version + 1):
             for event in expand(recorded):
                 current = found.get(event.stream) or moved.get(event.stream) or states.get(event.stream)
                 current = current or Loaded(self._initial, NO_STREAM)
@@ -417,6 +424,8 @@ def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, type
     the prefix's streams are read (filtered by the log: the other services' events are never
     fetched), up to at least the head as it was when the read began."""
     restored = after = store.restore()
+    if store.has_batches:
+        batch = min(batch, BATCH_RECORDS_READ)
     head = log.head_position()  # every event up to it is committed: read past it, the store is complete up to it
     folded = 0
     while records := log.read_all(after, batch, (stream_prefix,)):
@@ -431,6 +440,13 @@ def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, type
         after = records[-1].position
     after = max(after, head)
     store.followed(stream_prefix, after, folded, after - restored)
+
+
+def _paged(log: EventLog, stream: str, from_version: int) -> Iterator[RecordedEvent]:
+    """The stream's records from `from_version` on, BATCH_RECORDS_READ at a time."""
+    while records := log.read_stream(stream, from_version, BATCH_RECORDS_READ):
+        yield from records
+        from_version = records[-1].version + 1
 
 
 class _Untracked:
