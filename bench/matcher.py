@@ -28,14 +28,14 @@ Figures:
   memory_per_schedule_registered: the same right after registration.
 - schedules_registered_per_s: S / time in the schedules handler.
 
-Where the time goes (sampled with py-spy, which unlike cProfile does not inflate the many small calls
-of deciding; 10,000 schedules, 2026-11-27): the SQLite append ~40% (the insert, two indexes, the
-(stream, version) one on random pages; the version probe; the commit), deciding ~22% (trigger
-observe and evaluate, the Job of a fire, the new states), encoding and event ids ~11%, parsing ~9%;
-the snapshot thread takes more of the process's CPU besides. Since one event per decision (a job's
-first match creates it, the fire names the notification that completed it) there is one row per
-decision instead of ~1.5. With an event and a row per decision the ratio target is out of reach; it
-needs one record per poll and matches partition, as matcher-bound writes (docs/decisions.md, issue 27).
+Where the time goes (10,000 schedules, 2026-11-27): before the matcher's batch records, the SQLite append
+took ~40% (sampled with py-spy: the insert, two indexes, the (stream, version) one on random pages; the
+version probe; the commit), deciding ~22%, encoding and event ids ~11%, parsing ~9%: a row per decision.
+Since a poll's decisions are one record per matches partition (sluice.eventlog.batched), per 1,250
+notifications (~15,000 decisions): appending 0.04 s and flat over the run, encoding 0.12-0.15 s (each
+event's JSON), deciding 0.17-0.25 s (the domain's events, trigger states and jobs; the cyclic collector's
+walks grow with the heap), parsing 0.08 s, the store's commit 0.04-0.07 s. The ratio target needs the
+decision itself near matcher-bound's (docs/decisions.md, issue 27).
 
 Sizes: defaults keep `make bench BENCH=matcher` (3 runs) at a few minutes; --full is the issue's
 size (100,000 schedules over 10,000 datasets, 200,000 notifications, memory on 10,000 schedules);
