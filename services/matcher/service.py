@@ -47,7 +47,7 @@ MatcherState (or anything it holds) changes shape; a snapshot of another version
 log folded instead."""
 TYPES = EventTypes(matching.EVENTS)
 FIRE_BATCH = 1000
-"""Schedules whose timers are due at once share one append of at most this many streams."""
+"""Schedules whose timers are due at once share one append of at most this many schedules."""
 FROZEN_AFTER_FIRES = 1000
 """A `fire_due` of at least this many fires freezes their survivors at its end (see there)."""
 SHARED_NOTIFICATIONS = 1024
