@@ -43,7 +43,7 @@ def outgoing(recorded: RecordedEvent, event: runs.RunEvent, run: Run,
 
 def _status(run: Run, status: RunStatus, recorded: RecordedEvent) -> list[Outgoing]:
     payload = ProgramStatusChanged(run.job.program, run.id, status, run.job.schedule_id, run.job.id)
-    notification = Notification(derived_id(recorded.id, "status"), recorded.recorded_at, payload)
+    notification = Notification(_notification_id(recorded, "status"), recorded.recorded_at, payload)
     return [Outgoing(PROGRAM_NOTIFICATIONS, notification.event_key(),
                      notification_to_proto(notification).SerializeToString())]
 
@@ -54,10 +54,16 @@ def _outputs(outputs: tuple[runs.OutputPartition, ...], recorded: RecordedEvent)
         if output.announced:
             continue  # its dataset's transaction announced it
         payload = PartitionCommitted(output.namespace, output.dataset, (output.partition,))
-        notification = Notification(derived_id(recorded.id, "output", str(index)), recorded.recorded_at, payload)
+        notification = Notification(_notification_id(recorded, "output", str(index)), recorded.recorded_at, payload)
         messages.append(Outgoing(PARTITION_NOTIFICATIONS, notification.event_key(),
                                  notification_to_proto(notification).SerializeToString()))
     return messages
+
+
+def _notification_id(recorded: RecordedEvent, *parts: str) -> str:
+    """From the event's place in its run's stream, not its id: run events' ids are time-ordered (they
+    differ between two histories of the same runs), a notification's id is what its consumers match."""
+    return derived_id(recorded.stream, str(recorded.version), *parts)
 
 
 def _lineage(run: Run, events: list[bytes]) -> list[Outgoing]:
