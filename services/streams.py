@@ -5,11 +5,12 @@ event-log page read."""
 from __future__ import annotations
 
 from sluice.domain import matching
-from sluice.eventlog.batched import expand
+from sluice.eventlog.batched import expand, paged
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX, partition_stream
 
 _MATCHER_PREFIX = "matcher-"
+PAGE = 500
 
 
 def batch_stream_of(stream: str) -> str | None:
@@ -21,13 +22,15 @@ def batch_stream_of(stream: str) -> str | None:
 
 def read_stream(log: EventLog, stream: str, from_version: int = 0, limit: int | None = None) -> list[RecordedEvent]:
     """The stream's events from `from_version` on, in version order (at most `limit`). A virtual
-    stream's are found by reading its whole batch stream."""
+    stream's are found by reading its batch stream, a page of records at a time, until `limit`."""
     events = log.read_stream(stream, from_version, limit)
     batch_stream = batch_stream_of(stream)
     if batch_stream is None or (limit is not None and len(events) >= limit):
         return events
-    events += [event for record in log.read_stream(batch_stream) for event in expand(record)
-               if event.stream == stream and event.version >= from_version]
+    for record in paged(log, batch_stream, 0, PAGE):
+        events += [event for event in expand(record) if event.stream == stream and event.version >= from_version]
+        if limit is not None and len(events) >= limit:
+            break
     return events if limit is None else events[:limit]
 
 

@@ -19,7 +19,7 @@ from typing import Container, Iterable, Iterator, Sequence
 
 import orjson
 
-from sluice.eventlog.port import NewEvent, RecordedEvent
+from sluice.eventlog.port import EventLog, NewEvent, RecordedEvent
 
 BATCH_TYPE = "Batch"
 _HEAD = b'{"events":['
@@ -79,3 +79,11 @@ def expand(recorded: RecordedEvent, types: Container[str] | None = None) -> list
 def expand_all(records: Iterable[RecordedEvent]) -> list[RecordedEvent]:
     """`expand` of each record, in order."""
     return [event for record in records for event in expand(record)]
+
+
+def paged(log: EventLog, stream: str, from_version: int, page: int) -> Iterator[RecordedEvent]:
+    """The stream's records from `from_version` on, read `page` at a time: a batch stream's records are
+    large, and a long one is not read into memory at once."""
+    while records := log.read_stream(stream, from_version, page):
+        yield from records
+        from_version = records[-1].version + 1

@@ -5,10 +5,10 @@ import asyncio
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Generic, Mapping, Sequence, TypeVar
 
 from sluice.clock import Clock
-from sluice.eventlog.batched import BATCH_TYPE, expand
+from sluice.eventlog.batched import BATCH_TYPE, expand, paged
 from sluice.eventlog.codec import EventTypes, encode
 from sluice.eventlog.port import (NO_STREAM, Checkpoint, CheckpointMoved, EventLog, RecordedEvent, StreamAppend,
                                   WrongExpectedVersion)
@@ -144,7 +144,7 @@ class AggregateStore(Generic[S]):
         """Fold a batch read elsewhere (a catch-up at start): each of its events into its virtual
         stream, and the batch stream's version; how many events it folded."""
         folded = 0
-        for event in expand(recorded):
+        for event in expand(recorded, self._types):
             if event.type in self._types:
                 decoded = self._types.decode(event)
                 self.observe(event.stream, event.version, decoded)
@@ -168,7 +168,7 @@ class AggregateStore(Generic[S]):
         appends); the batch stream's last version and every entry that moved, its own included."""
         found: dict[str, Loaded[S]] = {}
         version = after_version
-        for recorded in _paged(self._log, stream, after_version + 1):
+        for recorded in paged(self._log, stream, after_version + 1, BATCH_RECORDS_READ):
             for event in expand(recorded):
                 current = found.get(event.stream) or moved.get(event.stream) or states.get(event.stream)
                 current = current or Loaded(self._initial, NO_STREAM)
@@ -440,13 +440,6 @@ def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, type
         after = records[-1].position
     after = max(after, head)
     store.followed(stream_prefix, after, folded, after - restored)
-
-
-def _paged(log: EventLog, stream: str, from_version: int) -> Iterator[RecordedEvent]:
-    """The stream's records from `from_version` on, BATCH_RECORDS_READ at a time."""
-    while records := log.read_stream(stream, from_version, BATCH_RECORDS_READ):
-        yield from records
-        from_version = records[-1].version + 1
 
 
 class _Untracked:
