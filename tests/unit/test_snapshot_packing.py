@@ -175,6 +175,32 @@ async def test_a_paced_packer_packs_a_chunk_per_turn_of_the_event_loop():
     assert unpacked(await packing) == state
 
 
+async def test_a_loop_busy_for_long_gets_one_chunk_per_max_turn_wait_not_an_unpaced_packer(monkeypatch):
+    """A burst of work that holds the loop for many MAX_TURN_WAITs (a minute's timers) is not slowed by
+    the snapshot taking the GIL: the packer goes on one chunk per MAX_TURN_WAIT, and at full pace again
+    once the loop turns."""
+    monkeypatch.setattr(snapshots, "MAX_TURN_WAIT", 0.02)
+    loop = asyncio.get_running_loop()
+    pacer = snapshots.LoopPacer(loop)
+    chunks = []
+
+    def pace() -> None:
+        chunks.append(time.perf_counter())
+        pacer()
+
+    state = states(32 * snapshots.YIELD_EVERY)  # ~100 ms of packing
+    packing = loop.run_in_executor(None, pack, state, STATES, pace)
+    while len(chunks) < 2:
+        await asyncio.sleep(0.001)
+    blocked_from = time.perf_counter()
+    time.sleep(0.2)  # ten MAX_TURN_WAITs without a turn
+    blocked = time.perf_counter() - blocked_from
+    during = sum(1 for at in chunks if at > blocked_from)
+    assert 1 <= during <= blocked / snapshots.MAX_TURN_WAIT + 2
+    assert not packing.done()
+    assert unpacked(await packing) == state
+
+
 class _RecordingTurn(threading.Event):
     def __init__(self, waits: list[float]) -> None:
         super().__init__()

@@ -56,7 +56,7 @@ with it. (The GIL is held no longer for it: its entries were encoded one by one,
 FORMAT = "msgpack-1"
 """The framing and state_codec's conventions: part of every snapshot's schema, bumped when they change."""
 MAX_TURN_WAIT = 0.1
-"""How long a paced packer waits for a turn of the loop before it packs on unpaced (see LoopPacer)."""
+"""How long a paced packer waits for a turn of the loop before it packs one more chunk (see LoopPacer)."""
 
 _LENGTH = struct.Struct(">I")
 _ENCODER = msgspec.msgpack.Encoder()
@@ -180,26 +180,30 @@ class LoopPacer:
     loop. The loop then waits for the GIL one chunk at most, and only once per turn. A bare
     `sleep(0)` mostly took the GIL straight back: while the matcher's 10,000 states packed, each time
     the loop wanted the GIL (after every SQLite call) it waited up to the switch interval, and the
-    loop lagged behind its notifications. Pacing ends when the loop stops running or takes
-    longer than MAX_TURN_WAIT to turn (it is blocked: then the packer must not wait on it), and on `stop()`."""
+    loop lagged behind its notifications. A loop that does not turn for MAX_TURN_WAIT (a burst of
+    work in one call: a minute's timers) gets one chunk per MAX_TURN_WAIT meanwhile: the snapshot
+    goes on, slowly, instead of taking the GIL from the burst (docs/decisions.md). Pacing ends when the loop stops running, and on `stop()` (the loop's
+    thread is about to wait for the packer)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._turn = threading.Event()
+        self._asked = False
         self._stopped = False
 
     def __call__(self) -> None:
         if self._stopped or not self._loop.is_running():
             _release_gil()
             return
-        self._turn.clear()
-        try:
-            self._loop.call_soon_threadsafe(self._turn.set)
-        except RuntimeError:  # the loop closed
-            self._stopped = True
-            return
-        if not self._turn.wait(MAX_TURN_WAIT):
-            self._stopped = True
+        if self._turn.is_set() or not self._asked:  # else the loop has not run the last callback yet
+            self._turn.clear()
+            self._asked = True
+            try:
+                self._loop.call_soon_threadsafe(self._turn.set)
+            except RuntimeError:  # the loop closed
+                self._stopped = True
+                return
+        self._turn.wait(MAX_TURN_WAIT)
 
     def stop(self) -> None:
         """Pack on without waiting for the loop (its thread is about to wait for the packer)."""
