@@ -30,13 +30,18 @@ class Decisions:
         self._store = store
         self.now = now
         self._states: dict[str, MatcherState] = {}
+        self._loaded: dict[str, tuple[str, int]] = {}
+        """Per schedule decided on, its stream and its version when loaded (the store's, until `commit`)."""
         self._events: dict[str, list] = {}
         self._partitions: list[str] = []
 
     def state(self, schedule_id: str) -> MatcherState:
         state = self._states.get(schedule_id)
         if state is None:
-            state = self._states[schedule_id] = self._store.load(matching.stream_name(schedule_id)).state
+            stream = matching.stream_name(schedule_id)
+            loaded = self._store.load(stream)
+            self._loaded[schedule_id] = (stream, loaded.version)
+            state = self._states[schedule_id] = loaded.state
         return state
 
     def decide(self, schedule_id: str, command: matching.MatcherCommand) -> None:
@@ -58,8 +63,7 @@ class Decisions:
         event_id, load = time_ordered_ids(self.now), self._store.load
         by_partition: dict[str, list[tuple[str, int, str, bytes]]] = {}
         for schedule_id, events in self._events.items():
-            stream = matching.stream_name(schedule_id)
-            version = load(stream).version
+            stream, version = self._loaded[schedule_id]
             entries = by_partition.setdefault(partition_stream(schedule_id), [])
             entries += [(stream, version + offset, type(event).__name__, dumps(event))
                         for offset, event in enumerate(events, start=1)]
@@ -75,16 +79,14 @@ class Decisions:
     def commit(self, versions: list[int]) -> list[tuple[str, MatcherState]]:
         """The append succeeded with these versions (one per partition stream): the store takes the
         new states; which changed."""
-        states, store = self._states, self._store
-        # versions first: a snapshot taken in a put below may read a partition's new batch into the store
-        updates = [(schedule_id, matching.stream_name(schedule_id), store.load(matching.stream_name(schedule_id)).version
-                    + len(events)) for schedule_id, events in self._events.items()]
-        for schedule_id, stream, version in updates:
-            store.put(stream, states[schedule_id], version)
+        states, store, loaded = self._states, self._store, self._loaded
+        for schedule_id, events in self._events.items():
+            stream, version = loaded[schedule_id]
+            store.put(stream, states[schedule_id], version + len(events))
         # the partitions last: a snapshot in between reads their batch again, not skip it
         for partition, version in zip(self._partitions, versions):
             store.put(partition, MatcherState(), version)
-        return [(schedule_id, states[schedule_id]) for schedule_id, _, _ in updates]
+        return [(schedule_id, states[schedule_id]) for schedule_id in self._events]
 
 
 def partition_stream(schedule_id: str) -> str:
