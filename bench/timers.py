@@ -114,12 +114,14 @@ def _schedule(index: int, cron: str) -> Schedule:
 
 async def _register(matcher: MatcherService, schedules: list[Schedule]) -> None:
     """The schedules as the registry's changes reach the matcher: ScheduleChanged records handed to
-    its bus handler a poll at a time, as the consumer loop does (not timed)."""
+    its bus handler a poll at a time, as the consumer loop does (not timed). The snapshot they lead to
+    is written before the clock starts, as it is long before the minute in a service."""
     handler = matcher.handlers()[SCHEDULES]
     records = [Record(SCHEDULES, 0, offset, s.id.encode(), schedules_pb2.ScheduleChanged(
         schedule_id=s.id, schedule=schedule_to_proto(s)).SerializeToString(), (), 0) for offset, s in enumerate(schedules)]
     for start in range(0, len(records), POLL):
         await deliver(handler, records[start:start + POLL])
+    await snapshots_written()
 
 
 async def _spread(path: Path, count: int) -> tuple[float, int, float]:
