@@ -17,7 +17,7 @@ from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime import aggregates
 from sluice.runtime.aggregates import AggregateStore
-from sluice.runtime.map_snapshots import MapSnapshots
+from sluice.runtime.map_snapshots import SNAPSHOT_WRITER, MapSnapshots
 from sluice.runtime.service import ServiceSpec, run_services
 from sluice.runtime.snapshots import Snapshots
 
@@ -127,3 +127,37 @@ async def test_services_stopping_wait_for_the_snapshot_being_written_before_the_
     reopened = SqliteEventLog(tmp_path / "events.db")
     assert len(Snapshots(reopened, "test", store._snapshots.schema).load()[1]) == 5
     reopened.close()
+
+
+async def test_events_a_background_snapshot_caught_up_with_do_not_count_towards_the_next(tmp_path, monkeypatch):
+    """A snapshot brings the streams that moved since it was taken up to the head it writes: those events
+    are in it, and the next snapshot is due after as many new ones as ever, not sooner."""
+    monkeypatch.setattr(aggregates, "BACKGROUND_SNAPSHOT_STREAMS", 3)
+    log = SqliteEventLog(tmp_path / "events.db")
+    store_with_streams(log, 5)
+    store = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK, snapshot="test",
+                           snapshot_every=10**9)
+    aggregates.catch_up(log, store, "matcher-", TYPES)
+    writer_busy = threading.Event()
+    SNAPSHOT_WRITER.submit(writer_busy.wait, 10)  # the snapshot below starts on the writer after this
+
+    def observe(index: int, generation: int) -> None:
+        stream = f"matcher-s{index}"
+        schedule = Schedule(f"s{index}", f"s{index}", ProgramRef("ns", "app", "p"), PartitionTrigger("ns", "d"),
+                            generation=generation)
+        event = ScheduleObserved(schedule, T0)
+        (version,) = log.append_batch([store.prepare(stream, [event])])
+        store.put(stream, matching.evolve(store.load(stream).state, event), version)
+
+    store.snapshot()
+    for index in range(3):  # after the snapshot was taken, before it caught up
+        observe(index, 2)
+    assert store._unsnapshotted == 3
+    writer_busy.set()
+    await store._saving
+    position, entries = MapSnapshots(log, "test", store._snapshots.schema).load()
+    assert position == log.head_position() and entries["matcher-s0"].state.schedule.generation == 2
+    assert store._unsnapshotted == 0
+    observe(3, 2)
+    assert store._unsnapshotted == 1
+    log.close()

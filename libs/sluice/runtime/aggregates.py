@@ -90,6 +90,8 @@ class AggregateStore(Generic[S]):
         self._saving: asyncio.Future | None = None
         self._caught_up: tuple[int, dict[str, Loaded[S]]] | None = None
         """(head, streams folded up to it) by the last snapshot written in the background."""
+        self._covered = 0
+        """Of `_unsnapshotted`, what the snapshot being written in the background brought up to its head."""
         self._prefix: str | None = None
         self._position: int | None = None
         """With a prefix: every event of the prefix's streams up to here is in the cache."""
@@ -251,6 +253,7 @@ class AggregateStore(Generic[S]):
         to the head in the snapshot (`_moved_since`); the loop takes them at the next snapshot
         (`_adopt_caught_up`). Then write."""
         if after is not None:
+            self._covered = self._unsnapshotted  # read before the head: every event it counts is at or below it
             head, moved = self._caught_up = self._moved_since(after, states)
             pending = pending.with_entries(moved, max(pending.position, head))
         return self._snapshots.write(pending, pace)
@@ -301,8 +304,13 @@ class AggregateStore(Generic[S]):
     def _saved(self, saving: asyncio.Future) -> None:
         if self._saving is saving:
             self._saving = None
-        if not saving.cancelled() and saving.exception() is not None:  # save() logs its own failures
+        covered, self._covered = self._covered, 0
+        if saving.cancelled():
+            return
+        if saving.exception() is not None:  # save() logs its own failures
             log.warning("snapshot %s not saved: %r", self._snapshots.name, saving.exception())
+        elif saving.result():  # the events it caught up with are in it: the next is due after as many more
+            self._unsnapshotted = max(0, self._unsnapshotted - covered)
 
     def snapshot_if_due(self) -> None:
         """Snapshot when `snapshot_every` events (or as many as the store holds entries, if more)
