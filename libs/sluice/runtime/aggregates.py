@@ -90,8 +90,6 @@ class AggregateStore(Generic[S]):
         self._saving: asyncio.Future | None = None
         self._caught_up: tuple[int, dict[str, Loaded[S]]] | None = None
         """(head, streams folded up to it) by the last snapshot written in the background."""
-        self._covered = 0
-        """Of `_unsnapshotted`, what the snapshot being written in the background brought up to its head."""
         self._prefix: str | None = None
         self._position: int | None = None
         """With a prefix: every event of the prefix's streams up to here is in the cache."""
@@ -248,15 +246,17 @@ class AggregateStore(Generic[S]):
         self._saving.add_done_callback(self._saved)
 
     def _write_caught_up(self, pending: PendingSave, states: dict[str, Loaded[S]], after: int | None,
-                         pace: Callable[[], None]) -> bool:
+                         pace: Callable[[], None]) -> int:
         """On the snapshot thread: with a prefix, the streams that moved after `after` are brought up
         to the head in the snapshot (`_moved_since`); the loop takes them at the next snapshot
-        (`_adopt_caught_up`). Then write."""
+        (`_adopt_caught_up`). Then write. Of the events counted since the snapshot was taken, how
+        many it holds (0 when not written)."""
+        caught_up = 0
         if after is not None:
-            self._covered = self._unsnapshotted  # read before the head: every event it counts is at or below it
+            caught_up = self._unsnapshotted  # read before the head: every event it counts is at or below it
             head, moved = self._caught_up = self._moved_since(after, states)
             pending = pending.with_entries(moved, max(pending.position, head))
-        return self._snapshots.write(pending, pace)
+        return caught_up if self._snapshots.write(pending, pace) else 0
 
     def _moved_since(self, after: int, states: dict[str, Loaded[S]]) -> tuple[int, dict[str, Loaded[S]]]:
         """The log's head, and every stream of the prefix that moved after `after` past its version in
@@ -302,15 +302,15 @@ class AggregateStore(Generic[S]):
         return sum(self._size(loaded.state) for loaded in states)
 
     def _saved(self, saving: asyncio.Future) -> None:
-        if self._saving is saving:
+        latest = self._saving is saving
+        if latest:
             self._saving = None
-        covered, self._covered = self._covered, 0
         if saving.cancelled():
             return
         if saving.exception() is not None:  # save() logs its own failures
             log.warning("snapshot %s not saved: %r", self._snapshots.name, saving.exception())
-        elif saving.result():  # the events it caught up with are in it: the next is due after as many more
-            self._unsnapshotted = max(0, self._unsnapshotted - covered)
+        elif latest:  # the events it caught up with are in it: the next is due after as many new ones
+            self._unsnapshotted = max(0, self._unsnapshotted - saving.result())
 
     def snapshot_if_due(self) -> None:
         """Snapshot when `snapshot_every` events (or as many as the store holds entries, if more)

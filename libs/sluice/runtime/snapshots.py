@@ -182,8 +182,8 @@ class LoopPacer:
     the loop wanted the GIL (after every SQLite call) it waited up to the switch interval, and the
     loop lagged behind its notifications. A loop that does not turn for MAX_TURN_WAIT (a burst of
     work in one call: a minute's timers) gets one chunk per MAX_TURN_WAIT meanwhile: the snapshot
-    goes on, slowly, instead of taking the GIL from the burst (docs/decisions.md). Pacing ends when the loop stops running, and on `stop()` (the loop's
-    thread is about to wait for the packer)."""
+    goes on, slowly, instead of taking the GIL from the burst (docs/decisions.md). Pacing ends when
+    the loop stops running, and on `stop()` (the loop's thread is about to wait for the packer)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
