@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple
 from datetime import datetime
@@ -111,8 +112,11 @@ class MatcherService:
         self._owned: set[int] | None = None
         """Partitions of the matches topic this member owns; None: every schedule (no consumer group)."""
         self._wake_at: dict[str, datetime] = {}
-        self._timers: list[tuple[datetime, str]] = []
-        """(wake-up time, schedule id): a heap."""
+        self._timers: list[tuple[datetime, int, str]] = []
+        """(wake-up time, order set, schedule id): a heap. Timers due at once fire in the order they were set,
+        which is the order their schedules were registered in memory (by a burst of fires: in the order they
+        fired): by schedule id they visited every state at random."""
+        self._timers_set = itertools.count()
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
@@ -303,7 +307,7 @@ class MatcherService:
     def _pop_due(self, now: datetime) -> list[str]:
         due = []
         while (when := self.next_wake_at()) is not None and when <= now:
-            _, schedule_id = heapq.heappop(self._timers)
+            _, _, schedule_id = heapq.heappop(self._timers)
             del self._wake_at[schedule_id]
             if self.owns(schedule_id):  # else another member's now; a rebalance back makes this one re-read it
                 due.append(schedule_id)
@@ -313,7 +317,7 @@ class MatcherService:
         """The earliest live timer: superseded entries on top of the heap are dropped (the timer
         loop asks after every change; a min over every schedule's timer cost O(schedules))."""
         while self._timers:
-            when, schedule_id = self._timers[0]
+            when, _, schedule_id = self._timers[0]
             if self._wake_at.get(schedule_id) == when:
                 return when
             heapq.heappop(self._timers)
@@ -329,7 +333,7 @@ class MatcherService:
             return
         if self._wake_at.get(schedule_id) != when:
             self._wake_at[schedule_id] = when
-            heapq.heappush(self._timers, (when, schedule_id))
+            heapq.heappush(self._timers, (when, next(self._timers_set), schedule_id))
             self._timers_changed.set()
 
     def route(self, recorded: RecordedEvent) -> list[Outgoing]:

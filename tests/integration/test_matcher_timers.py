@@ -21,6 +21,7 @@ from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.schedules import MisfirePolicy
 from sluice.domain import matching
+from sluice_services.matcher.decisions import partition_stream
 from sluice_services.matcher.service import MatcherService
 from tests.support.matcher_inputs import MatcherInputs
 
@@ -131,3 +132,22 @@ async def test_a_burst_of_fires_freezes_what_survived_it(tmp_path, monkeypatch):
     clock.advance(timedelta(hours=1))
     assert matcher.fire_due() == 3 and frozen == [True]
 
+
+
+async def test_timers_due_at_once_fire_in_the_order_they_were_set_minute_after_minute(tmp_path):
+    """Not in schedule id order: a burst then visits the schedules' states in the order they were made
+    (registered, or fired the last time), not at random over the heap."""
+    clock = SimulatedClock(T0)
+    log = SqliteEventLog(tmp_path / "events.db", clock=clock)
+    matcher = MatcherService(log, clock)
+    inputs = MatcherInputs(matcher)
+    one_partition = [f"s-{n}" for n in range(200) if partition_stream(f"s-{n}") == partition_stream("s-0")]
+    ids = [*reversed(one_partition[:2]), *one_partition[2:4]]  # one batch record holds them in the order decided
+    assert sorted(ids) != ids
+    for schedule_id in ids:
+        await inputs.observe(schedule_id, Schedule(schedule_id, schedule_id, PROGRAM, TimeTrigger("*/5 * * * *"),
+                                                   enabled=True))
+    for minute in (15, 20):
+        clock.set(T0.replace(minute=minute))
+        assert matcher.fire_due() == 4
+        assert [e.job.schedule_id for e in fired(log)][-4:] == ids
