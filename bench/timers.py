@@ -5,7 +5,9 @@ Figures, on a simulated clock (schedule time) measured in wall time (processing)
 - spread_at_the_minute: S schedules (default 10,000) whose cron fires at the same minute. The
   clock is set to that minute; then the matcher fires every due timer, its JobTriggered events
   are handed to the checker as the bus would carry them (protobuf bytes, a poll of 500 at a
-  time), and the checker admits each poll's jobs in one decision. The figure is the wall time
+  time), and the checker admits each poll's jobs in one decision. Each service's outbox route
+  reads its own streams, as its relay does: the checker's launch requests go out as it admits
+  them. The figure is the wall time
   from the minute to the last LaunchRequested produced by the checker's outbox route (target
   1.0 s). Durable: each launch request is checked to come from the log after its job's
   JobTriggered (`_check_durable`, after the clock stops). Creating the schedules is not timed.
@@ -67,6 +69,7 @@ from sluice.runtime.map_snapshots import snapshots_written
 from sluice.v1 import jobs_pb2, schedules_pb2
 from sluice.wire.schedules import schedule_to_proto
 from sluice_services.checker.service import CheckerService
+from sluice_services.catalogue import CHECKER, MATCHER
 from sluice_services.matcher.service import MatcherService
 
 DESCRIPTION = "cron fires through matcher and checker: spread of 10,000 fires at one minute, cost per fire over a day"
@@ -141,7 +144,8 @@ async def _spread(path: Path, count: int) -> tuple[float, int, float]:
     """(log position of the event routed, LaunchRequested bytes) of each launch request."""
     triggered_at: dict[str, int] = {}
     """job id -> log position of its JobTriggered, for the durability check after the clock stops."""
-    while events := log.read_all(after, POLL):
+    checker_after = after
+    while events := log.read_all(after, POLL, MATCHER.stream_prefixes):
         after = events[-1].position
         records = []
         for recorded in events:
@@ -149,10 +153,12 @@ async def _spread(path: Path, count: int) -> tuple[float, int, float]:
                 records.append(Record(JOBS, 0, offset, message.key.encode(), message.value, (), 0))
                 triggered_at[message.key] = recorded.position
                 offset += 1
-            for message in checker.route(recorded):
-                launches.append((recorded.position, message.value))
         for start in range(0, len(records), POLL):  # the checker's consumer takes a poll's worth of jobs at once
             await checker.apply([(record, checker.parse_job_triggered(record)) for record in records[start:start + POLL]])
+            while admitted := log.read_all(checker_after, POLL, CHECKER.stream_prefixes):  # its relay follows it
+                checker_after = admitted[-1].position
+                launches += [(recorded.position, message.value) for recorded in admitted
+                             for message in checker.route(recorded)]
     spread, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     await snapshots_written()  # as the service runtime does before it closes the log
     log.close()
