@@ -7,6 +7,7 @@ versions). Nothing reaches the store before the append succeeded."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Mapping
 
 from sluice.bus.port import kafka_partition
 from sluice.bus.topics import MATCHES_PARTITIONS
@@ -26,9 +27,12 @@ default, and a reader's page of records (500 at once) in tens of MB."""
 
 
 class Decisions:
-    def __init__(self, store: AggregateStore[MatcherState], now: datetime) -> None:
+    def __init__(self, store: AggregateStore[MatcherState], now: datetime,
+                 partition_streams: Mapping[str, str] | None = None) -> None:
+        """`partition_streams`: `partition_stream` of some schedules, known already."""
         self._store = store
         self.now = now
+        self._partition_streams = partition_streams or {}
         self._states: dict[str, MatcherState] = {}
         self._loaded: dict[str, tuple[str, int]] = {}
         """Per schedule decided on, its stream and its version when loaded (the store's, until `commit`)."""
@@ -64,7 +68,8 @@ class Decisions:
         by_partition: dict[str, list[tuple[str, int, str, bytes]]] = {}
         for schedule_id, events in self._events.items():
             stream, version = self._loaded[schedule_id]
-            entries = by_partition.setdefault(partition_stream(schedule_id), [])
+            partition = self._partition_streams.get(schedule_id) or partition_stream(schedule_id)
+            entries = by_partition.setdefault(partition, [])
             entries += [(stream, version + offset, type(event).__name__, dumps(event))
                         for offset, event in enumerate(events, start=1)]
         appends = []
@@ -92,4 +97,7 @@ class Decisions:
 def partition_stream(schedule_id: str) -> str:
     """The stream of the matches partition the schedule's decisions are appended to: its owner is
     their one writer. (MATCHES_PARTITIONS fixed: a schedule's events stay in one such stream.)"""
-    return f"{PARTITION_STREAM_PREFIX}{kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS)}"
+    return _PARTITION_STREAMS[kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS)]
+
+
+_PARTITION_STREAMS = tuple(f"{PARTITION_STREAM_PREFIX}{partition}" for partition in range(MATCHES_PARTITIONS))

@@ -117,12 +117,17 @@ class MatcherService:
         which is the order their schedules were registered in memory (by a burst of fires: in the order they
         fired): by schedule id they visited every state at random."""
         self._timers_set = itertools.count()
+        self._partition_streams: dict[str, str] = {}
+        """The partition stream of each schedule with a timer (`partition_stream`): a burst of fires does not hash
+        every id again (kafka_partition's cache holds fewer ids than a large matcher has schedules, and a burst in
+        the order timers were set missed it every time)."""
         self._timers_changed = asyncio.Event()
 
     def recover(self) -> None:
         self._offsets.clear()
         catch_up(self._log, self._store, STREAM_PREFIX, TYPES)
         self._wake_at.clear()
+        self._partition_streams.clear()
         self._timers.clear()
         for stream, state in self._store.states().items():
             if state.schedule is not None:
@@ -243,7 +248,7 @@ class MatcherService:
         """Decide every command in order, append all events with the checkpoints in one transaction
         (nothing when nothing was decided); whether it appended. Raises WrongExpectedVersion, having
         changed nothing."""
-        decisions = Decisions(self._store, self._clock.now())
+        decisions = Decisions(self._store, self._clock.now(), self._partition_streams)
         for command in commands:
             self._decide(decisions, command)
         if not decisions:
@@ -330,7 +335,10 @@ class MatcherService:
         when = matching.wake_at(state, self._clock.now())
         if when is None:
             self._wake_at.pop(schedule_id, None)
+            self._partition_streams.pop(schedule_id, None)
             return
+        if schedule_id not in self._partition_streams:
+            self._partition_streams[schedule_id] = partition_stream(schedule_id)
         if self._wake_at.get(schedule_id) != when:
             self._wake_at[schedule_id] = when
             heapq.heappush(self._timers, (when, next(self._timers_set), schedule_id))
