@@ -18,8 +18,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, NamedTuple, Sequence
 
 from sluice.bus.port import Message, Producer
 from sluice.bus.topics import DEAD_LETTER, PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS
@@ -43,8 +42,9 @@ SAVED_AT_ONCE = frozenset({PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS})
 """Topics whose sends are followed by a checkpoint at once (see the module docstring)."""
 
 
-@dataclass(frozen=True)
-class Outgoing:
+class Outgoing(NamedTuple):
+    """A message a route makes of an event. A tuple: a route makes one per message (a burst's thousands)."""
+
     topic: str
     key: str
     value: bytes
