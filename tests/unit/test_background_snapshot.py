@@ -38,6 +38,15 @@ def store_with_streams(log: SqliteEventLog, count: int) -> AggregateStore[Matche
     return store
 
 
+def store_following(log: SqliteEventLog, count: int) -> AggregateStore[MatcherState]:
+    """A store that follows the prefix of `count` streams another store wrote, caught up with them."""
+    store_with_streams(log, count)
+    store = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK, snapshot="test",
+                           snapshot_every=10**9)
+    aggregates.catch_up(log, store, "matcher-", TYPES)
+    return store
+
+
 async def test_many_streams_are_snapshotted_in_a_worker_thread(tmp_path, monkeypatch):
     monkeypatch.setattr(aggregates, "BACKGROUND_SNAPSHOT_STREAMS", 3)
     release, writers = threading.Event(), []
@@ -77,10 +86,7 @@ async def test_a_background_snapshot_finds_what_other_writers_appended_off_the_l
     snapshot thread: another writer's event is in the snapshot, and in the store's cache from its next snapshot on."""
     monkeypatch.setattr(aggregates, "BACKGROUND_SNAPSHOT_STREAMS", 3)
     log = SqliteEventLog(tmp_path / "events.db")
-    store_with_streams(log, 5)
-    store = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK, snapshot="test",
-                           snapshot_every=10**9)
-    aggregates.catch_up(log, store, "matcher-", TYPES)
+    store = store_following(log, 5)
     # a member that took the stream over
     other = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK)
     updated = Schedule("s0", "s0", ProgramRef("ns", "app", "p"), PartitionTrigger("ns", "other"), generation=2)
@@ -134,10 +140,7 @@ async def test_events_a_background_snapshot_caught_up_with_do_not_count_towards_
     are in it, and the next snapshot is due after as many new ones as ever, not sooner."""
     monkeypatch.setattr(aggregates, "BACKGROUND_SNAPSHOT_STREAMS", 3)
     log = SqliteEventLog(tmp_path / "events.db")
-    store_with_streams(log, 5)
-    store = AggregateStore(log, TYPES, matching.evolve, MatcherState(), clock=CLOCK, snapshot="test",
-                           snapshot_every=10**9)
-    aggregates.catch_up(log, store, "matcher-", TYPES)
+    store = store_following(log, 5)
     writer_busy = threading.Event()
     SNAPSHOT_WRITER.submit(writer_busy.wait, 10)  # the snapshot below starts on the writer after this
 

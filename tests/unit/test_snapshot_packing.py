@@ -11,6 +11,7 @@ import time
 import tracemalloc
 import zlib
 from datetime import datetime, timezone
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import msgspec
@@ -153,19 +154,24 @@ def test_packing_releases_the_gil_every_few_dozen_dataclasses(monkeypatch):
     assert releases and set(releases) == {0}
 
 
-async def test_a_paced_packer_packs_a_chunk_per_turn_of_the_event_loop():
-    """While the loop does not turn (a blocking call on it), the packer on its thread waits; once it
-    turns again, the packing goes on to the end."""
+def packing_paced_by_the_loop(state: Any) -> tuple[asyncio.Future, list[float]]:
+    """`pack(state)` on a worker thread, paced by the running loop; the times its chunks began."""
     loop = asyncio.get_running_loop()
     pacer = snapshots.LoopPacer(loop)
-    chunks = []
+    chunks: list[float] = []
 
     def pace() -> None:
         chunks.append(time.perf_counter())
         pacer()
 
+    return loop.run_in_executor(None, pack, state, STATES, pace), chunks
+
+
+async def test_a_paced_packer_packs_a_chunk_per_turn_of_the_event_loop():
+    """While the loop does not turn (a blocking call on it), the packer on its thread waits; once it
+    turns again, the packing goes on to the end."""
     state = states(32 * snapshots.YIELD_EVERY)  # ~100 ms of packing
-    packing = loop.run_in_executor(None, pack, state, STATES, pace)
+    packing, chunks = packing_paced_by_the_loop(state)
     while len(chunks) < 3:  # turns: the packer goes on
         await asyncio.sleep(0.001)
     assert not packing.done()
@@ -180,16 +186,8 @@ async def test_a_loop_busy_for_long_gets_one_chunk_per_max_turn_wait_not_an_unpa
     the snapshot taking the GIL: the packer goes on one chunk per MAX_TURN_WAIT, and at full pace again
     once the loop turns."""
     monkeypatch.setattr(snapshots, "MAX_TURN_WAIT", 0.02)
-    loop = asyncio.get_running_loop()
-    pacer = snapshots.LoopPacer(loop)
-    chunks = []
-
-    def pace() -> None:
-        chunks.append(time.perf_counter())
-        pacer()
-
     state = states(32 * snapshots.YIELD_EVERY)  # ~100 ms of packing
-    packing = loop.run_in_executor(None, pack, state, STATES, pace)
+    packing, chunks = packing_paced_by_the_loop(state)
     while len(chunks) < 2:
         await asyncio.sleep(0.001)
     blocked_from = time.perf_counter()
