@@ -7,6 +7,7 @@ Benchmarks only use temporary directories and loopback.
 """
 from __future__ import annotations
 
+import asyncio
 import importlib
 import math
 import os
@@ -62,8 +63,10 @@ def option(options: object, name: str, default: int) -> int:
 
 async def deliver(handler, poll: list) -> None:
     """What the consumer loop does with a poll's run of one topic (runtime.consumer._handle_batch):
-    parse every record, apply them together."""
+    parse every record, apply them together; then the event loop turns, as it does before the next poll
+    (a snapshot packed meanwhile takes a chunk per turn: sluice.runtime.snapshots.LoopPacer)."""
     await handler.apply([(record, handler.parse(record)) for record in poll])
+    await asyncio.sleep(0)
 
 
 def percentile(values: list[float], percent: float) -> float:

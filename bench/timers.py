@@ -155,6 +155,7 @@ async def _spread(path: Path, count: int) -> tuple[float, int, float]:
                 offset += 1
         for start in range(0, len(records), POLL):  # the checker's consumer takes a poll's worth of jobs at once
             await checker.apply([(record, checker.parse_job_triggered(record)) for record in records[start:start + POLL]])
+            await asyncio.sleep(0)  # the loop turns between the consumer's polls
             while admitted := log.read_all(checker_after, POLL, CHECKER.stream_prefixes):  # its relay follows it
                 checker_after = admitted[-1].position
                 launches += [(recorded.position, message.value) for recorded in admitted
