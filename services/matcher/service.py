@@ -113,9 +113,9 @@ class MatcherService:
         """Partitions of the matches topic this member owns; None: every schedule (no consumer group)."""
         self._wake_at: dict[str, datetime] = {}
         self._timers: list[tuple[datetime, int, str]] = []
-        """(wake-up time, order set, schedule id): a heap. Timers due at once fire in the order they were set,
-        which is the order their schedules were registered in memory (by a burst of fires: in the order they
-        fired): by schedule id they visited every state at random."""
+        """(wake-up time, order set, schedule id): a heap. Timers due at once fire in the order they were set: a
+        burst visits the schedules' states in the order they were made (registered, or fired the last time), where
+        by schedule id it visited them at random."""
         self._timers_set = itertools.count()
         self._partition_streams: dict[str, str] = {}
         """The partition stream of each schedule with a timer (`partition_stream`): a burst of fires does not hash
