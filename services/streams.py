@@ -7,10 +7,10 @@ from __future__ import annotations
 from sluice.domain import matching
 from sluice.eventlog.batched import expand, paged
 from sluice.eventlog.port import EventLog, RecordedEvent
+from sluice.runtime.aggregates import BATCH_RECORDS_READ
 from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX, partition_stream
 
 _MATCHER_PREFIX = "matcher-"
-PAGE = 500
 
 
 def batch_stream_of(stream: str) -> str | None:
@@ -27,7 +27,7 @@ def read_stream(log: EventLog, stream: str, from_version: int = 0, limit: int | 
     batch_stream = batch_stream_of(stream)
     if batch_stream is None or (limit is not None and len(events) >= limit):
         return events
-    for record in paged(log, batch_stream, 0, PAGE):
+    for record in paged(log, batch_stream, 0, BATCH_RECORDS_READ):
         events += [event for event in expand(record) if event.stream == stream and event.version >= from_version]
         if limit is not None and len(events) >= limit:
             break

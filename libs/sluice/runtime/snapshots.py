@@ -188,16 +188,15 @@ class LoopPacer:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._turn = threading.Event()
-        self._asked = False
+        self._turn.set()  # set: no callback of this pacer's is waiting on the loop
         self._stopped = False
 
     def __call__(self) -> None:
         if self._stopped or not self._loop.is_running():
             _release_gil()
             return
-        if self._turn.is_set() or not self._asked:  # else the loop has not run the last callback yet
+        if self._turn.is_set():  # else the loop has not run the last callback yet
             self._turn.clear()
-            self._asked = True
             try:
                 self._loop.call_soon_threadsafe(self._turn.set)
             except RuntimeError:  # the loop closed
