@@ -9,11 +9,13 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from itertools import product
 from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.client import SluiceClient
 from sluice.v1 import datasets_pb2 as dpb
@@ -62,7 +64,7 @@ os.replace(partial, result)
 def server_for(root: Path) -> LocalServer:
     return LocalServer(root / "sluice", args=["--apps-dir", str(root / "apps"), "--spark-submit",
                                               str(FAKE_SPARK_SUBMIT), "--spark-master", "local[1]",
-                                              "--max-parallel-runs", "4"])
+                                              "--max-parallel-runs", "4", "--metrics-port", "0"])
 
 
 def cli(server: LocalServer, *args: str) -> str:
@@ -102,6 +104,8 @@ def test_a_backfill_of_7_days_x_3_marketplaces_survives_a_kill_9(tmp_path):
                 npb.PartitionRef(key=[npb.KeyValue(name="marketplace", value=marketplace),
                                       npb.KeyValue(name="date", value=date)],
                                  location=str(tmp_path / "data" / marketplace / date))]), timeout=10)
+        eventually(lambda: _notifications_looked_up(server) >= 24, timeout=30,
+                   what="every partition's notification past the matcher's lookup, so none reaches the schedule")
         listed = partitions.ListPartitions(dpb.ListPartitionsRequest(namespace=NAMESPACE, dataset=DATASET), timeout=10)
         committed = {(kv["marketplace"], kv["date"]): timestamp_from_proto(p.committed_at)
                      for p in listed.partitions for kv in [{k.name: k.value for k in p.partition.key}]}
@@ -156,6 +160,13 @@ def _known_to_checker(client: SluiceClient, schedule_id: str) -> bool:
     except grpc.RpcError as error:
         return error.code() == grpc.StatusCode.INVALID_ARGUMENT
     raise AssertionError("a backfill of an empty range started")
+
+
+def _notifications_looked_up(server: LocalServer) -> float:
+    text = urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10).read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "sluice_consumer_messages_total"
+               and sample.labels.get("group") == "trigger-matcher-lookup")
 
 
 def _backfill(client: SluiceClient, backfill_id: str) -> jobs_pb2.Backfill:
