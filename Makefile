@@ -90,9 +90,9 @@ test-fast: env postgres compose-schema
 # against the crash-free oracle; prints the counts. Replay: SEED=, RUN_SEED= (one run), POINT= (B@N).
 CRASH_ARGS ?=
 crash-test: env postgres
-	$(PY) -m tests.crash.sweep $(if $(BACKEND),--backend $(BACKEND)) $(if $(SEED),--seed $(SEED)) \
-		$(if $(RUN_SEED),--run-seed $(RUN_SEED)) $(foreach p,$(POINT),--point $(p)) $(if $(POINTS),--points $(POINTS)) \
-		$(CRASH_ARGS)
+	$(PY) -m tests.crash.sweep $(if $(BACKEND),--backend $(BACKEND)) $(if $(MATCHER),--matcher $(MATCHER)) \
+		$(if $(SEED),--seed $(SEED)) $(if $(RUN_SEED),--run-seed $(RUN_SEED)) $(foreach p,$(POINT),--point $(p)) \
+		$(if $(POINTS),--points $(POINTS)) $(CRASH_ARGS)
 
 # The fault campaign (tests/faults, issue 25): the services as processes over a 3-broker Kafka cluster and
 # PostgreSQL under a steady load, each fault kind twice in a seeded order; prints `fault-test: faults=N lost=0

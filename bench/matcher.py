@@ -27,7 +27,9 @@ Figures:
   window of recent notification ids is full (each matched RECENT_PER_SCHEDULE times or more): its aggregate
   state and pending job, its copy of the definition, the reverse index, the notifications shared
   by pending jobs (target 2048). Measured on a separate matcher of MEMORY_SCHEDULES schedules of
-  the same shape (tracemalloc slows allocation down ~3x); SQLite's page cache is not counted.
+  the same shape (tracemalloc slows allocation down ~3x); SQLite's page cache is not counted. Once
+  the last background snapshot is written: one in flight keeps the states it copied alive beside
+  their successors, up to twice the states for its duration (stderr prints that figure too).
   memory_per_schedule_registered: the same right after registration.
 - schedules_registered_per_s: S / time in the schedules handler.
 
@@ -221,10 +223,14 @@ async def _memory_per_schedule(path: Path, schedules: int, datasets: int, seed: 
                 index += 1
             del poll, record
             gc.collect()
+            in_flight, _ = tracemalloc.get_traced_memory()
+            await snapshots_written()
+            gc.collect()
             matched, _ = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        progress(f"[matcher] memory pass: {index} notifications until every schedule matched {RECENT_PER_SCHEDULE}")
+        progress(f"[matcher] memory pass: {index} notifications until every schedule matched {RECENT_PER_SCHEDULE}; "
+                 f"before the last snapshot was written {(in_flight - before) / schedules:.0f} B/schedule")
         return (registered - before) / schedules, (matched - before) / schedules
     finally:
         await snapshots_written()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from sluice.bus.inprocess import InProcessBus
 from sluice.bus.port import Bus, Producer
 from sluice.bus.topics import (
     LAUNCH_REQUESTS,
@@ -60,6 +61,7 @@ from sluice_services.lineage import http_api as lineage_http
 from sluice_services.lineage.export import EXPORT_GROUP, OpenLineageExport
 from sluice_services.lineage.grpc_api import LineageServicer
 from sluice_services.lineage.service import LineageService
+from sluice_services.matcher.fused import LookupAndMatch
 from sluice_services.matcher.lookup import ScheduleLookup
 from sluice_services.matcher.service import MatcherService
 from sluice_services.registry import grpc_api as registry_grpc
@@ -146,15 +148,22 @@ def registry_spec(log: EventLog, clock: Clock, producer: Producer, bus: Bus | No
     return spec
 
 
-def matcher_spec(log: EventLog, clock: Clock, producer: Producer) -> ServiceSpec:
+def matcher_spec(log: EventLog, clock: Clock, producer: Producer, *, one_member: bool = False) -> ServiceSpec:
     """Two stages: the lookup re-keys notifications by schedule id (MATCHES); the matcher proper
-    consumes them with the schedule changes, one member per schedule's partition."""
+    consumes them with the schedule changes, one member per schedule's partition. `one_member`: this
+    process holds the groups' only member (the in-process bus), which decides on the notifications as
+    it looks them up (`fused.LookupAndMatch`), in the lookup's group."""
     lookup = ScheduleLookup(log, producer)
     matcher = MatcherService(log, clock)
-    look_up = Subscription("trigger-matcher-lookup", {
-        PARTITION_NOTIFICATIONS: lookup.handler(),
-        PROGRAM_NOTIFICATIONS: lookup.handler(),
-    })
+    if one_member:
+        fused = LookupAndMatch(lookup, matcher).handler()
+        look_up = Subscription("trigger-matcher-lookup", {PARTITION_NOTIFICATIONS: fused, PROGRAM_NOTIFICATIONS: fused},
+                               deferred_durability=True)
+    else:
+        look_up = Subscription("trigger-matcher-lookup", {
+            PARTITION_NOTIFICATIONS: lookup.handler(),
+            PROGRAM_NOTIFICATIONS: lookup.handler(),
+        })
     match = Subscription("trigger-matcher", matcher.handlers(), on_assignment=matcher.on_assignment,
                          deferred_durability=True)
 
@@ -291,7 +300,7 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
     in_process = secrets.token_urlsafe(32) if {"datasets", "launcher"} <= set(names) else ""
     factories = {
         "registry": lambda: registry_spec(log, clock, producer, bus),
-        "matcher": lambda: matcher_spec(log, clock, producer),
+        "matcher": lambda: matcher_spec(log, clock, producer, one_member=isinstance(bus, InProcessBus)),
         "checker": lambda: checker_spec(log, clock, settings.capacity, settings.jobs_history,
                                         partitions=_partition_source(settings, datasets_here="datasets" in names)),
         "datasets": lambda: datasets_spec(log, clock, settings, launcher_token=in_process),

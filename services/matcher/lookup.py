@@ -26,7 +26,7 @@ from sluice.bus.port import Message, Producer, Record, kafka_partition
 from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS
 from sluice.domain import schedules, triggers
 from sluice.eventlog.codec import EventTypes
-from sluice.domain.schedules import ScheduleState
+from sluice.domain.schedules import Schedule, ScheduleState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.outbox import POSITION_HEADER, RELAY_HEADER
@@ -102,21 +102,28 @@ class ScheduleLookup:
                 relay_position=relay_position)).SerializeToString()
             encoded = source + _NOTIFICATION_TAG + _varint(len(record.value)) + record.value  # as it came, valid
             by_partition: dict[int, list[str]] = {}
-            for schedule_id in sorted(self._index.get(event_key, ())):
+            for schedule_id in self.interested(event_key):
                 by_partition.setdefault(kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS), []).append(schedule_id)
             for schedule_ids in by_partition.values():
                 targets = b"".join(self._target(schedule_id) for schedule_id in schedule_ids)
                 messages.append(Message(MATCHES, targets + encoded, schedule_ids[0].encode()))
         await self._producer.send_batch(messages)
 
+    def interested(self, event_key: str) -> list[str]:
+        """The enabled schedules an event key concerns, by id (as of the last `sync`)."""
+        return sorted(self._index.get(event_key, ()))
+
+    def observed(self, schedule_id: str) -> Schedule:
+        """The definition the matcher decides with (`schedules.as_observed`) of a schedule the index holds."""
+        return schedules.as_observed(self._states[schedule_id].schedule)
+
     def _target(self, schedule_id: str) -> bytes:
         """The schedule's entry in MatchRequested.targets, encoded once per definition: concatenated
         protobuf messages merge (repeated fields append), so targets + notification part is the whole message."""
         target = self._targets.get(schedule_id)
         if target is None:
-            schedule = self._states[schedule_id].schedule
             target = self._targets[schedule_id] = matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(
-                schedule_id=schedule_id, schedule=schedule_to_proto(schedules.as_observed(schedule)))]).SerializeToString()
+                schedule_id=schedule_id, schedule=schedule_to_proto(self.observed(schedule_id)))]).SerializeToString()
         return target
 
     def _apply(self, schedule_id: str, event: schedules.ScheduleEvent) -> None:

@@ -198,7 +198,8 @@ class MatcherService:
 
         - The source offset: a publisher sends each source partition's notifications in order, and the
           first stage starts again where it had committed, after it had published everything before; an
-          offset this partition has passed is the first stage's resend.
+          offset this partition has passed is the first stage's resend. (None for a notification handled
+          as its own record, `fused.LookupAndMatch`: its position is recorded as the record's.)
         - The outbox relay's log position, for a notification a relay published: a relay publishes in
           position order, so one at or below the highest recorded for (relay, source partition) is the
           relay's resend after a crash between its send and its save (under a new source offset),
@@ -207,13 +208,16 @@ class MatcherService:
         if not isinstance(command, MatchRequests) or command.source is None:
             return ()
         source = command.source
-        offset = self._passed(_source_name(record, source), source.offset, batch)
-        if offset is None:
-            return None
+        passed: tuple[Checkpoint, ...] = ()
+        if source.topic != record.topic or source.partition != record.partition:
+            offset = self._passed(_source_name(record, source), source.offset, batch)
+            if offset is None:
+                return None
+            passed = (offset,)
         if not source.relay or source.relay_position <= 0:
-            return (offset,)
+            return passed
         relayed = self._passed(_relay_name(record, source), source.relay_position, batch)
-        return None if relayed is None else (offset, relayed)
+        return None if relayed is None else (*passed, relayed)
 
     def _passed(self, name: str, value: int, batch: Mapping[str, Checkpoint]) -> Checkpoint | None:
         """The checkpoint `name` moved past `value`, or None when it is there already (recorded, or

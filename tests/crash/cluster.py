@@ -61,7 +61,8 @@ class Node:
 
 class Cluster:
     def __init__(self, log: EventLog, bus: InProcessBus, clock: SimulatedClock, world: ProgramWorld,
-                 plan: FaultPlan, order_seed: int, work_dir: Path, supervised_programs: bool = True) -> None:
+                 plan: FaultPlan, order_seed: int, work_dir: Path, supervised_programs: bool = True,
+                 one_member: bool = True) -> None:
         self.log = log
         self.bus = bus
         self.clock = clock
@@ -70,6 +71,7 @@ class Cluster:
         self._rng = random.Random(order_seed)
         self._settings = composition.Settings(data_dir=work_dir)
         self._supervised = supervised_programs
+        self._one_member = one_member
         self.nodes: dict[str, Node] = {}
         self.restarts: list[tuple[str, CrashPoint]] = []
         self._outside = None
@@ -230,7 +232,8 @@ class Cluster:
         await self._from_spec(node, composition.registry_spec(log, self.clock, producer), log, producer)
 
     async def _build_matcher(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
-        await self._from_spec(node, composition.matcher_spec(log, self.clock, producer), log, producer)
+        await self._from_spec(node, composition.matcher_spec(log, self.clock, producer, one_member=self._one_member),
+                              log, producer)
 
     async def _build_checker(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
         await self._from_spec(node, composition.checker_spec(log, self.clock), log, producer)

@@ -56,14 +56,15 @@ class Verdict:
 
 
 async def run(workload: Workload, make_log: LogFactory, work_dir: Path, points: tuple[CrashPoint, ...] = (),
-              order_seed: int = 0, supervised_programs: bool = True) -> Outcome:
+              order_seed: int = 0, supervised_programs: bool = True, one_member: bool = True) -> Outcome:
+    """`one_member`: the matcher as embedded mode composes it (composition.matcher_spec), else its two stages."""
     work_dir.mkdir(parents=True, exist_ok=True)
     clock = SimulatedClock(T0)
     log = make_log(clock, work_dir)
     bus = InProcessBus(None, clock=clock)
     world = ProgramWorld(clock)
     plan = FaultPlan(points)
-    cluster = Cluster(log, bus, clock, world, plan, order_seed, work_dir, supervised_programs)
+    cluster = Cluster(log, bus, clock, world, plan, order_seed, work_dir, supervised_programs, one_member)
     try:
         with _quiet_crashed_tasks():
             await cluster.start()

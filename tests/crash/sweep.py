@@ -7,7 +7,10 @@
 The oracle (no crashes) is run first on the backend; its boundary crossings are the space points
 are drawn from: a boundary uniformly among all of them (so rare boundaries such as the registry's
 get as many points as the busy ones), then the crossing uniformly among the oracle's. A run arms
-`--per-run` points and has its own seed (its points and its step order); a failing run prints it."""
+`--per-run` points and has its own seed (its points and its step order); a failing run prints it.
+
+Each backend's points are split between the matcher's two compositions (`--matcher`): one member
+deciding as it looks up (embedded mode's), and two stages over the matches topic (Kafka's)."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +33,8 @@ from tests.crash.cluster import SERVICES
 from tests.crash.workload import Workload, build
 
 BACKENDS = ("sqlite", "postgres")
+MATCHERS = {"one-member": True, "two-stages": False}
+"""--matcher: composition name -> matcher_spec's one_member."""
 
 
 @dataclass
@@ -43,6 +48,7 @@ class RunReport:
 @dataclass
 class SweepReport:
     backend: str
+    matcher: str = "one-member"
     oracle_launches: int = 0
     boundaries: int = 0
     runs: list[RunReport] = field(default_factory=list)
@@ -66,7 +72,7 @@ class SweepReport:
         return Counter(p.boundary for r in self.runs for p in r.fired)
 
     def summary(self) -> str:
-        return (f"{self.backend}: {self.points} crash points run ({len(self.runs)} runs, {len(self.covered())} of "
+        return (f"{self.backend}, {self.matcher} matcher: {self.points} crash points run ({len(self.runs)} runs, {len(self.covered())} of "
                 f"{self.boundaries} boundaries), oracle launches {self.oracle_launches}; lost {self.total('lost')}, "
                 f"duplicate {self.total('duplicate')}, spurious {self.total('spurious')}, stuck {self.total('stuck')}, "
                 f"state mismatches {sum(len(r.verdict.mismatches) for r in self.runs)} "
@@ -109,9 +115,10 @@ class Backend:
 
 async def sweep(backend: Backend, workload: Workload, work_root: Path, *, points: int, per_run: int, seed: int,
                 run_seeds: list[int] | None = None, chosen: tuple[CrashPoint, ...] = (), services: tuple[str, ...] = (),
-                progress=lambda report: None) -> SweepReport:
-    oracle = await harness.run(workload, backend.make_log, work_root / "oracle", order_seed=seed)
-    report = SweepReport(backend.name, sum(oracle.launches.values()), len(oracle.crossings))
+                matcher: str = "one-member", progress=lambda report: None) -> SweepReport:
+    one_member = MATCHERS[matcher]
+    oracle = await harness.run(workload, backend.make_log, work_root / "oracle", order_seed=seed, one_member=one_member)
+    report = SweepReport(backend.name, matcher, sum(oracle.launches.values()), len(oracle.crossings))
     rng = random.Random(seed)
     index = 0
     while True:
@@ -126,7 +133,8 @@ async def sweep(backend: Backend, workload: Workload, work_root: Path, *, points
             run_seed = rng.randrange(1, 2**31)
             armed = draw_points(oracle.crossings, run_seed, per_run, services)
         run_dir = work_root / f"run-{index}"
-        outcome = await harness.run(workload, backend.make_log, run_dir, armed, order_seed=run_seed)
+        outcome = await harness.run(workload, backend.make_log, run_dir, armed, order_seed=run_seed,
+                                    one_member=one_member)
         shutil.rmtree(run_dir, ignore_errors=True)
         report.runs.append(RunReport(run_seed, armed, outcome.fired, harness.judge(oracle, outcome)))
         progress(report)
@@ -139,7 +147,8 @@ def describe_failure(report: SweepReport, run: RunReport, args: argparse.Namespa
     lines = [f"FAILED run seed {run.run_seed} ({report.backend}): lost {v.lost}, duplicate {v.duplicate}, "
              f"spurious {v.spurious}, stuck {v.stuck}, mismatches {len(v.mismatches)}",
              f"  crashed at: {' '.join(str(p) for p in run.fired) or '(none fired)'}",
-             f"  replay: make crash-test BACKEND={report.backend} SEED={args.seed} RUN_SEED={run.run_seed}"
+             f"  replay: make crash-test BACKEND={report.backend} MATCHER={report.matcher} SEED={args.seed} "
+             f"RUN_SEED={run.run_seed}"
              f"   (one point alone: POINT=<boundary@n>)"]
     lines += [f"  {m}" for m in v.mismatches[:args.show]]
     return "\n".join(lines)
@@ -148,6 +157,8 @@ def describe_failure(report: SweepReport, run: RunReport, args: argparse.Namespa
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.crash.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", action="append", choices=BACKENDS, help="repeatable; default: both")
+    parser.add_argument("--matcher", action="append", choices=tuple(MATCHERS),
+                        help="the matcher's composition, repeatable; default: both, splitting the points")
     parser.add_argument("--points", type=int, default=500, help="crash points to run per backend (default 500)")
     parser.add_argument("--per-run", type=int, default=10, help="crash points armed per run (default 10)")
     parser.add_argument("--seed", type=int, default=1, help="the sweep's seed: workload, oracle order, run seeds")
@@ -166,24 +177,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"workload: seed {args.seed}, {len(workload.notifications)} partition notifications, "
           f"{workload.schedules} schedules, {args.hours} simulated hours", flush=True)
     failed = False
+    matchers = args.matcher or tuple(MATCHERS)
     for name in args.backend or BACKENDS:
-        started = time.monotonic()
-        with ExitStack() as stack, tempfile.TemporaryDirectory(prefix=f"sluice-crash-{name}-") as work:
-            backend = Backend(name, stack)
+        for matcher in matchers:
+            started = time.monotonic()
+            with ExitStack() as stack, tempfile.TemporaryDirectory(prefix=f"sluice-crash-{name}-") as work:
+                backend = Backend(name, stack)
 
-            def progress(report: SweepReport) -> None:
-                last = report.runs[-1]
-                mark = "ok" if last.verdict.ok else "FAILED"
-                print(f"  {name} run {len(report.runs)} seed {last.run_seed}: {len(last.fired)} crashes, {mark}"
-                      f" ({report.points} points, {time.monotonic() - started:.0f}s)", flush=True)
+                def progress(report: SweepReport) -> None:
+                    last = report.runs[-1]
+                    mark = "ok" if last.verdict.ok else "FAILED"
+                    print(f"  {name}/{matcher} run {len(report.runs)} seed {last.run_seed}: {len(last.fired)} crashes, "
+                          f"{mark} ({report.points} points, {time.monotonic() - started:.0f}s)", flush=True)
 
-            report = asyncio.run(sweep(backend, workload, Path(work), points=args.points, per_run=args.per_run,
-                                       seed=args.seed, run_seeds=args.run_seed, chosen=chosen,
-                                       services=tuple(args.service or ()), progress=progress))
-        for run in report.failed:
-            print(describe_failure(report, run, args))
-        print(report.summary() + f" in {time.monotonic() - started:.0f}s", flush=True)
-        failed |= bool(report.failed)
+                report = asyncio.run(sweep(backend, workload, Path(work), points=args.points // len(matchers),
+                                           per_run=args.per_run, seed=args.seed, run_seeds=args.run_seed,
+                                           chosen=chosen, services=tuple(args.service or ()), matcher=matcher,
+                                           progress=progress))
+            for run in report.failed:
+                print(describe_failure(report, run, args))
+            print(report.summary() + f" in {time.monotonic() - started:.0f}s", flush=True)
+            failed |= bool(report.failed)
     return 1 if failed else 0
 
 

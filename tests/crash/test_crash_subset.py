@@ -1,6 +1,6 @@
 """The CI subset of the crash sweep (`make crash-test` runs the full one): a smaller workload, three
 runs of ten seeded crash points each (any service's boundaries), on SQLite and on a real
-PostgreSQL server."""
+PostgreSQL server, with each of the matcher's compositions."""
 from __future__ import annotations
 
 import pytest
@@ -41,14 +41,16 @@ def _failures(report: SweepReport) -> str:
     return "\n".join(
         f"run seed {r.run_seed} crashed at {' '.join(map(str, r.fired))}: lost {r.verdict.lost}, duplicate "
         f"{r.verdict.duplicate}, spurious {r.verdict.spurious}, stuck {r.verdict.stuck}, "
-        f"{r.verdict.mismatches[:3]}\n  replay: make crash-test BACKEND={report.backend} SEED={SEED} "
+        f"{r.verdict.mismatches[:3]}\n  replay: make crash-test BACKEND={report.backend} MATCHER={report.matcher} SEED={SEED} "
         f"RUN_SEED={r.run_seed} CRASH_ARGS='--notifications 150 --hours 4'"
         for r in report.failed)
 
 
-async def test_seeded_crashes_of_every_service_change_nothing_the_oracle_decided(backend, tmp_path):
+@pytest.mark.parametrize("matcher", ["one-member", "two-stages"])
+async def test_seeded_crashes_of_every_service_change_nothing_the_oracle_decided(backend, matcher, tmp_path):
     run_seeds = [SEED * 1000 + i for i in range(RUNS)]
-    report = await sweep(backend, WORKLOAD, tmp_path, points=0, per_run=PER_RUN, seed=SEED, run_seeds=run_seeds)
+    report = await sweep(backend, WORKLOAD, tmp_path, points=0, per_run=PER_RUN, seed=SEED, run_seeds=run_seeds,
+                         matcher=matcher)
     assert report.oracle_launches > 20 and report.points >= RUNS * PER_RUN * 2 // 3, report.summary()
     assert not report.failed, _failures(report)
 

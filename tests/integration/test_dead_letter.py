@@ -53,8 +53,9 @@ async def drain(bus, topic: str, count: int, settle: float) -> list:
     return records
 
 
-async def test_poison_messages_are_dead_lettered_and_the_matcher_carries_on(tmp_path):
-    await poison_messages_are_dead_lettered(tmp_path, InProcessBus(), settle=5)
+@pytest.mark.parametrize("one_member", [False, True], ids=["two-stages", "one-member"])
+async def test_poison_messages_are_dead_lettered_and_the_matcher_carries_on(tmp_path, one_member):
+    await poison_messages_are_dead_lettered(tmp_path, InProcessBus(), settle=5, one_member=one_member)
 
 
 @pytest.mark.slow
@@ -63,7 +64,7 @@ async def test_poison_messages_on_a_real_kafka_broker(tmp_path):
         await poison_messages_are_dead_lettered(tmp_path, KafkaBus(kafka.bootstrap), settle=60)
 
 
-async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float) -> None:
+async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float, one_member: bool = False) -> None:
     """Not protobuf, another message type, missing fields, oversized, an unknown schedule, and an
     undecodable schedule change; then a valid notification still triggers."""
     log = SqliteEventLog(tmp_path / "events.db", clock=CLOCK)
@@ -71,7 +72,7 @@ async def poison_messages_are_dead_lettered(tmp_path, bus, settle: float) -> Non
     stop = asyncio.Event()
     ready = asyncio.get_running_loop().create_future()
     producer = bus.producer()
-    specs = [registry_spec(log, CLOCK, producer), matcher_spec(log, CLOCK, producer)]
+    specs = [registry_spec(log, CLOCK, producer), matcher_spec(log, CLOCK, producer, one_member=one_member)]
     task = asyncio.create_task(run_services(specs, bus, log, on_ready=ready.set_result, stop=stop))
     await asyncio.wait_for(ready, settle)
     deadline = asyncio.get_running_loop().time() + settle

@@ -3,8 +3,8 @@ job (issue 25). The relay republishes all 100 under new offsets; the matcher rec
 relay's name and log position (`sluice-outbox` / `sluice-outbox-position`, recorded per relay and source
 partition with its events), not by a window of a schedule's last 16 notification ids.
 
-The real OutboxRelay and the production registry and matcher (first and second stage) on a SQLite log and
-the in-process bus, pumped synchronously (tests/support/pump.py)."""
+The real OutboxRelay and the production registry and matcher (its two stages, or one member's fused
+handler) on a SQLite log and the in-process bus, pumped synchronously (tests/support/pump.py)."""
 from __future__ import annotations
 
 import json
@@ -73,16 +73,18 @@ def jobs_triggered(log: SqliteEventLog) -> list[str]:
     return [event.id for event in expand_all(log.read_all(0, 1_000_000)) if event.type == JobTriggered.__name__]
 
 
+@pytest.mark.parametrize("one_member", [False, True], ids=["two-stages", "one-member"])
 @pytest.mark.parametrize("matched_before_the_resend", [True, False])
 async def test_a_crash_between_send_and_save_after_100_notifications_fires_no_duplicate_job(
-        tmp_path, matched_before_the_resend):
+        tmp_path, matched_before_the_resend, one_member):
     assert BURST > RECENT_PER_SCHEDULE  # the old window could not have recognised these
     clock = SimulatedClock(datetime(2026, 11, 26, 9, tzinfo=timezone.utc))
     log = SqliteEventLog(tmp_path / "events.db", clock=clock)
     bus = InProcessBus(clock=clock)
     producer = bus.producer()
     RegistryService(log, clock).create(SCHEDULE)
-    pump = BusPump(bus, log, clock, [registry_spec(log, clock, producer), matcher_spec(log, clock, producer)])
+    pump = BusPump(bus, log, clock, [registry_spec(log, clock, producer),
+                                     matcher_spec(log, clock, producer, one_member=one_member)])
     await pump.start()
 
     log.append_batch([StreamAppend(f"tx-{hour}", [NewEvent(derived_id("tx", str(hour)), "PartitionsCommitted",

@@ -1,6 +1,6 @@
 """The scheduler's production wiring on a simulated clock, pumped synchronously: deterministic and fast.
 
-The ServiceSpecs services/composition.py builds (registry; matcher with its lookup stage; checker;
+The ServiceSpecs services/composition.py builds (registry; matcher with its lookup, one member; checker;
 launcher, its programs faked behind the ProgramSubmitter port: tests/support/programs.py) run on one
 SQLite log and an in-memory in-process bus, driven by tests/support/pump.py: every outbox relay and
 every consumer group member is stepped until the bus is quiet, then the clock moves to the next due
@@ -74,7 +74,7 @@ class SimulatedScheduler:
         settings.data_dir.mkdir(parents=True, exist_ok=True)  # as run_embedded makes it
         producer = self.bus.producer()
         specs = [composition.registry_spec(self.log, self.clock, producer),
-                 composition.matcher_spec(self.log, self.clock, producer),
+                 composition.matcher_spec(self.log, self.clock, producer, one_member=True),  # as `build` on it
                  composition.checker_spec(self.log, self.clock, capacity)]
         if launcher:
             datasets = composition.datasets_spec(self.log, self.clock, settings)
