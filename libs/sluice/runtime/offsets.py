@@ -11,9 +11,14 @@ class ConsumedOffsets:
         self._log = log
         self._consumer = consumer
         self._next: dict[str, int] = {}
+        self._names: dict[tuple[str, int], str] = {}
 
     def name(self, record: Record) -> str:
-        return f"{self._consumer}:{record.topic}:{record.partition}"
+        """The checkpoint of the record's topic and partition (one name per partition, made once)."""
+        name = self._names.get((record.topic, record.partition))
+        if name is None:
+            name = self._names[record.topic, record.partition] = f"{self._consumer}:{record.topic}:{record.partition}"
+        return name
 
     def refresh(self, names: set[str]) -> None:
         """Read these positions from the log again: another member of the group recorded records of
@@ -28,15 +33,6 @@ class ConsumedOffsets:
         if position is None:
             position = self._next[name] = self._log.read_checkpoint(name) or 0
         return position
-
-    def checkpoint(self, record: Record) -> Checkpoint | None:
-        """The checkpoint to append with the record's events, or None when the record was consumed
-        before. It expects the recorded position: an append after another writer's fails."""
-        name = self.name(record)
-        recorded = self.next(name)
-        if record.offset < recorded:
-            return None
-        return Checkpoint(name, record.offset + 1, expected=recorded)
 
     def recorded(self, checkpoint: Checkpoint) -> None:
         """The checkpoint was appended: records before it are redeliveries from now on."""

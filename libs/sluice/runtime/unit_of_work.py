@@ -65,7 +65,8 @@ class ConsumingUnitOfWork(Generic[C]):
 
     Hooks: `load(items)` runs before each attempt (the matcher reads the streams the batch concerns);
     `more(record, command, batch)` gives further checkpoints to record with a command (the matcher's
-    source positions), or None to skip the command (its own record's position is still recorded)."""
+    source positions; `batch`: those of the poll's earlier records), or None to skip the command (its own
+    record's position is still recorded)."""
 
     def __init__(self, offsets: ConsumedOffsets, decide: Callable[[list[C], list[Checkpoint]], bool],
                  reload: Callable[[WrongExpectedVersion], None], *, what: str,
@@ -101,17 +102,26 @@ class ConsumingUnitOfWork(Generic[C]):
         retry_on_conflict(attempt, reload, what=self._what)
 
     def _unconsumed(self, items: Sequence[tuple[Record, C]]) -> tuple[list[C], dict[str, Checkpoint]]:
+        """The commands of records not consumed before, and the checkpoints to append with them: per
+        partition the position after its last record, expecting the position recorded (an append after
+        another writer's fails), and what `more` adds."""
         commands: list[C] = []
         checkpoints: dict[str, Checkpoint] = {}
+        consumed: dict[str, tuple[int, int]] = {}
+        """Per partition's checkpoint: (its recorded position, the position after its last record)."""
+        offsets = self._offsets
         for record, command in items:
-            checkpoint = self._offsets.checkpoint(record)
-            if checkpoint is None:
+            name = offsets.name(record)
+            recorded = offsets.next(name)
+            if record.offset < recorded:
                 continue  # consumed before: its events are in the log
-            checkpoints[checkpoint.name] = checkpoint
+            consumed[name] = (recorded, record.offset + 1)
             more = self._more(record, command, checkpoints)
             if more is None:
                 continue
             for extra in more:
                 checkpoints[extra.name] = extra
             commands.append(command)
+        for name, (recorded, after) in consumed.items():
+            checkpoints[name] = Checkpoint(name, after, expected=recorded)
         return commands, checkpoints
