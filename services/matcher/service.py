@@ -199,7 +199,9 @@ class MatcherService:
         - The source offset: a publisher sends each source partition's notifications in order, and the
           first stage starts again where it had committed, after it had published everything before; an
           offset this partition has passed is the first stage's resend. (None for a notification handled
-          as its own record, `fused.LookupAndMatch`: its position is recorded as the record's.)
+          as its own record, `fused.LookupAndMatch`: its position is recorded as the record's.) A
+          notification the one member handled as its own record is skipped here (`handled_by_the_stages`
+          is the other way round).
         - The outbox relay's log position, for a notification a relay published: a relay publishes in
           position order, so one at or below the highest recorded for (relay, source partition) is the
           relay's resend after a crash between its send and its save (under a new source offset),
@@ -210,6 +212,8 @@ class MatcherService:
         source = command.source
         passed: tuple[Checkpoint, ...] = ()
         if source.topic != record.topic or source.partition != record.partition:
+            if self._handled_by_one_member(source):
+                return None
             offset = self._passed(_source_name(record, source), source.offset, batch)
             if offset is None:
                 return None
@@ -218,6 +222,26 @@ class MatcherService:
             return passed
         relayed = self._passed(_relay_name(record, source), source.relay_position, batch)
         return None if relayed is None else (*passed, relayed)
+
+    def handled_by_the_stages(self, schedule_id: str, source: SourcePosition) -> bool:
+        """Whether the second stage handled this notification for the schedule's matches partition (by its
+        source offset or its relay's position): a log the two stages wrote may hold it, and the one member
+        reads it again after a stop between the first stage's publishing and its commit (`fused`)."""
+        matches = TopicPartition(MATCHES, kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS))
+        return self._recorded(_source_name(matches, source), source.offset) or self._relay_recorded(matches, source)
+
+    def _handled_by_one_member(self, source: SourcePosition) -> bool:
+        """Whether the one member (`fused`) handled this notification as its own record."""
+        own = TopicPartition(source.topic, source.partition)
+        return self._recorded(self._offsets.name_of(own.topic, own.partition), source.offset) or \
+            self._relay_recorded(own, source)
+
+    def _recorded(self, name: str, value: int) -> bool:
+        return value < self._offsets.next(name)
+
+    def _relay_recorded(self, handled_on: TopicPartition, source: SourcePosition) -> bool:
+        return bool(source.relay) and source.relay_position > 0 and \
+            self._recorded(_relay_name(handled_on, source), source.relay_position)
 
     def _passed(self, name: str, value: int, batch: Mapping[str, Checkpoint]) -> Checkpoint | None:
         """The checkpoint `name` moved past `value`, or None when it is there already (recorded, or
@@ -364,10 +388,10 @@ _ROUTED = frozenset({BATCH_TYPE, JobTriggered.__name__})
 _FIRES = frozenset({JobTriggered.__name__})
 
 
-def _source_name(record: Record, source: SourcePosition) -> str:
+def _source_name(record: Record | TopicPartition, source: SourcePosition) -> str:
     return f"matcher:{record.topic}:{record.partition}:from:{source.topic}:{source.partition}"
 
 
-def _relay_name(record: Record, source: SourcePosition) -> str:
+def _relay_name(record: Record | TopicPartition, source: SourcePosition) -> str:
     return f"matcher:{record.topic}:{record.partition}:relay:{source.relay}:{source.topic}:{source.partition}"
 

@@ -1,6 +1,6 @@
 """One member's matcher (the in-process bus): notifications are decided as they are looked up, with no
 matches topic between the stages, and each is counted once however it comes again: the same record
-redelivered, or also as a MatchRequested the two stages left on the matches topic."""
+redelivered, or also as a MatchRequested the two stages left on the matches topic (a log both wrote)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -13,12 +13,13 @@ from sluice.bus.topics import ALL_TOPICS, MATCHES, PARTITION_NOTIFICATIONS
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.errors import InvalidArgument
-from sluice.domain.matching import JobTriggered, NotificationMatched, ScheduleObserved
+from sluice.domain.matching import RECENT_PER_SCHEDULE, JobTriggered, NotificationMatched, ScheduleObserved
 from sluice.domain.schedules import Schedule, schedule_id_for
 from sluice.domain.triggers import PartitionTrigger
 from sluice.eventlog.batched import expand_all
 from sluice.eventlog.codec import EventTypes
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.runtime.outbox import POSITION_HEADER, RELAY_HEADER
 from sluice.domain import matching
 from sluice.wire.common import notification_to_proto
 from sluice_services.matcher.fused import LookupAndMatch
@@ -43,9 +44,9 @@ def notification(hour: int) -> Notification:
         PartitionRef({"hour": f"{hour:02d}"}, f"/data/clickstream/{hour:02d}"),)))
 
 
-def record(offset: int, value: Notification, partition: int = 0) -> Record:
-    return Record(PARTITION_NOTIFICATIONS, partition, offset, b"partition:experiments.clickstream",
-                  notification_to_proto(value).SerializeToString(), (), 0)
+def record(offset: int, value: Notification, headers: tuple = ()) -> Record:
+    return Record(PARTITION_NOTIFICATIONS, 0, offset, b"partition:experiments.clickstream",
+                  notification_to_proto(value).SerializeToString(), headers, 0)
 
 
 class OneMember:
@@ -109,25 +110,47 @@ async def test_a_redelivered_notification_is_counted_once(tmp_path):
         await member.close()
 
 
-async def test_a_notification_the_two_stages_left_on_the_matches_topic_is_counted_once(tmp_path):
-    """The first stage published its MatchRequested, then stopped before committing the notification's
-    offset: the one member reads the notification again, and the matcher the MatchRequested."""
-    twice = schedule("every-two-hours", 2)
-    member = OneMember(tmp_path, twice)
-    try:
-        await member.bus.create_topics(ALL_TOPICS)
-        first = record(0, notification(1))
-        await member.lookup.apply([(first, member.lookup.parse(first))])
-        left = await member.bus.consumer("trigger-matcher", [MATCHES]).poll(timeout=0)
-        assert len(left) == 1
-        handler = member.matcher.handlers()[MATCHES]
+BURST = RECENT_PER_SCHEDULE + 4
+"""More than a schedule's recent ids: only the recorded positions can tell these apart."""
+
+
+def relayed(offset: int, hour: int) -> Record:
+    """The outbox relay's notification: its name and the event's log position in the headers."""
+    return record(offset, notification(hour), ((RELAY_HEADER, b"launcher"), (POSITION_HEADER, str(100 + hour).encode())))
+
+
+async def through_the_stages(member: OneMember, records: list[Record]) -> None:
+    """The first stage publishes each notification's MatchRequested, the second stage decides them."""
+    await member.lookup.apply([(r, member.lookup.parse(r)) for r in records])
+    handler = member.matcher.handlers()[MATCHES]
+    while left := await member.stages_consumer.poll(timeout=0):
         await handler.apply([(r, handler.parse(r)) for r in left])
 
-        await member.handle(first, record(1, notification(2)))
 
-        events = member.events(twice.id)
-        assert [type(e) for e in events] == [ScheduleObserved, NotificationMatched, JobTriggered]
-        assert [n.id for n in events[-1].job.context.notifications] == ["n-01", "n-02"]
+@pytest.mark.parametrize("again", ["the same records", "the relay's resend"])
+@pytest.mark.parametrize("first", ["the two stages", "the one member"])
+async def test_a_notification_both_compositions_see_is_decided_once(tmp_path, first, again):
+    """A log the two stages wrote: the first stage published its MatchRequested records, then stopped before
+    committing the notifications' offsets, and the one member reads them again (or, the other way round,
+    records left on the matches topic after the one member decided them); "the relay's resend": the
+    outbox relay sent them again under new offsets."""
+    each = schedule("every-hour", 1)
+    member = OneMember(tmp_path, each)
+    try:
+        await member.bus.create_topics(ALL_TOPICS)
+        member.stages_consumer = member.bus.consumer("trigger-matcher", [MATCHES])
+        records = [relayed(hour, hour) for hour in range(BURST)]
+        second = records if again == "the same records" else [relayed(BURST + hour, hour) for hour in range(BURST)]
+        if first == "the two stages":
+            await through_the_stages(member, records)
+            await member.handle(*second)
+        else:
+            await member.handle(*records)
+            await through_the_stages(member, second)
+
+        fired = [e for e in member.events(each.id) if isinstance(e, JobTriggered)]
+        assert sorted(n.id for e in fired for n in e.job.context.notifications) == sorted(
+            notification(hour).id for hour in range(BURST))
     finally:
         await member.close()
 

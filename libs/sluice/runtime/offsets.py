@@ -14,10 +14,14 @@ class ConsumedOffsets:
         self._names: dict[tuple[str, int], str] = {}
 
     def name(self, record: Record) -> str:
-        """The checkpoint of the record's topic and partition (one name per partition, made once)."""
-        name = self._names.get((record.topic, record.partition))
+        """The checkpoint of the record's topic and partition."""
+        return self.name_of(record.topic, record.partition)
+
+    def name_of(self, topic: str, partition: int) -> str:
+        """The checkpoint of a topic's partition (one name per partition, made once)."""
+        name = self._names.get((topic, partition))
         if name is None:
-            name = self._names[record.topic, record.partition] = f"{self._consumer}:{record.topic}:{record.partition}"
+            name = self._names[topic, partition] = f"{self._consumer}:{topic}:{partition}"
         return name
 
     def refresh(self, names: set[str]) -> None:
