@@ -198,10 +198,9 @@ class MatcherService:
 
         - The source offset: a publisher sends each source partition's notifications in order, and the
           first stage starts again where it had committed, after it had published everything before; an
-          offset this partition has passed is the first stage's resend. (None for a notification handled
-          as its own record, `fused.LookupAndMatch`: its position is recorded as the record's.) A
-          notification the one member handled as its own record is skipped here (`handled_by_the_stages`
-          is the other way round).
+          offset this partition has passed is the first stage's resend. A notification handled as its own
+          record (`fused`) has none: its position is the record's. One that the one member handled so is
+          skipped here, as `handled_by_the_stages` skips the other way round (a log both compositions wrote).
         - The outbox relay's log position, for a notification a relay published: a relay publishes in
           position order, so one at or below the highest recorded for (relay, source partition) is the
           relay's resend after a crash between its send and its save (under a new source offset),
