@@ -119,11 +119,11 @@ def relayed(offset: int, hour: int) -> Record:
     return record(offset, notification(hour), ((RELAY_HEADER, b"launcher"), (POSITION_HEADER, str(100 + hour).encode())))
 
 
-async def through_the_stages(member: OneMember, records: list[Record]) -> None:
+async def through_the_stages(member: OneMember, records: list[Record], matches) -> None:
     """The first stage publishes each notification's MatchRequested, the second stage decides them."""
     await member.lookup.apply([(r, member.lookup.parse(r)) for r in records])
     handler = member.matcher.handlers()[MATCHES]
-    while left := await member.stages_consumer.poll(timeout=0):
+    while left := await matches.poll(timeout=0):
         await handler.apply([(r, handler.parse(r)) for r in left])
 
 
@@ -138,15 +138,15 @@ async def test_a_notification_both_compositions_see_is_decided_once(tmp_path, fi
     member = OneMember(tmp_path, each)
     try:
         await member.bus.create_topics(ALL_TOPICS)
-        member.stages_consumer = member.bus.consumer("trigger-matcher", [MATCHES])
+        matches = member.bus.consumer("trigger-matcher", [MATCHES])
         records = [relayed(hour, hour) for hour in range(BURST)]
         second = records if again == "the same records" else [relayed(BURST + hour, hour) for hour in range(BURST)]
         if first == "the two stages":
-            await through_the_stages(member, records)
+            await through_the_stages(member, records, matches)
             await member.handle(*second)
         else:
             await member.handle(*records)
-            await through_the_stages(member, second)
+            await through_the_stages(member, second, matches)
 
         fired = [e for e in member.events(each.id) if isinstance(e, JobTriggered)]
         assert sorted(n.id for e in fired for n in e.job.context.notifications) == sorted(
