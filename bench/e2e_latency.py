@@ -180,7 +180,8 @@ async def _stack(bus_kind: str, tmp: Path):
 async def _embedded(log: EventLog, bus):
     clock, producer, stop = SystemClock(), bus.producer(), asyncio.Event()
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    specs = [registry_spec(log, clock, producer), matcher_spec(log, clock, producer, one_member=True),  # as `build` on it
+    specs = [registry_spec(log, clock, producer),
+             matcher_spec(log, clock, producer, one_member=True),  # as `build` composes it on this bus
              checker_spec(log, clock)]
     stack = asyncio.create_task(run_services(
         specs, bus, log, host="127.0.0.1", port=0, stop=stop,

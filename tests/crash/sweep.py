@@ -72,8 +72,9 @@ class SweepReport:
         return Counter(p.boundary for r in self.runs for p in r.fired)
 
     def summary(self) -> str:
-        return (f"{self.backend}, {self.matcher} matcher: {self.points} crash points run ({len(self.runs)} runs, {len(self.covered())} of "
-                f"{self.boundaries} boundaries), oracle launches {self.oracle_launches}; lost {self.total('lost')}, "
+        return (f"{self.backend}, {self.matcher} matcher: {self.points} crash points run ({len(self.runs)} runs, "
+                f"{len(self.covered())} of {self.boundaries} boundaries), oracle launches {self.oracle_launches}; "
+                f"lost {self.total('lost')}, "
                 f"duplicate {self.total('duplicate')}, spurious {self.total('spurious')}, stuck {self.total('stuck')}, "
                 f"state mismatches {sum(len(r.verdict.mismatches) for r in self.runs)} "
                 f"(in {self.mismatched_runs} runs); failed runs {len(self.failed)} of {len(self.runs)}, "

@@ -9,13 +9,11 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from itertools import product
 from pathlib import Path
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.client import SluiceClient
 from sluice.v1 import datasets_pb2 as dpb
@@ -25,6 +23,7 @@ from sluice.v1 import schedules_pb2 as spb
 from sluice.wire.common import timestamp_from_proto
 from sluice_services.localserver import LocalServer
 from tests.e2e.conftest import eventually
+from tests.integration.test_metrics_endpoint import scrape, total
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -163,10 +162,7 @@ def _known_to_checker(client: SluiceClient, schedule_id: str) -> bool:
 
 
 def _notifications_looked_up(server: LocalServer) -> float:
-    text = urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10).read().decode()
-    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
-               if sample.name == "sluice_consumer_messages_total"
-               and sample.labels.get("group") == "trigger-matcher-lookup")
+    return total(scrape(server.metrics_address), "sluice_consumer_messages_total", group="trigger-matcher-lookup")
 
 
 def _backfill(client: SluiceClient, backfill_id: str) -> jobs_pb2.Backfill:

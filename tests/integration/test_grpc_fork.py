@@ -2,6 +2,7 @@
 pyspark starts its Java gateway): with grpcio's fork handlers on, ~3% of them died before exec."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -40,7 +41,7 @@ PROGRAM = textwrap.dedent(f"""
 
 
 def test_children_started_with_a_preexec_fn_beside_busy_grpc_threads_all_start():
-    env = {key: value for key, value in __import__("os").environ.items() if key != "GRPC_ENABLE_FORK_SUPPORT"}
+    env = {key: value for key, value in os.environ.items() if key != "GRPC_ENABLE_FORK_SUPPORT"}
     done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "0", (done.stdout, done.stderr[-2000:])

@@ -35,8 +35,8 @@ TYPES = EventTypes(matching.EVENTS)
 
 
 def schedule(name: str, count: int) -> Schedule:
-    return Schedule(schedule_id_for(PROGRAM, name), name, PROGRAM, PartitionTrigger("experiments", "clickstream", count),
-                    enabled=True)
+    return Schedule(schedule_id_for(PROGRAM, name), name, PROGRAM,
+                    PartitionTrigger("experiments", "clickstream", count), enabled=True)
 
 
 def notification(hour: int) -> Notification:
@@ -90,7 +90,8 @@ async def test_a_notification_is_decided_for_every_interested_schedule_without_t
         assert [n.id for n in first[1].job.context.notifications] == ["n-01"]
         assert [type(e) for e in member.events(twice.id)] == [ScheduleObserved, NotificationMatched]
         assert member.log.read_checkpoint(f"matcher:{PARTITION_NOTIFICATIONS}:0") == 8  # its own position
-        assert member.log.read_checkpoint(f"matcher:{PARTITION_NOTIFICATIONS}:0:from:{PARTITION_NOTIFICATIONS}:0") is None
+        source = f"matcher:{PARTITION_NOTIFICATIONS}:0:from:{PARTITION_NOTIFICATIONS}:0"
+        assert member.log.read_checkpoint(source) is None
         assert await member.bus.consumer("probe", [MATCHES]).poll(timeout=0) == []
     finally:
         await member.close()
@@ -116,7 +117,8 @@ BURST = RECENT_PER_SCHEDULE + 4
 
 def relayed(offset: int, hour: int) -> Record:
     """The outbox relay's notification: its name and the event's log position in the headers."""
-    return record(offset, notification(hour), ((RELAY_HEADER, b"launcher"), (POSITION_HEADER, str(100 + hour).encode())))
+    headers = ((RELAY_HEADER, b"launcher"), (POSITION_HEADER, str(100 + hour).encode()))
+    return record(offset, notification(hour), headers)
 
 
 async def through_the_stages(member: OneMember, records: list[Record], matches) -> None:
