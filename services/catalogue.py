@@ -47,6 +47,10 @@ LINEAGE = Service("lineage", "sluice_services.lineage.service", (), ("lineage",)
 ALERTS = Service("alerts", "sluice_services.alerts.service", (), ("alerts",), "alerts_spec", aggregate_snapshots=True)
 """SLA and failure alerts: one stream (`alerts`) and its snapshot; it publishes nothing on the bus."""
 
+NOTIFYING_RELAYS = (LAUNCHER.name, DATASETS.name)
+"""The services whose outbox relays publish notifications (a run's status, an output's partitions): the
+relay names the matcher records positions of (matcher/lookup.outbox_position)."""
+
 CATALOGUE = (REGISTRY, MATCHER, CHECKER, DATASETS, LAUNCHER, LINEAGE, ALERTS)
 BY_NAME = {service.name: service for service in CATALOGUE}
 NAMES = tuple(service.name for service in CATALOGUE)

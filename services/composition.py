@@ -213,7 +213,7 @@ def datasets_spec(log: EventLog, clock: Clock, settings: Settings, *, launcher_t
         adopt_relay_position(log)
         datasets.recover()  # unfinished commit sequences are redone before any new work
 
-    return ServiceSpec("datasets", route=datasets.route, route_prefixes=catalogue.DATASETS.stream_prefixes,
+    return ServiceSpec(catalogue.DATASETS.name, route=datasets.route, route_prefixes=catalogue.DATASETS.stream_prefixes,
                        grpc=datasets_grpc.bindings(datasets, RunPublisher(datasets, settings.partitions_dir),
                                                    credentials),
                        recover=recover, resolvers=datasets_resolvers(datasets),
@@ -249,7 +249,7 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: P
                                program_api, LeaseKeeper(log, clock, launcher_home(settings.data_dir),
                                                         LeaseTerms(settings.lease_seconds)),
                                run_dir_retention=settings.run_dir_retention)
-    return ServiceSpec("launcher", [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
+    return ServiceSpec(catalogue.LAUNCHER.name, [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
                        route=launcher.route, route_prefixes=catalogue.LAUNCHER.stream_prefixes,
                        grpc=launcher_grpc.bindings(launcher), recover=launcher.recover,
                        resolvers=launcher_resolvers(launcher),

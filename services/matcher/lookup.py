@@ -19,7 +19,6 @@ the relay's name and the event's log position, by which the second stage recogni
 resends exactly (`NotificationSource`)."""
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 from sluice.bus.port import Message, Producer, Record, kafka_partition
@@ -32,7 +31,7 @@ from sluice.runtime.consumer import BatchHandler
 from sluice.runtime.outbox import POSITION_HEADER, RELAY_HEADER
 from sluice.v1 import matching_pb2
 from sluice.wire.schedules import schedule_to_proto
-from sluice_services.catalogue import REGISTRY
+from sluice_services.catalogue import NOTIFYING_RELAYS, REGISTRY
 from sluice_services.matcher.notification_key import notification_event_key
 
 REGISTRY_PREFIX, = REGISTRY.stream_prefixes
@@ -141,16 +140,18 @@ class ScheduleLookup:
 
 def outbox_position(record: Record) -> tuple[str, int]:
     """The relay that published the record and its event's log position (`sluice.runtime.outbox`'s
-    headers), or ("", 0): a producer's own notification, or headers that do not parse."""
+    headers), or ("", 0): a producer's own notification, or headers that do not parse or name a relay
+    that publishes no notifications. The name becomes part of checkpoint names: only those few are
+    recorded, whatever a writer to the topic puts in its headers. (Positions are trusted: only Sluice's
+    services may write the notification topics, deploy/README.md's ACLs.)"""
     headers = dict(record.headers)
     relay, position = headers.get(RELAY_HEADER), headers.get(POSITION_HEADER)
-    if not relay or not position or not position.isdigit() or len(position) > 18 or not _RELAY.fullmatch(relay):
+    if relay not in _RELAYS or not position or not position.isdigit() or len(position) > 18:
         return "", 0
-    return relay.decode(), int(position)
+    return _RELAYS[relay], int(position)
 
 
-_RELAY = re.compile(rb"[A-Za-z0-9_.-]{1,64}")
-"""A relay's name (a service's): it becomes part of a checkpoint's name, so nothing else is taken."""
+_RELAYS = {name.encode(): name for name in NOTIFYING_RELAYS}
 
 
 _NOTIFICATION_TAG = bytes([matching_pb2.MatchRequested.NOTIFICATION_FIELD_NUMBER << 3 | 2])
