@@ -249,7 +249,8 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: P
                                program_api, LeaseKeeper(log, clock, launcher_home(settings.data_dir),
                                                         LeaseTerms(settings.lease_seconds)),
                                run_dir_retention=settings.run_dir_retention)
-    return ServiceSpec(catalogue.LAUNCHER.name, [Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})],
+    subscription = Subscription("launcher", {LAUNCH_REQUESTS: launcher.on_launch_requested})
+    return ServiceSpec(catalogue.LAUNCHER.name, [subscription],
                        route=launcher.route, route_prefixes=catalogue.LAUNCHER.stream_prefixes,
                        grpc=launcher_grpc.bindings(launcher), recover=launcher.recover,
                        resolvers=launcher_resolvers(launcher),
