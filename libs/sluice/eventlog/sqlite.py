@@ -104,6 +104,9 @@ class SqliteEventLog(SqlEventLogBase):
         self._commits = None if self._wal_fsync is None else GroupCommit(self._wal_fsync)
         self._held_back = HeldBack(self._subscribers)
         self._ticket = 0
+        self._synchronous = SYNCHRONOUS
+        """The connection's synchronous mode now: set before a transaction that needs another (a PRAGMA
+        outside a transaction is a read transaction of its own), left as it is after."""
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -180,21 +183,19 @@ class SqliteEventLog(SqlEventLogBase):
     def _begin_immediate(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """A write transaction; the caller holds `_lock`. Not `durable`: committed without its fsync,
         under the ticket left in `_ticket` (see the module docstring)."""
-        if not durable:
-            self._conn.execute("PRAGMA synchronous=NORMAL")
+        synchronous = SYNCHRONOUS if durable else "NORMAL"
+        if synchronous != self._synchronous:  # not inside the transaction: SQLite refuses it there
+            self._conn.execute(f"PRAGMA synchronous={synchronous}")
+            self._synchronous = synchronous
         changes = self._conn.total_changes
+        self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-                self._conn.execute("COMMIT")
-            except BaseException:
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
-        finally:
-            if not durable:
-                self._conn.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
         if self._checkpointer is not None:
             self._checkpointer.committed()
         if self._commits is not None:
@@ -290,16 +291,14 @@ def _append_streams(conn: sqlite3.Connection, appends: Sequence[StreamAppend],
                   _metadata(event.metadata), recorded_at) for offset, event in enumerate(append.events, start=1)]
         current[append.stream] = stream_id, actual + len(append.events)
         versions.append(actual + len(append.events))
-    conn.execute("SAVEPOINT append_events")
+    before = conn.total_changes
     try:
         conn.executemany(_INSERT, rows)
-    except sqlite3.IntegrityError:
-        conn.execute("ROLLBACK TO append_events")
-        for row in rows:  # again one by one, to name the offending event
-            _insert(conn, row)
+    except sqlite3.IntegrityError as error:  # the caller rolls the transaction back
+        offending = rows[conn.total_changes - before]  # the rows before it were inserted, one change each
+        if "events.id" in str(error):
+            raise DuplicateEventId(offending[0]) from error
         raise
-    finally:
-        conn.execute("RELEASE append_events")
     return versions, rows
 
 
@@ -332,15 +331,6 @@ def _known_streams(conn: sqlite3.Connection, names: list[str]) -> dict[str, tupl
 
 def _metadata(metadata: object) -> str:
     return json.dumps(dict(metadata)) if metadata else "{}"
-
-
-def _insert(conn: sqlite3.Connection, row: tuple) -> None:
-    try:
-        conn.execute(_INSERT, row)
-    except sqlite3.IntegrityError as exc:
-        if "events.id" in str(exc):
-            raise DuplicateEventId(row[0]) from exc
-        raise
 
 
 def _check_checkpoints(conn: sqlite3.Connection, checkpoints: Sequence[Checkpoint]) -> None:

@@ -46,3 +46,21 @@ async def test_a_failed_fsync_is_not_taken_for_an_outage(log, monkeypatch):
     with pytest.raises(DurabilityLost, match="Input/output error") as raised:
         await appends.durable()
     assert raised.value.__cause__ is None  # sluice.runtime.errors would wait an OSError out
+
+
+def test_each_commit_runs_with_the_synchronous_mode_it_needs(log):
+    """A deferred append commits with NORMAL (no fsync), any other with FULL (its own fsync); the mode is
+    switched only when the next commit needs the other one, so polls of deferred appends switch nothing."""
+    def mode() -> int:
+        return log._conn.execute("PRAGMA synchronous").fetchone()[0]
+    statements: list[str] = []
+    log._conn.set_trace_callback(statements.append)
+    with deferring():
+        log.append("s", [event("a")], NO_STREAM)
+        assert mode() == 1  # NORMAL
+        log.append("s", [event("b")], 0)
+    log.append("s", [event("c")], 1)
+    assert mode() == 2  # FULL
+    log.append("s", [event("d")], 2)
+    assert [s for s in statements if s.startswith("PRAGMA synchronous=")] == \
+        ["PRAGMA synchronous=NORMAL", "PRAGMA synchronous=FULL"]
