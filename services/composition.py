@@ -62,8 +62,8 @@ from sluice_services.lineage.export import EXPORT_GROUP, OpenLineageExport
 from sluice_services.lineage.grpc_api import LineageServicer
 from sluice_services.lineage.service import LineageService
 from sluice_services.matcher.fused import LookupAndMatch
-from sluice_services.matcher.lookup import ScheduleLookup
-from sluice_services.matcher.service import MatcherService
+from sluice_services.matcher.lookup import GROUP as LOOKUP_GROUP, ScheduleLookup
+from sluice_services.matcher.service import GROUP as MATCH_GROUP, MatcherService
 from sluice_services.registry import grpc_api as registry_grpc
 from sluice_services.registry.service import RegistryService
 from sluice_services.sre import dead_letters_grpc, event_log_grpc
@@ -157,14 +157,14 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer, *, one_member:
     matcher = MatcherService(log, clock)
     if one_member:
         fused = LookupAndMatch(lookup, matcher).handler()
-        look_up = Subscription("trigger-matcher-lookup", {PARTITION_NOTIFICATIONS: fused, PROGRAM_NOTIFICATIONS: fused},
+        look_up = Subscription(LOOKUP_GROUP, {PARTITION_NOTIFICATIONS: fused, PROGRAM_NOTIFICATIONS: fused},
                                deferred_durability=True)
     else:
-        look_up = Subscription("trigger-matcher-lookup", {
+        look_up = Subscription(LOOKUP_GROUP, {
             PARTITION_NOTIFICATIONS: lookup.handler(),
             PROGRAM_NOTIFICATIONS: lookup.handler(),
         })
-    match = Subscription("trigger-matcher", matcher.handlers(), on_assignment=matcher.on_assignment,
+    match = Subscription(MATCH_GROUP, matcher.handlers(), on_assignment=matcher.on_assignment,
                          deferred_durability=True)
 
     def recover() -> None:

@@ -27,13 +27,15 @@ from sluice.domain import schedules, triggers
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.schedules import Schedule, ScheduleState
 from sluice.eventlog.port import EventLog, RecordedEvent
-from sluice.runtime.consumer import BatchHandler
+from sluice.runtime.consumer import BatchHandler, replayed_for
 from sluice.runtime.outbox import POSITION_HEADER, RELAY_HEADER
 from sluice.v1 import matching_pb2
 from sluice.wire.schedules import schedule_to_proto
 from sluice_services.catalogue import NOTIFYING_RELAYS, REGISTRY
 from sluice_services.matcher.notification_key import notification_event_key
 
+GROUP = "trigger-matcher-lookup"
+"""The consumer group of the notification topics (this stage, or the one member's `fused` handler)."""
 REGISTRY_PREFIX, = REGISTRY.stream_prefixes
 REGISTRY_STREAMS = (REGISTRY_PREFIX,)
 SYNC_BATCH = 5000
@@ -143,10 +145,14 @@ def outbox_position(record: Record) -> tuple[str, int]:
     headers), or ("", 0): a producer's own notification, or headers that do not parse or name a relay
     that publishes no notifications. The name becomes part of checkpoint names: only those few are
     recorded, whatever a writer to the topic puts in its headers. (Positions are trusted: only Sluice's
-    services may write the notification topics, deploy/README.md's ACLs.)"""
+    services may write the notification topics, deploy/README.md's ACLs.) A dead letter this group left and
+    an operator replayed counts as a producer's own notification too: later positions of its relay may be
+    recorded since, and it would pass for their resend; the schedules' recent ids still catch a replay's
+    replay."""
     headers = dict(record.headers)
     relay, position = headers.get(RELAY_HEADER), headers.get(POSITION_HEADER)
-    if relay not in _RELAYS or not position or not position.isdigit() or len(position) > 18:
+    if relay not in _RELAYS or not position or not position.isdigit() or len(position) > 18 \
+            or replayed_for(record) == GROUP:
         return "", 0
     return _RELAYS[relay], int(position)
 

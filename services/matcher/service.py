@@ -26,7 +26,7 @@ from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchN
 from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
 from sluice.runtime.aggregates import AggregateStore, catch_up
-from sluice.runtime.consumer import BatchHandler
+from sluice.runtime.consumer import BatchHandler, replayed_for
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.heap import collector_paused, freeze_built
 from sluice.runtime.offsets import ConsumedOffsets
@@ -40,6 +40,8 @@ from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
 from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX, Decisions, partition_stream
 from sluice_services.catalogue import MATCHER
 
+GROUP = "trigger-matcher"
+"""The consumer group of the matches and schedules topics (this stage)."""
 STREAM_PREFIX, = MATCHER.stream_prefixes
 SNAPSHOTS = MATCHER.snapshots
 SNAPSHOT_VERSION = 2
@@ -206,8 +208,8 @@ class MatcherService:
           relay's resend after a crash between its send and its save (under a new source offset),
           however many it resent. A producer's own notification has none: a resend of it is recognised
           by its id among the schedule's last RECENT_PER_SCHEDULE (sluice.domain.matching)."""
-        if not isinstance(command, MatchRequests) or command.source is None:
-            return ()
+        if not isinstance(command, MatchRequests) or command.source is None or replayed_for(record) == GROUP:
+            return ()  # a dead letter of this stage replayed: never handled, whatever was recorded since
         source = command.source
         passed: tuple[Checkpoint, ...] = ()
         if source.topic != record.topic or source.partition != record.partition:

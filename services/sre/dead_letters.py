@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 from sluice.bus.port import Bus, Producer, Record
 from sluice.bus.topics import DEAD_LETTER
 from sluice.eventlog.port import ANY_VERSION, EventLog, NewEvent
+from sluice.runtime.consumer import REPLAYED_FOR_HEADER
 
 REPLAYS_STREAM = "dlq-replays"
 """Each replayed dead letter is recorded here, so a second replay is refused unless forced."""
@@ -59,10 +60,17 @@ def replayed_ids(log: EventLog) -> set[str]:
 
 
 async def republish(producer: Producer, records: Sequence[Record]) -> None:
-    """Each record again to its source topic, without the headers dead-lettering added."""
+    """Each record again to its source topic, without the headers dead-lettering added, and marked as a
+    replay for the group that dead-lettered it (REPLAYED_FOR_HEADER): that group never handled it, though
+    it may have recorded later positions of the same sender since (the matcher's outbox relay positions)."""
     for record in records:
-        kept = [(name, value) for name, value in record.headers if name not in ADDED_HEADERS]
+        kept = [(name, value) for name, value in record.headers if name not in _REPLACED]
+        if group := header(record, "consumer-group"):
+            kept.append((REPLAYED_FOR_HEADER, group.encode()))
         await producer.send(header(record, "source-topic"), record.value, key=record.key, headers=kept)
+
+
+_REPLACED = frozenset({*ADDED_HEADERS, REPLAYED_FOR_HEADER})
 
 
 def record_replays(log: EventLog, records: Sequence[Record]) -> None:

@@ -1,0 +1,115 @@
+"""A dead letter the matcher left, replayed by an operator (`sluice dlq replay`), is decided: the matcher had
+recorded later positions of the same outbox relay (or source partition) since, and took the replay for their
+resend. A replay for another group is a redelivery to the matcher, which had decided it already."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from sluice.bus.port import Record
+from sluice.bus.topics import ALL_TOPICS, DEAD_LETTER, MATCHES, PARTITION_NOTIFICATIONS
+from sluice.domain.matching import JobTriggered
+from sluice.runtime.consumer import REPLAYED_FOR_HEADER, send_to_dead_letter
+from sluice_services.matcher import lookup, service
+from sluice_services.sre.dead_letters import republish
+from tests.integration.test_matcher_one_member import BURST, OneMember, relayed, schedule, through_the_stages
+
+pytestmark = pytest.mark.integration
+
+
+async def replayed(member: OneMember, record: Record, group: str, topic: str) -> Record:
+    """The record dead-lettered by `group`, then published again by the operator's replay."""
+    letters = member.bus.consumer(f"sluice-dlq-{uuid.uuid4().hex}", [DEAD_LETTER])
+    await letters.poll(timeout=0)  # their end: only this one comes after
+    await send_to_dead_letter(member.producer, record, group, "the handler failed 5 times")
+    replays = member.bus.consumer(f"replays-{uuid.uuid4().hex}", [topic])
+    await replays.poll(timeout=0)
+    await republish(member.producer, await letters.poll(timeout=0))
+    replay, = await replays.poll(timeout=0)
+    assert dict(replay.headers)[REPLAYED_FOR_HEADER] == group.encode()
+    return replay
+
+
+async def published(member: OneMember, *hours: int) -> list[Record]:
+    """The outbox relay's notifications of these hours (relay positions 100 + hour), as the bus delivers
+    them: on the partition of their key, where a replay of one lands again."""
+    notifications = member.bus.consumer(f"notifications-{uuid.uuid4().hex}", [PARTITION_NOTIFICATIONS])
+    await notifications.poll(timeout=0)
+    for hour in hours:
+        each = relayed(0, hour)
+        await member.producer.send(PARTITION_NOTIFICATIONS, each.value, key=each.key, headers=list(each.headers))
+    return await notifications.poll(timeout=0)
+
+
+def fired_for(member: OneMember, schedule_id: str) -> list[str]:
+    return [n.id for e in member.events(schedule_id) if isinstance(e, JobTriggered) for n in e.job.context.notifications]
+
+
+@pytest.mark.parametrize("composition", ["one member", "two stages"])
+async def test_a_relayed_notification_the_lookup_dead_lettered_is_decided_when_replayed(tmp_path, composition):
+    each = schedule("every-hour", 1)
+    member = OneMember(tmp_path, each)
+    try:
+        await member.bus.create_topics(ALL_TOPICS)
+        matches = member.bus.consumer("second-stage", [MATCHES])
+
+        async def handle(record: Record) -> None:
+            if composition == "one member":
+                await member.handle(record)
+            else:
+                await through_the_stages(member, [record], matches)
+
+        poisoned, later = await published(member, 1, 2)  # relay positions 101 and 102
+        await handle(later)  # the first was dead-lettered; the relay's later notifications went on
+        await handle(await replayed(member, poisoned, lookup.GROUP, PARTITION_NOTIFICATIONS))
+
+        assert fired_for(member, each.id) == ["n-02", "n-01"]
+    finally:
+        await member.close()
+
+
+async def test_a_replay_for_another_group_is_a_redelivery_to_the_matcher(tmp_path):
+    each = schedule("every-hour", 1)
+    member = OneMember(tmp_path, each)
+    try:
+        await member.bus.create_topics(ALL_TOPICS)
+        first, *later = await published(member, *range(1, 2 + BURST))  # n-01 leaves the schedule's recent ids
+        await member.handle(first, *later)
+        await member.handle(await replayed(member, first, "alerts", PARTITION_NOTIFICATIONS))
+
+        assert fired_for(member, each.id) == [f"n-{hour:02d}" for hour in range(1, 2 + BURST)]
+    finally:
+        await member.close()
+
+
+async def test_a_match_request_the_second_stage_dead_lettered_is_decided_when_replayed(tmp_path):
+    each = schedule("every-hour", 1)
+    member = OneMember(tmp_path, each)
+    try:
+        await member.bus.create_topics(ALL_TOPICS)
+        matches = member.bus.consumer("second-stage", [MATCHES])
+        await member.lookup.apply([(r, member.lookup.parse(r)) for r in await published(member, 1, 2)])
+        poisoned, later = await matches.poll(timeout=0)
+        handler = member.matcher.handlers()[MATCHES]
+        await handler.apply([(later, handler.parse(later))])  # the first was dead-lettered
+
+        replay = await replayed(member, poisoned, service.GROUP, MATCHES)
+        await handler.apply([(replay, handler.parse(replay))])
+
+        assert fired_for(member, each.id) == ["n-02", "n-01"]
+    finally:
+        await member.close()
+
+
+async def test_a_replay_names_the_group_of_its_last_dead_lettering_only(tmp_path):
+    member = OneMember(tmp_path)
+    try:
+        await member.bus.create_topics(ALL_TOPICS)
+        first, = await published(member, 1)
+        again = await replayed(member, await replayed(member, first, "alerts", PARTITION_NOTIFICATIONS),
+                               lookup.GROUP, PARTITION_NOTIFICATIONS)
+        assert again.value == first.value and again.key == first.key
+        assert list(again.headers) == [*first.headers, (REPLAYED_FOR_HEADER, lookup.GROUP.encode())]
+    finally:
+        await member.close()
