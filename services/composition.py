@@ -36,7 +36,7 @@ from sluice_services.alerts import grpc_api as alerts_grpc
 from sluice_services.alerts.service import AlertsService
 from sluice_services.checker import grpc_api as checker_grpc
 from sluice_services.checker.partitions import GrpcPartitionSource
-from sluice_services.checker.service import CheckerService
+from sluice_services.checker.service import GROUP as CHECKER_GROUP, CheckerService
 from sluice_services.datasets import grpc_api as datasets_grpc
 from sluice_services.datasets.run_credentials import RunCredentials, load_secret
 from sluice_services.datasets.run_outputs import RunPublisher
@@ -183,7 +183,7 @@ def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
     partitions = partitions or GrpcPartitionSource(None)
     checker = CheckerService(log, clock, capacity)
     jobs_view = JobsView(finished_per_schedule=jobs_history)
-    subscription = Subscription("constraint-checker", checker.handlers(), deferred_durability=True)
+    subscription = Subscription(CHECKER_GROUP, checker.handlers(), deferred_durability=True)
     def recover() -> None:
         checker.recover()
         jobs_view.recover(log)  # complete up to the head before the gRPC server answers a ListJobs

@@ -26,7 +26,7 @@ from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
 from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
 from sluice.runtime.aggregates import AggregateStore, attempt_batch, forget_conflicting
-from sluice.runtime.consumer import BatchHandler
+from sluice.runtime.consumer import BatchHandler, replayed_for
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.heap import built_then_frozen
 from sluice.runtime.offsets import ConsumedOffsets
@@ -41,6 +41,8 @@ from sluice.wire.schedules import parse_schedule_change
 from sluice_services.catalogue import CHECKER
 from sluice_services.checker.arrived import ArrivedJobs
 
+GROUP = "constraint-checker"
+"""The consumer group of the jobs, schedules and program notification topics."""
 TYPES = EventTypes(checking.EVENTS)
 Requested = RunScheduleNow | StartBackfill | CancelBackfill
 SNAPSHOTS = CHECKER.snapshots
@@ -100,7 +102,7 @@ class CheckerService:
             raise MalformedMessage("job.id and job.schedule_id are required")
         job = job_from_proto(message)
         self._arrived.keep(job, record.value)
-        return EnqueueJob(job)
+        return EnqueueJob(job, replayed_for(record) == GROUP)
 
     @staticmethod
     def parse_program_status(record: Record) -> ObserveRun:

@@ -88,6 +88,23 @@ def test_a_redelivered_job_changes_nothing_even_after_its_run_ended():
     assert kinds(run(state, EnqueueJob(job(2)))[1]) == ["JobsAdmitted"]
 
 
+def test_a_job_dead_lettered_and_replayed_after_later_ones_is_queued_once():
+    """The checker dead-lettered job 1 (a bug, fixed since), handled job 2, then an operator replayed job 1:
+    by its sequence it would pass for a redelivery. A replay of a job still queued is one."""
+    state, _ = run(CheckerState(), EnqueueJob(job(2)))
+    assert run(state, EnqueueJob(job(1)))[1] == []
+    state, events = run(state, EnqueueJob(job(1), replayed=True))
+    assert kinds(events) == ["JobsAdmitted"] and [j.id for j in checking.admitted_jobs(events)] == ["s1-j1"]
+    assert state.schedules["s1"].last_sequence == 2
+
+    state, _ = run(state, EnqueueJob(job(4, DelayConstraint(60))))
+    assert "s1-j4" in state.queue
+    assert run(state, EnqueueJob(job(4, DelayConstraint(60)), replayed=True))[1] == []
+    mixed = checking.decide_admitting(state, [EnqueueJob(job(3), replayed=True), EnqueueJob(job(1, schedule="s2"))],
+                                      T0, settled=checking.Settled(None))[0]
+    assert sorted(j.id for j in checking.admitted_jobs(mixed)) == ["s1-j3", "s2-j1"]
+
+
 def test_jobs_of_one_pass_are_admitted_in_sequence_order_and_a_redelivery_of_the_higher_one_is_a_no_op():
     """One schedule's jobs triggered at one instant are admitted in sequence order, not job id order
     ("s1-j10" < "s1-j9"). A redelivered job 10 (the matcher's relay publishes at least once) must be

@@ -136,7 +136,7 @@ def _queued_once(events: list[CheckerEvent], admission: list[CheckerEvent], admi
 
 def _apart(commands: list[CheckerCommand]) -> bool:
     """Arriving jobs only, each of another schedule: no job's own events depend on another's."""
-    if not all(type(command) is EnqueueJob for command in commands):
+    if not all(type(command) is EnqueueJob and not command.replayed for command in commands):
         return False
     return len({command.job.schedule_id for command in commands}) == len({command.job.id for command in commands}) \
         == len(commands)
@@ -195,8 +195,8 @@ def _rechecked(state: CheckerState, commands: list[CheckerCommand], events: list
 
 def _own_events(state: CheckerState, command: CheckerCommand, now: datetime) -> list[CheckerEvent]:
     match command:
-        case EnqueueJob(job):
-            return _enqueue(state, job, now)
+        case EnqueueJob(job, replayed):
+            return _enqueue(state, job, now, replayed)
         case ObserveRun(program, run_id, status, at):
             if not state.watches(program) or state.world.observe(program, run_id, status, at) is state.world:
                 return []
@@ -222,9 +222,9 @@ def next_check(state: CheckerState, now: datetime, capacity: Capacity = UNLIMITE
     return admit(state.facts(), state.world, now, capacity)
 
 
-def _enqueue(state: CheckerState, job: Job, now: datetime) -> list[CheckerEvent]:
+def _enqueue(state: CheckerState, job: Job, now: datetime, replayed: bool = False) -> list[CheckerEvent]:
     tracked = state.schedules.get(job.schedule_id)
-    if tracked is not None and job.sequence <= tracked.last_sequence:
+    if tracked is not None and job.sequence <= tracked.last_sequence and not (replayed and job.id not in state.queue):
         return []  # redelivered
     queued = JobQueued(job, now)
     if tracked is None:

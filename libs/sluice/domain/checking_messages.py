@@ -26,6 +26,9 @@ class EnqueueJob:
     """The matcher triggered a job."""
 
     job: Job
+    replayed: bool = False
+    """A dead letter of the checker's own, published again by an operator: never queued, though later jobs
+    of its schedule may have been since (a job is otherwise taken for a redelivery by its sequence)."""
 
 
 @dataclass(frozen=True)

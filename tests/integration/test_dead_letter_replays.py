@@ -1,6 +1,8 @@
-"""A dead letter the matcher left, replayed by an operator (`sluice dlq replay`), is decided: the matcher had
-recorded later positions of the same outbox relay (or source partition) since, and took the replay for their
-resend. A replay for another group is a redelivery to the matcher, which had decided it already."""
+"""A dead letter replayed by an operator (`sluice dlq replay`) is handled by the group that left it, though that
+group moved past it since: the matcher had recorded later positions of the same outbox relay (or source
+partition) and took the replay for their resend; the checker had queued later jobs of the schedule and took it
+for a redelivery by its sequence. A replay for another group is a redelivery to the matcher, which had decided
+it already."""
 from __future__ import annotations
 
 import uuid
@@ -8,9 +10,10 @@ import uuid
 import pytest
 
 from sluice.bus.port import Record
-from sluice.bus.topics import ALL_TOPICS, DEAD_LETTER, MATCHES, PARTITION_NOTIFICATIONS
+from sluice.bus.topics import ALL_TOPICS, DEAD_LETTER, JOBS, MATCHES, PARTITION_NOTIFICATIONS
 from sluice.domain.matching import JobTriggered
 from sluice.runtime.consumer import REPLAYED_FOR_HEADER, send_to_dead_letter
+from sluice_services.checker.service import GROUP as CHECKER_GROUP, CheckerService
 from sluice_services.matcher import lookup, service
 from sluice_services.sre.dead_letters import republish
 from tests.integration.test_matcher_one_member import BURST, OneMember, relayed, schedule, through_the_stages
@@ -111,5 +114,29 @@ async def test_a_replay_names_the_group_of_its_last_dead_lettering_only(tmp_path
                                lookup.GROUP, PARTITION_NOTIFICATIONS)
         assert again.value == first.value and again.key == first.key
         assert list(again.headers) == [*first.headers, (REPLAYED_FOR_HEADER, lookup.GROUP.encode())]
+    finally:
+        await member.close()
+
+
+async def test_a_job_the_checker_dead_lettered_is_admitted_when_replayed_after_later_jobs(tmp_path):
+    each = schedule("every-hour", 1)
+    member = OneMember(tmp_path, each)
+    try:
+        await member.bus.create_topics(ALL_TOPICS)
+        await member.handle(*await published(member, 1, 2))
+        jobs = member.bus.consumer(f"checker-{uuid.uuid4().hex}", [JOBS])
+        for event in member.log.read_all(0, 10_000):
+            for message in member.matcher.route(event):
+                await member.producer.send(message.topic, message.value, key=message.key.encode())
+        poisoned, later = await jobs.poll(timeout=0)  # the jobs of n-01 and n-02
+        checker = CheckerService(member.log, member.clock)
+        checker.recover()
+        await checker.apply([(later, checker.parse_job_triggered(later))])  # the first was dead-lettered
+
+        replay = await replayed(member, poisoned, CHECKER_GROUP, JOBS)
+        await checker.apply([(replay, checker.parse_job_triggered(replay))])
+
+        launched = [message.key for event in member.log.read_all(0, 10_000) for message in checker.route(event)]
+        assert len(launched) == 2 and len(set(launched)) == 2
     finally:
         await member.close()
