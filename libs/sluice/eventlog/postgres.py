@@ -64,6 +64,7 @@ from sluice.clock import Clock, SystemClock
 from sluice.eventlog import deferred
 from sluice.eventlog.group_commit import GroupCommit
 from sluice.eventlog.postgres_flush import ASYNCHRONOUS, Backend, WalFlush, flushes_commits
+from sluice.eventlog.postgres_statistics import FreshStatistics
 from sluice.eventlog.postgres_pool import POOL_SIZE, RETRY_FOR, PooledConnection, configure, unavailable
 from sluice.eventlog.sql import COLUMNS, SqlEventLogBase
 from sluice.eventlog.subscription import HeldBack, Subscribers
@@ -185,6 +186,7 @@ class PostgresEventLog(SqlEventLogBase):
                 _check_schema(conn)
             defers = flushes_commits(conn)
         self._conn = PooledConnection(dsn, pool_size, retry_for)
+        self._statistics = FreshStatistics(lambda: self._conn.execute("ANALYZE events"))
         self._wal_flush = WalFlush(self._conn) if defers else None
         self._commits = None if self._wal_flush is None else GroupCommit(self._wal_flush)
         self._held_back = HeldBack(self._subscribers)
@@ -202,10 +204,20 @@ class PostgresEventLog(SqlEventLogBase):
         """One statement, so one snapshot: the head and the events up to it (a row with the head
         alone when none match)."""
         where, params = self._prefix_condition(prefixes)
-        rows = self._query(f"SELECT h.head, e.* FROM (SELECT COALESCE(MAX(position), 0) AS head FROM events) h"
-                           f" LEFT JOIN LATERAL (SELECT {COLUMNS} FROM events WHERE position > {{p}}{where}"
-                           f" ORDER BY position LIMIT {{p}}) e ON true", (after, *params, limit))
+        rows = self._read(f"SELECT h.head, e.* FROM (SELECT COALESCE(MAX(position), 0) AS head FROM events) h"
+                          f" LEFT JOIN LATERAL (SELECT {COLUMNS} FROM events WHERE position > {{p}}{where}"
+                          f" ORDER BY position LIMIT {{p}}) e ON true", (after, *params, limit))
         return [self._to_event(row[1:]) for row in rows if row[1] is not None], rows[0][0]
+
+    def read_all(self, after: int = 0, limit: int = 1000, prefixes: Sequence[str] = ()) -> list[RecordedEvent]:
+        return [self._to_event(row) for row in self._read(*self.read_all_query(after, limit, prefixes))]
+
+    def _read(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """A read of the log by position, planned for the position it starts from (docs/decisions.md): a
+        plan prepared and kept (psycopg prepares a statement run 5 times, PostgreSQL then keeps a generic
+        plan) was made for the log as it was, small at first, and kept a sequential scan and a sort as the
+        log grew, until statistics were gathered again."""
+        return self._conn.execute(sql.format(p=self.PLACEHOLDER), params, prepare=False).fetchall()
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -235,7 +247,13 @@ class PostgresEventLog(SqlEventLogBase):
             deferring.deferred(self, ticket)
         elif appended:
             self._subscribers.notify(appended)
+        if written.first:
+            self._statistics.appended(written.first + len(ids) - 1)
         return written.versions
+
+    def close(self) -> None:
+        self._statistics.wait()
+        super().close()
 
     def _read_durable_to_head(self, after: int, limit: int, prefixes: Sequence[str]) -> tuple[list[RecordedEvent], int]:
         """`read_all_to_head` as subscribers are served: up to the first deferred commit not durable yet."""

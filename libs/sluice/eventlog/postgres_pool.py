@@ -44,9 +44,10 @@ class PooledConnection:
         self._hot: psycopg.Connection[Any] | None = None
         self._hot_lock = threading.Lock()
 
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> _Rows:
+    def execute(self, sql: str, params: Sequence[Any] | None = None, *, prepare: bool | None = None) -> _Rows:
+        """`prepare`: psycopg's (None: prepared once run often enough; False: planned at each run)."""
         def statement(conn: psycopg.Connection[Any]) -> _Rows:
-            cur = conn.execute(sql, params)
+            cur = conn.execute(sql, params, prepare=prepare)
             return _Rows(cur.fetchall() if cur.description is not None else [], cur.rowcount)
 
         return self.run(statement, sql)

@@ -259,3 +259,41 @@ def test_a_filtered_read_near_the_head_walks_the_position_index(dsn: str) -> Non
             assert "Index Scan using events_pkey" in plan and "Seq Scan" not in plan, plan
     finally:
         log.close()
+
+
+def test_a_young_log_gathers_its_statistics_as_it_grows(dsn: str) -> None:
+    """Never analyzed, the table had a filtered read scan every event of its prefixes (a bitmap of the
+    (stream, version) index) or the whole table: the log analyzes it as its head doubles, before autovacuum
+    (off here) would have."""
+    log = PostgresEventLog(dsn)
+    try:
+        log._conn.execute("ALTER TABLE events SET (autovacuum_enabled = false)")
+        for n in range(40):
+            log.append_batch([StreamAppend(f"matcher-{n}", new_events(50), NO_STREAM),
+                              StreamAppend(f"schedule-{n}", new_events(1), NO_STREAM)])
+        log._statistics.wait()
+        assert log._statistics.runs >= 1
+        assert log._conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'events'").fetchone()[0] > 0
+        for prefixes in (["schedule-"], ["matcher-", "checker-queue"]):
+            sql, params = log.read_all_query(log.head_position() - 60, 500, prefixes)
+            plan = "\n".join(row[0] for row in log._conn.execute("EXPLAIN " + sql.format(p="%s"), params))
+            assert "Index Scan using events_pkey" in plan and "Bitmap" not in plan and "Seq Scan" not in plan, plan
+    finally:
+        log.close()
+
+
+def test_a_read_by_position_is_planned_where_it_starts_not_prepared(dsn: str) -> None:
+    """A generic plan prepared while the log was small (psycopg prepares what runs 5 times) kept scanning
+    the whole table as the log grew, until its statistics were gathered again: reads are planned each time."""
+    log = PostgresEventLog(dsn)
+    try:
+        log.append_batch([StreamAppend("matcher-1", new_events(3), NO_STREAM)])
+        for _ in range(10):
+            log.read_all(0, 500, ["matcher-"])
+            log.read_all_to_head(0, 500, ["matcher-"])
+            log.read_all(0, 500)
+        prepared = log._conn.execute("SELECT statement FROM pg_prepared_statements"
+                                     " WHERE statement LIKE '%FROM events WHERE position >%'").fetchall()
+        assert prepared == []
+    finally:
+        log.close()
