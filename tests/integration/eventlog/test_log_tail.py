@@ -37,10 +37,10 @@ class CountingConnection:
         self._conn = conn
         self.reads = 0
 
-    def execute(self, sql: str, params: Any = ()) -> Any:
+    def execute(self, sql: str, params: Any = (), **options: Any) -> Any:
         if sql.lstrip().upper().startswith("SELECT") and "last_insert_rowid" not in sql:
             self.reads += 1
-        return self._conn.execute(sql, params)
+        return self._conn.execute(sql, params, **options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
