@@ -166,6 +166,10 @@ INSERT INTO sluice_schema (version) VALUES ({version});
 """
 
 
+ANALYZE_RETRY_FOR = 1.0
+"""A young log's ANALYZE (postgres_statistics) waits this long at most for a connection: `close` waits for it."""
+
+
 class PostgresEventLog(SqlEventLogBase):
     """The EventLog port over PostgreSQL. Thread-safe; several instances (processes) may share a database."""
 
@@ -186,7 +190,7 @@ class PostgresEventLog(SqlEventLogBase):
                 _check_schema(conn)
             defers = flushes_commits(conn)
         self._conn = PooledConnection(dsn, pool_size, retry_for)
-        self._statistics = FreshStatistics(lambda: self._conn.execute("ANALYZE events"))
+        self._statistics = FreshStatistics(self._analyze)
         self._wal_flush = WalFlush(self._conn) if defers else None
         self._commits = None if self._wal_flush is None else GroupCommit(self._wal_flush)
         self._held_back = HeldBack(self._subscribers)
@@ -250,6 +254,9 @@ class PostgresEventLog(SqlEventLogBase):
         if written.first:
             self._statistics.appended(written.first + len(ids) - 1)
         return written.versions
+
+    def _analyze(self) -> None:
+        self._conn.run(lambda conn: conn.execute("ANALYZE events"), "ANALYZE", retry_for=ANALYZE_RETRY_FOR)
 
     def close(self) -> None:
         self._statistics.wait()
