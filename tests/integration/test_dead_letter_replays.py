@@ -5,6 +5,7 @@ for a redelivery by its sequence. A replay for another group is a redelivery to 
 it already."""
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import pytest
@@ -19,6 +20,16 @@ from sluice_services.sre.dead_letters import republish
 from tests.integration.test_matcher_one_member import BURST, OneMember, relayed, schedule, through_the_stages
 
 pytestmark = pytest.mark.integration
+
+
+@contextlib.asynccontextmanager
+async def one_member(tmp_path, *schedules):
+    member = OneMember(tmp_path, *schedules)
+    try:
+        await member.bus.create_topics(ALL_TOPICS)
+        yield member
+    finally:
+        await member.close()
 
 
 async def replayed(member: OneMember, record: Record, group: str, topic: str) -> Record:
@@ -52,9 +63,7 @@ def fired_for(member: OneMember, schedule_id: str) -> list[str]:
 @pytest.mark.parametrize("composition", ["one member", "two stages"])
 async def test_a_relayed_notification_the_lookup_dead_lettered_is_decided_when_replayed(tmp_path, composition):
     each = schedule("every-hour", 1)
-    member = OneMember(tmp_path, each)
-    try:
-        await member.bus.create_topics(ALL_TOPICS)
+    async with one_member(tmp_path, each) as member:
         matches = member.bus.consumer("second-stage", [MATCHES])
 
         async def handle(record: Record) -> None:
@@ -68,29 +77,21 @@ async def test_a_relayed_notification_the_lookup_dead_lettered_is_decided_when_r
         await handle(await replayed(member, poisoned, lookup.GROUP, PARTITION_NOTIFICATIONS))
 
         assert fired_for(member, each.id) == ["n-02", "n-01"]
-    finally:
-        await member.close()
 
 
 async def test_a_replay_for_another_group_is_a_redelivery_to_the_matcher(tmp_path):
     each = schedule("every-hour", 1)
-    member = OneMember(tmp_path, each)
-    try:
-        await member.bus.create_topics(ALL_TOPICS)
+    async with one_member(tmp_path, each) as member:
         first, *later = await published(member, *range(1, 2 + BURST))  # n-01 leaves the schedule's recent ids
         await member.handle(first, *later)
         await member.handle(await replayed(member, first, "alerts", PARTITION_NOTIFICATIONS))
 
         assert fired_for(member, each.id) == [f"n-{hour:02d}" for hour in range(1, 2 + BURST)]
-    finally:
-        await member.close()
 
 
 async def test_a_match_request_the_second_stage_dead_lettered_is_decided_when_replayed(tmp_path):
     each = schedule("every-hour", 1)
-    member = OneMember(tmp_path, each)
-    try:
-        await member.bus.create_topics(ALL_TOPICS)
+    async with one_member(tmp_path, each) as member:
         matches = member.bus.consumer("second-stage", [MATCHES])
         await member.lookup.apply([(r, member.lookup.parse(r)) for r in await published(member, 1, 2)])
         poisoned, later = await matches.poll(timeout=0)
@@ -101,28 +102,20 @@ async def test_a_match_request_the_second_stage_dead_lettered_is_decided_when_re
         await handler.apply([(replay, handler.parse(replay))])
 
         assert fired_for(member, each.id) == ["n-02", "n-01"]
-    finally:
-        await member.close()
 
 
 async def test_a_replay_names_the_group_of_its_last_dead_lettering_only(tmp_path):
-    member = OneMember(tmp_path)
-    try:
-        await member.bus.create_topics(ALL_TOPICS)
+    async with one_member(tmp_path) as member:
         first, = await published(member, 1)
         again = await replayed(member, await replayed(member, first, "alerts", PARTITION_NOTIFICATIONS),
                                lookup.GROUP, PARTITION_NOTIFICATIONS)
         assert again.value == first.value and again.key == first.key
         assert list(again.headers) == [*first.headers, (REPLAYED_FOR_HEADER, lookup.GROUP.encode())]
-    finally:
-        await member.close()
 
 
 async def test_a_job_the_checker_dead_lettered_is_admitted_when_replayed_after_later_jobs(tmp_path):
     each = schedule("every-hour", 1)
-    member = OneMember(tmp_path, each)
-    try:
-        await member.bus.create_topics(ALL_TOPICS)
+    async with one_member(tmp_path, each) as member:
         await member.handle(*await published(member, 1, 2))
         jobs = member.bus.consumer(f"checker-{uuid.uuid4().hex}", [JOBS])
         for event in member.log.read_all(0, 10_000):
@@ -138,5 +131,3 @@ async def test_a_job_the_checker_dead_lettered_is_admitted_when_replayed_after_l
 
         launched = [message.key for event in member.log.read_all(0, 10_000) for message in checker.route(event)]
         assert len(launched) == 2 and len(set(launched)) == 2
-    finally:
-        await member.close()
