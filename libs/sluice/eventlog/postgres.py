@@ -167,7 +167,8 @@ INSERT INTO sluice_schema (version) VALUES ({version});
 
 
 ANALYZE_RETRY_FOR = 1.0
-"""A young log's ANALYZE (postgres_statistics) waits this long at most for a connection: `close` waits for it."""
+"""A young log's ANALYZE (postgres_statistics) waits this long at most for a connection, and as long for the
+table's lock: `close` waits for it."""
 
 
 class PostgresEventLog(SqlEventLogBase):
@@ -256,7 +257,11 @@ class PostgresEventLog(SqlEventLogBase):
         return written.versions
 
     def _analyze(self) -> None:
-        self._conn.run(lambda conn: conn.execute("ANALYZE events"), "ANALYZE", retry_for=ANALYZE_RETRY_FOR)
+        def analyze(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():  # never behind a long lock holder (an anti-wraparound vacuum): `close` waits
+                conn.execute(f"SET LOCAL lock_timeout = '{ANALYZE_RETRY_FOR}s'")
+                conn.execute("ANALYZE events")
+        self._conn.run(analyze, "ANALYZE", retry_for=ANALYZE_RETRY_FOR)
 
     def close(self) -> None:
         self._statistics.wait()

@@ -282,6 +282,19 @@ def test_a_young_log_gathers_its_statistics_as_it_grows(dsn: str) -> None:
         log.close()
 
 
+@pytest.mark.timeout(60)
+def test_a_young_logs_analyze_gives_up_behind_a_lock_holder(dsn: str) -> None:
+    """An anti-wraparound vacuum holds the table's lock for as long as it takes: the ANALYZE waits a second
+    for it, not for ever, and `close`, which waits for the ANALYZE, returns."""
+    log = PostgresEventLog(dsn)
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE events IN SHARE UPDATE EXCLUSIVE MODE")  # what VACUUM and ANALYZE take
+        for n in range(25):
+            log.append_batch([StreamAppend(f"matcher-{n}", new_events(50), NO_STREAM)])
+        log.close()
+        assert log._statistics.runs == 0
+
+
 def test_a_read_by_position_is_planned_where_it_starts_not_prepared(dsn: str) -> None:
     """A generic plan prepared while the log was small (psycopg prepares what runs 5 times) kept scanning
     the whole table as the log grew, until its statistics were gathered again: reads are planned each time."""
