@@ -26,7 +26,7 @@ from sluice.domain.constraints import UNLIMITED, Capacity, Waiting
 from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
 from sluice.runtime.aggregates import AggregateStore, attempt_batch, forget_conflicting
-from sluice.runtime.consumer import BatchHandler, replayed_for
+from sluice.runtime.consumer import REPLAYED_FOR_HEADER, BatchHandler
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.heap import built_then_frozen
 from sluice.runtime.offsets import ConsumedOffsets
@@ -102,7 +102,7 @@ class CheckerService:
             raise MalformedMessage("job.id and job.schedule_id are required")
         job = job_from_proto(message)
         self._arrived.keep(job, record.value)
-        return EnqueueJob(job, replayed_for(record) == GROUP)
+        return EnqueueJob(job, record.header(REPLAYED_FOR_HEADER) == GROUP)
 
     @staticmethod
     def parse_program_status(record: Record) -> ObserveRun:

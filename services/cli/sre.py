@@ -17,7 +17,7 @@ from sluice.eventlog.port import RecordedEvent
 from sluice_services.cli.offline import OperatorError, add_sources, offline, open_bus, open_log
 from sluice_services.cli.progress import Progress, progress
 from sluice_services.sre import dead_letters
-from sluice_services.sre.dead_letters import header as _header, letter_id as _letter_id, letter_json as _letter_json
+from sluice_services.sre.dead_letters import letter_id as _letter_id, letter_json as _letter_json
 
 DRAIN_IDLE_SECONDS = 2.0
 
@@ -170,8 +170,8 @@ def _dlq_list(settings, args) -> int:
     if args.json:
         print(json.dumps([_letter_json(r) for r in letters], indent=2))
         return 0
-    rows = [(_letter_id(r), _header(r, "source-topic"), _header(r, "consumer-group"), len(r.value),
-             _header(r, "reason")[:100]) for r in letters]
+    rows = [(_letter_id(r), r.header("source-topic"), r.header("consumer-group"), len(r.value),
+             r.header("reason")[:100]) for r in letters]
     print(render.table(("ID", "SOURCE TOPIC", "GROUP", "BYTES", "REASON"), rows) if rows else "no dead letters")
     return 0
 
@@ -202,7 +202,7 @@ def _dlq_replay(settings, args) -> int:
     finally:
         log.close()
     for record in chosen:
-        print(f"replayed {_letter_id(record)} to {_header(record, 'source-topic')}")
+        print(f"replayed {_letter_id(record)} to {record.header('source-topic')}")
     return 0
 
 

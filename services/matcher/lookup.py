@@ -27,7 +27,7 @@ from sluice.domain import schedules, triggers
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.schedules import Schedule, ScheduleState
 from sluice.eventlog.port import EventLog, RecordedEvent
-from sluice.runtime.consumer import BatchHandler, replayed_for
+from sluice.runtime.consumer import REPLAYED_FOR_HEADER, BatchHandler
 from sluice.runtime.outbox import POSITION_HEADER, RELAY_HEADER
 from sluice.v1 import matching_pb2
 from sluice.wire.schedules import schedule_to_proto
@@ -152,7 +152,7 @@ def outbox_position(record: Record) -> tuple[str, int]:
     headers = dict(record.headers)
     relay, position = headers.get(RELAY_HEADER), headers.get(POSITION_HEADER)
     if relay not in _RELAYS or not position or not position.isdigit() or len(position) > 18 \
-            or replayed_for(record) == GROUP:
+            or record.header(REPLAYED_FOR_HEADER) == GROUP:
         return "", 0
     return _RELAYS[relay], int(position)
 

@@ -26,7 +26,7 @@ from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchN
 from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
 from sluice.runtime.aggregates import AggregateStore, catch_up
-from sluice.runtime.consumer import BatchHandler, replayed_for
+from sluice.runtime.consumer import REPLAYED_FOR_HEADER, BatchHandler
 from sluice.runtime.errors import MalformedMessage
 from sluice.runtime.heap import collector_paused, freeze_built
 from sluice.runtime.offsets import ConsumedOffsets
@@ -208,7 +208,9 @@ class MatcherService:
           relay's resend after a crash between its send and its save (under a new source offset),
           however many it resent. A producer's own notification has none: a resend of it is recognised
           by its id among the schedule's last RECENT_PER_SCHEDULE (sluice.domain.matching)."""
-        if not isinstance(command, MatchRequests) or command.source is None or replayed_for(record) == GROUP:
+        if not isinstance(command, MatchRequests) or command.source is None:
+            return ()
+        if record.header(REPLAYED_FOR_HEADER) == GROUP:
             return ()  # a dead letter of this stage replayed: never handled, whatever was recorded since
         source = command.source
         passed: tuple[Checkpoint, ...] = ()

@@ -21,10 +21,6 @@ def letter_id(record: Record) -> str:
     return f"{record.partition}/{record.offset}"
 
 
-def header(record: Record, name: str) -> str:
-    return next((value.decode("utf-8", errors="replace") for key, value in record.headers if key == name), "")
-
-
 def headers_text(record: Record) -> dict[str, str]:
     return {name: value.decode("utf-8", errors="replace") for name, value in record.headers}
 
@@ -65,9 +61,9 @@ async def republish(producer: Producer, records: Sequence[Record]) -> None:
     it may have recorded later positions of the same sender since (the matcher's outbox relay positions)."""
     for record in records:
         kept = [(name, value) for name, value in record.headers if name not in _REPLACED]
-        if group := header(record, "consumer-group"):
+        if group := record.header("consumer-group"):
             kept.append((REPLAYED_FOR_HEADER, group.encode()))
-        await producer.send(header(record, "source-topic"), record.value, key=record.key, headers=kept)
+        await producer.send(record.header("source-topic"), record.value, key=record.key, headers=kept)
 
 
 _REPLACED = frozenset({*ADDED_HEADERS, REPLAYED_FOR_HEADER})
@@ -75,4 +71,4 @@ _REPLACED = frozenset({*ADDED_HEADERS, REPLAYED_FOR_HEADER})
 
 def record_replays(log: EventLog, records: Sequence[Record]) -> None:
     log.append(REPLAYS_STREAM, [NewEvent(str(uuid.uuid4()), "DeadLetterReplayed", json.dumps(
-        {"id": letter_id(r), "topic": header(r, "source-topic")}).encode()) for r in records], ANY_VERSION)
+        {"id": letter_id(r), "topic": r.header("source-topic")}).encode()) for r in records], ANY_VERSION)

@@ -59,8 +59,8 @@ class DeadLettersServicer(dead_letters_pb2_grpc.DeadLettersServicer):
         topic, reason = request.topic, request.reason.lower()
         replayed = self._log_replays()
         candidates = ((key, record) for key, record in after_key(self._follower.records, _position, after)
-                      if (not topic or dead_letters.header(record, "source-topic") == topic)
-                      and reason in dead_letters.header(record, "reason").lower())
+                      if (not topic or record.header("source-topic") == topic)
+                      and reason in record.header("reason").lower())
         letters, last = fill_page(candidates, size, lambda record: _to_proto(record, replayed))
         return dead_letters_pb2.ListDeadLettersResponse(dead_letters=letters,
                                                         next_page_token=next_page_token(LISTING, last))
@@ -90,8 +90,8 @@ def _is_position(key: tuple) -> bool:
 def _to_proto(record: Record, replayed: set[str]) -> dead_letters_pb2.DeadLetter:
     letter_id = dead_letters.letter_id(record)
     return dead_letters_pb2.DeadLetter(
-        id=letter_id, source_topic=dead_letters.header(record, "source-topic"),
-        consumer_group=dead_letters.header(record, "consumer-group"), reason=dead_letters.header(record, "reason"),
+        id=letter_id, source_topic=record.header("source-topic"),
+        consumer_group=record.header("consumer-group"), reason=record.header("reason"),
         headers=dead_letters.headers_text(record), key=record.key or b"", value=record.value,
         replayed=letter_id in replayed)
 

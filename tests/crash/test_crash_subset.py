@@ -42,8 +42,7 @@ def _failures(report: SweepReport) -> str:
         f"run seed {r.run_seed} crashed at {' '.join(map(str, r.fired))}: lost {r.verdict.lost}, duplicate "
         f"{r.verdict.duplicate}, spurious {r.verdict.spurious}, stuck {r.verdict.stuck}, "
         f"{r.verdict.mismatches[:3]}\n  replay: make crash-test BACKEND={report.backend} MATCHER={report.matcher} "
-        f"SEED={SEED} "
-        f"RUN_SEED={r.run_seed} CRASH_ARGS='--notifications 150 --hours 4'"
+        f"SEED={SEED} RUN_SEED={r.run_seed} CRASH_ARGS='--notifications 150 --hours 4'"
         for r in report.failed)
 
 

@@ -36,6 +36,10 @@ class Record:
     headers: tuple[tuple[str, bytes], ...]
     timestamp_ms: int
 
+    def header(self, name: str) -> str:
+        """The first header of that name as text (bytes that are not UTF-8 replaced), "" when there is none."""
+        return next((value.decode("utf-8", errors="replace") for key, value in self.headers if key == name), "")
+
 
 @dataclass(frozen=True)
 class Message:

@@ -417,14 +417,6 @@ dead-lettered it. That group never handled it, whatever positions it recorded si
 redeliveries by recorded positions takes it as new; every other group sees a redelivery."""
 
 
-def replayed_for(record: Record) -> str:
-    """The group a replayed dead letter is for ("": not a replay)."""
-    for name, value in record.headers:
-        if name == REPLAYED_FOR_HEADER:
-            return value.decode("utf-8", errors="replace")
-    return ""
-
-
 async def send_to_dead_letter(producer: Producer, record: Record, group: str, reason: str) -> None:
     log.warning("%s: %s@%s/%s to the dead-letter topic: %s", group, record.topic, record.partition, record.offset,
                 reason)
