@@ -14,7 +14,8 @@ commits with synchronous=NORMAL, without its fsync; `durable(ticket)` fsyncs the
 for every such commit made so far (a GroupCommit whose flush is `WalFsync`). Until then its events are
 held back from subscribers (HeldBack: the tail records them, and reads are bounded to positions before
 them, once they are durable), so nothing leaves the process ahead of its durability. Any commit with synchronous=FULL (every other
-write) fsyncs the WAL and so makes every earlier one durable too.
+write) fsyncs the WAL and so makes every earlier one durable too. Opening a file fsyncs its WAL: a
+process killed between a deferred commit and its fsync left the commit in the OS's cache only.
 """
 from __future__ import annotations
 
@@ -102,6 +103,10 @@ class SqliteEventLog(SqlEventLogBase):
         self._checkpointer = None if _in_memory(path) else WalCheckpointer(path, self._conn)
         self._wal_fsync = None if _in_memory(path) else WalFsync(path)
         self._commits = None if self._wal_fsync is None else GroupCommit(self._wal_fsync)
+        if self._wal_fsync is not None and os.path.exists(f"{path}-wal"):
+            # a process that deferred commits and was killed before their fsync left them in the OS's cache:
+            # durable before this one serves them to anyone
+            self._wal_fsync([])
         self._held_back = HeldBack(self._subscribers)
         self._ticket = 0
         self._synchronous = SYNCHRONOUS

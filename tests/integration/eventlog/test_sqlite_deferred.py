@@ -48,6 +48,27 @@ async def test_a_failed_fsync_is_not_taken_for_an_outage(log, monkeypatch):
     assert raised.value.__cause__ is None  # sluice.runtime.errors would wait an OSError out
 
 
+def test_opening_a_file_fsyncs_what_another_process_committed_without_its_fsync(log, tmp_path, monkeypatch):
+    """Another process's deferred commits (one killed before their fsync, whose restart this is) are fsynced
+    when the file is opened: its subscribers serve them as durable."""
+    with deferring():
+        log.append("s", [event("a")], NO_STREAM)
+    assert log.commits_held_back == 1
+    synced: list[str] = []
+    fdatasync = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fdatasync(fd)
+    monkeypatch.setattr(os, "fdatasync", recording)
+    reopened = SqliteEventLog(tmp_path / "events.db", poll_interval=NEVER)
+    try:
+        assert synced == [str(tmp_path / "events.db-wal")]
+        assert [e.id for e in reopened.read_all(0)] == ["a"]
+    finally:
+        reopened.close()
+
+
 def test_each_commit_runs_with_the_synchronous_mode_it_needs(log):
     """A deferred append commits with NORMAL (no fsync), any other with FULL (its own fsync); the mode is
     switched only when the next commit needs the other one, so polls of deferred appends switch nothing."""
