@@ -182,8 +182,8 @@ def _dlq_show(settings, args) -> int:
         print(json.dumps(_letter_json(record), indent=2))
         return 0
     for name, value in record.headers:
-        print(f"{name}: {value.decode('utf-8', errors='replace')}")
-    print(f"key: {record.key.decode('utf-8', errors='replace') if record.key else '-'}")
+        print(render.printable(f"{name}: {value.decode('utf-8', errors='replace')}"))
+    print(render.printable(f"key: {record.key.decode('utf-8', errors='replace') if record.key else '-'}"))
     print(f"bytes ({len(record.value)}): {record.value[:512].hex()}{'…' if len(record.value) > 512 else ''}")
     return 0
 
@@ -202,7 +202,7 @@ def _dlq_replay(settings, args) -> int:
     finally:
         log.close()
     for record in chosen:
-        print(f"replayed {_letter_id(record)} to {record.header('source-topic')}")
+        print(render.printable(f"replayed {_letter_id(record)} to {record.header('source-topic')}"))
     return 0
 
 

@@ -154,6 +154,25 @@ def test_dead_letters_listed_shown_and_replayed_once_on_the_in_process_bus(data_
     dead_letter_round_trip(["--data-dir", str(data_dir)], lambda: InProcessBus(data_dir / "bus.db"))
 
 
+def test_control_characters_off_the_bus_never_reach_the_terminal(data_dir):
+    """A dead letter carries its message's headers and key as a producer wrote them: `list` and `show` escape
+    what would drive a terminal (clear the screen, set the clipboard)."""
+    async def hostile() -> None:
+        bus = InProcessBus(data_dir / "bus.db")
+        await bus.create_topics(ALL_TOPICS)
+        producer = bus.producer()
+        record = Record(PARTITION_NOTIFICATIONS, 0, 7, b"k\x1b[2J", b"v", (("trace", b"\x1b]52;c;Zm9v\x07"),), 0)
+        await send_to_dead_letter(producer, record, "trigger-matcher-lookup", "bad \x1b[31mred")
+        await producer.close()
+        await bus.close()
+    asyncio.run(hostile())
+    source = ["--data-dir", str(data_dir)]
+    listed, shown = sluice("dlq", "list", *source).stdout, sluice("dlq", "show", "0/0", *source).stdout
+    assert "\x1b" not in listed + shown and "\x07" not in shown
+    assert "bad \\x1b[31mred" in listed
+    assert "trace: \\x1b]52;c;Zm9v\\x07" in shown and "key: k\\x1b[2J" in shown
+
+
 @pytest.mark.slow
 def test_dead_letters_listed_shown_and_replayed_once_on_kafka(data_dir):
     with KafkaBroker() as kafka:

@@ -10,8 +10,17 @@ from google.protobuf import timestamp_pb2
 from sluice.v1 import lineage_pb2
 
 
+_ESCAPED = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters written as \\xNN: what came off the bus or an API (a dead
+    letter's headers, a name) never moves the cursor, clears the screen or sets the clipboard."""
+    return text.translate(_ESCAPED)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(c) for c in headers], *[[str(c) for c in row] for row in rows]]
+    cells = [[printable(str(c)) for c in headers], *[[printable(str(c)) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * width for width in widths))
