@@ -116,6 +116,8 @@ async def test_creating_the_same_name_twice_is_already_exists(server):
     (with_trigger(time=spb.TimeTrigger(cron="61 * * * *")), "schedule.trigger.time.cron"),
     (with_trigger(time=spb.TimeTrigger(cron="0 * * *")), "schedule.trigger.time.cron"),
     (with_trigger(time=spb.TimeTrigger(cron="0 2 * * *", zone="Europe/Atlantis")), "schedule.trigger.time.zone"),
+    (with_trigger(time=spb.TimeTrigger(cron="0 2 * * *", zone="Europe")), "schedule.trigger.time.zone"),
+    (with_trigger(time=spb.TimeTrigger(cron="0 2 * * *", zone="A" * 300)), "schedule.trigger.time.zone"),
     (with_trigger(**{"and": spb.AndTrigger()}), "schedule.trigger.and.all_of"),
     (with_trigger(program_status=spb.ProgramStatusTrigger(namespace="experiments", app="clickstream",
                                                           program="../x", count=1,

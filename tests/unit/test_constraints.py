@@ -88,6 +88,8 @@ def test_every_kind_has_its_own_field_names_and_waits_by_default():
     (TimeWindowConstraint("01:30", "2am"), ".time_window.end", "HH:MM expected"),
     (TimeWindowConstraint("01:00", "02:00", "Mars/Olympus_Mons"), ".time_window.zone", "unknown time zone"),
     (TimeWindowConstraint("01:00", "02:00", "localtime"), ".time_window.zone", "unknown time zone"),
+    (TimeWindowConstraint("01:00", "02:00", "America"), ".time_window.zone", "unknown time zone"),
+    (MaxRunsPerWindowConstraint(1, "day", "é" * 200), ".max_runs_per_window.zone", "unknown time zone"),
     (DelayConstraint(-1), ".delay.seconds", "at least 0"),
     (DelayConstraint(1.5), ".delay.seconds", "whole number"),
     (ConcurrencyConstraint(0), ".concurrency.max_running", "at least 1"),

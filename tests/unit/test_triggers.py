@@ -121,6 +121,8 @@ def test_event_keys_are_the_matchers_reverse_index():
     (TimeTrigger("0 0 * * *", "Mars/Olympus"), "schedule.trigger.time.zone"),
     (TimeTrigger("0 0 * * *", "localtime"), "schedule.trigger.time.zone"),
     (TimeTrigger("0 0 * * *", ""), "schedule.trigger.time.zone"),
+    (TimeTrigger("0 0 * * *", "Europe"), "schedule.trigger.time.zone"),  # a directory of the zone database
+    (TimeTrigger("0 0 * * *", "A" * 300), "schedule.trigger.time.zone"),  # too long for a file name
     (AndTrigger(()), "schedule.trigger.and.all_of"),
     (OrTrigger(()), "schedule.trigger.or.any_of"),
     (PartitionTrigger("ns", "a", 0), "schedule.trigger.partition.count"),

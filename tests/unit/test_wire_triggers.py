@@ -62,3 +62,18 @@ def test_an_unknown_run_status_number_is_refused_naming_its_place():
     with pytest.raises(InvalidArgument) as error:
         schedule_from_proto(schedule, "s")
     assert error.value.field == "schedule.trigger.program_status.statuses[1]"
+
+
+@pytest.mark.parametrize("zone", ["Europe", "A" * 300])
+def test_a_schedule_change_naming_a_zone_that_is_no_file_is_malformed_not_an_infrastructure_failure(zone):
+    """ZoneInfo raises OSError for a directory of the zone database or a name too long for a file; the
+    consumer loop waits an OSError out as infrastructure, so the record stalled its partition for ever."""
+    from sluice.bus.port import Record
+    from sluice.runtime.errors import is_infrastructure
+    from sluice.wire.schedules import parse_schedule_change
+    change = pb.ScheduleChanged(schedule_id="s", schedule=schedule_to_proto(
+        Schedule("s", "daily", PROGRAM, TimeTrigger("0 2 * * *", "UTC"))))
+    change.schedule.trigger.time.zone = zone
+    with pytest.raises(InvalidArgument) as error:
+        parse_schedule_change(Record("sluice.schedules", 0, 0, b"s", change.SerializeToString(), (), 0))
+    assert error.value.field == "schedule.trigger.time.zone" and not is_infrastructure(error.value)

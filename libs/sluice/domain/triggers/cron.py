@@ -37,11 +37,20 @@ class CronError(ValueError):
 
 def zone_of(name: str) -> ZoneInfo:
     if not isinstance(name, str) or not name or name in NOT_ZONES:
-        raise CronError(f"unknown time zone {name!r} (an IANA name such as 'America/New_York' is required)")
+        raise CronError(_unknown_zone(name))
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as error:
-        raise CronError(f"unknown time zone {name!r} (an IANA name such as 'America/New_York' is required)") from error
+        raise CronError(_unknown_zone(name)) from error
+    except OSError:
+        # A directory of the database ("Europe") or a name too long for a file: the name's fault. Not chained:
+        # an OSError cause reads as infrastructure (sluice.runtime.errors), retried for ever on the bus.
+        raise CronError(_unknown_zone(name)) from None
+
+
+def _unknown_zone(name: object) -> str:
+    shown = name if not isinstance(name, str) or len(name) <= 64 else f"{name[:64]}..."
+    return f"unknown time zone {shown!r} (an IANA name such as 'America/New_York' is required)"
 
 
 def check_cron(expression: str) -> None:
