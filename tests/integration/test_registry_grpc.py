@@ -148,6 +148,23 @@ async def test_invalid_schedule_is_invalid_argument_naming_the_field(server, mes
     assert log.head_position() == 0
 
 
+@pytest.mark.parametrize("message, field", [
+    (with_constraints(spb.Constraint(concurrency=spb.ConcurrencyConstraint(max_running=1, group="a " + "x" * 100_000))),
+     "schedule.constraints[0].concurrency.group"),
+    (with_constraints(spb.Constraint(time_window=spb.TimeWindowConstraint(start="\u20ac" * 100_000, end="02:00"))),
+     "schedule.constraints[0].time_window.start"),
+])
+async def test_a_refusal_quoting_a_huge_value_still_reaches_the_client_naming_the_field(server, message, field):
+    """The message quoted the whole value: over gRPC's 16 KiB of metadata the client got RESOURCE_EXHAUSTED
+    "Stream removed" instead of the status."""
+    channel, _, log = server
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await create(channel, message)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.value.details().startswith(f"{field}:") and len(error.value.details()) < 1100
+    assert log.head_position() == 0
+
+
 async def test_unknown_trigger_type_is_invalid_argument(server):
     channel, _, log = server
     message = schedule()

@@ -30,6 +30,11 @@ class GrpcBinding:
     servicer: Any
 
 
+MAX_DETAILS_CHARS = 1000
+"""A status message as sent: clients drop a status whose metadata passes 16 KiB (a message percent-encoded
+takes up to 12 bytes a character) and report RESOURCE_EXHAUSTED "Stream removed", naming no field."""
+
+
 def grpc_errors(method: Callable) -> Callable:
     """Map domain errors to gRPC status codes with a message naming the field."""
 
@@ -38,19 +43,25 @@ def grpc_errors(method: Callable) -> Callable:
         try:
             return await method(self, request, context)
         except ResourceExhausted as error:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, _details(error))
         except InvalidArgument as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _details(error))
         except NotFound as error:
-            await context.abort(grpc.StatusCode.NOT_FOUND, str(error))
+            await context.abort(grpc.StatusCode.NOT_FOUND, _details(error))
         except FailedPrecondition as error:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(error))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, _details(error))
         except AlreadyExists as error:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, str(error))
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, _details(error))
         except EventLogUnavailable as error:  # infrastructure, not the request: try again later
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+            await context.abort(grpc.StatusCode.UNAVAILABLE, _details(error))
 
     return wrapper
+
+
+def _details(error: Exception) -> str:
+    """The error's message, cut short when it quotes a long value (the field's name comes first)."""
+    text = str(error)
+    return text if len(text) <= MAX_DETAILS_CHARS else f"{text[:MAX_DETAILS_CHARS]}... ({len(text)} characters)"
 
 
 async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", port: int = 0,
