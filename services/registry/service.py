@@ -6,7 +6,7 @@ from typing import Callable
 
 from sluice.bus.topics import SCHEDULES
 from sluice.clock import Clock
-from sluice.domain import apps, schedules
+from sluice.domain import apps, bounds, schedules
 from sluice.domain.apps import AppState, DeleteApp, DeployApp, PauseApp, ResumeApp, ProgramSpec
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.triggers import validate_trigger
@@ -74,6 +74,7 @@ class RegistryService:
 
     def create(self, schedule: Schedule) -> Schedule:
         self._check_trigger(schedule)
+        self._check_size(schedule)
         paused = self.is_paused(schedule.program.namespace, schedule.program.app)
         return self._execute(schedule.id, CreateSchedule(replace(schedule, paused=paused)))
 
@@ -81,6 +82,7 @@ class RegistryService:
         """Deploy an app with its programs and schedules; every stream it touches in one append."""
         for index, schedule in enumerate(command.schedules):
             self._check_trigger(schedule, f"app.schedules[{index}].trigger")
+            self._check_size(schedule, f"app.schedules[{index}]")
         app_stream = apps.stream_name(command.namespace, command.app)
 
         def plan(now) -> dict[str, list]:
@@ -167,8 +169,15 @@ class RegistryService:
         programs are not registered anywhere (README, "Programs"); one never run never fires it."""
         validate_trigger(schedule.trigger, path)
 
+    @staticmethod
+    def _check_size(schedule: Schedule, path: str = "schedule") -> None:
+        """Each part has its limit, but together they could make a schedule change too big for the bus: the
+        outbox would dead-letter it and the matcher never see the schedule (bounds.MAX_SCHEDULE_BYTES)."""
+        bounds.check_size(path, schedule_to_proto(schedule).ByteSize(), bounds.MAX_SCHEDULE_BYTES)
+
     def update(self, schedule: Schedule) -> Schedule:
         self._check_trigger(schedule)
+        self._check_size(schedule)
         return self._execute(schedule.id, UpdateSchedule(schedule))
 
     def delete(self, schedule_id: str) -> None:

@@ -165,6 +165,34 @@ async def test_a_refusal_quoting_a_huge_value_still_reaches_the_client_naming_th
     assert log.head_position() == 0
 
 
+def _filtered_by(values: int) -> spb.Schedule:
+    return with_trigger(partition=spb.PartitionTrigger(namespace="experiments", dataset="clickstream", count=1, filter={
+        "marketplace": spb.AllowedValues(values=[f"{index:04}" + "x" * 1000 for index in range(values)])}))
+
+
+async def test_a_schedule_too_big_for_the_bus_is_resource_exhausted_and_not_stored(server):
+    """300 filter values of 1 KiB each are within the filter's limits, but the schedule's change (301 KB) was
+    dead-lettered by the outbox (over 256 KiB): the schedule was created and the matcher never saw it."""
+    channel, _, log = server
+    stub = schedules_pb2_grpc.ScheduleRegistryStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await create(channel, _filtered_by(300))
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.value.details().startswith("schedule: ") and "limit of 122880 bytes" in error.value.details()
+    deploy = spb.DeployAppRequest(namespace="experiments", app="clickstream",
+                                  programs=[spb.ProgramSpec(name="hourly_metrics")], schedules=[_filtered_by(300)])
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.DeployApp(deploy)
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.value.details().startswith("app.schedules[0]: ")
+    assert log.head_position() == 0
+    created = await create(channel, _filtered_by(100))
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.UpdateSchedule(spb.UpdateScheduleRequest(schedule=_filtered_by(300)))
+    assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (await stub.GetSchedule(spb.GetScheduleRequest(id=created.id))).generation == 1
+
+
 async def test_unknown_trigger_type_is_invalid_argument(server):
     channel, _, log = server
     message = schedule()

@@ -62,6 +62,12 @@ MAX_FILTER_VALUES = 1_000
 """Allowed values of one trigger filter key."""
 MAX_TRIGGER_LEAVES = 256
 """Triggers in one schedule's AND/OR tree (nesting depth: triggers.validation.MAX_DEPTH)."""
+MAX_CRON_BYTES = 1024
+"""A cron expression: one that lists every second, minute and hour one by one is about 500 bytes; each
+fire time computed parses it again."""
+MAX_SCHEDULE_BYTES = 120 * 1024
+"""One schedule as its protobuf Schedule (properties, trigger tree, constraints, Spark settings, all): a
+match message carries it beside a notification of MAX_NOTIFICATION_BYTES, under MAX_BUS_MESSAGE_BYTES."""
 MAX_CONSTRAINTS = 64
 MAX_RUN_SECONDS = 30 * 86_400
 """A schedule's run time limit: 1 s to 30 days (0: none); a longer run is better left unlimited."""

@@ -78,6 +78,8 @@ def _composite(trigger: AndTrigger | OrTrigger, here: str, known_program: KnownP
 
 
 def _time(cron: object, zone: object, here: str) -> None:
+    if isinstance(cron, str):
+        bounds.check_text(f"{here}.cron", cron, bounds.MAX_CRON_BYTES)
     try:
         check_cron(cron)
     except CronError as error:
