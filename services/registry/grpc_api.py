@@ -10,6 +10,7 @@ from sluice.domain.names import validate_name
 from sluice.domain.schedules import (ScheduleCreated, ScheduleDeleted, SchedulePaused, ScheduleResumed, ScheduleUpdated,
                                      schedule_id_for)
 from sluice.paging import after_key, fill_page, next_page_token, paging
+from sluice.domain.bounds import MAX_NOTIFICATION_BYTES, check_size
 from sluice.domain.errors import InvalidArgument
 from sluice.runtime.grpc_server import GrpcBinding, grpc_errors
 from sluice.v1 import notifications_pb2, notifications_pb2_grpc, schedules_pb2, schedules_pb2_grpc
@@ -136,6 +137,8 @@ class NotificationsServicer(notifications_pb2_grpc.NotificationsServicer):
             raise InvalidArgument("notification", "is required")
         notification = notification_from_proto(request.notification)
         _validate_names(notification.payload, "notification")
+        # its partitions are bounded, but not its id or a program status's run, schedule and job ids
+        check_size("notification", request.notification.ByteSize(), MAX_NOTIFICATION_BYTES)
         topic = PARTITION_NOTIFICATIONS if isinstance(notification.payload, PartitionCommitted) else PROGRAM_NOTIFICATIONS
         await self._producer.send(topic, request.notification.SerializeToString(), key=notification.event_key().encode())
         return notifications_pb2.PublishNotificationResponse(id=notification.id)

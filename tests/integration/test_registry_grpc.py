@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from sluice.bus.inprocess import InProcessBus
-from sluice.bus.topics import PARTITION_NOTIFICATIONS, SCHEDULES
+from sluice.bus.topics import PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS, SCHEDULES
 from sluice.clock import SimulatedClock
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.service import run_services
@@ -238,6 +238,37 @@ async def test_malformed_notification_is_rejected_and_not_published(server, chan
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert error.value.details().startswith(f"{field}:")
     consumer = bus.consumer("probe", [PARTITION_NOTIFICATIONS])
+    assert await consumer.poll(timeout=0.2) == []
+    await consumer.close()
+
+
+def program_notification(**changes) -> npb.Notification:
+    message = npb.Notification(id="n-2", program_status_changed=npb.ProgramStatusChanged(
+        program=npb.ProgramRef(namespace="experiments", app="clickstream", program="hourly_metrics"), run_id="r-1",
+        status=npb.COMPLETED))
+    message.time.GetCurrentTime()
+    for path, value in changes.items():
+        setattr(message.program_status_changed if path != "id" else message, path, value)
+    return message
+
+
+@pytest.mark.parametrize("message, code, field", [
+    (program_notification(status=99), grpc.StatusCode.INVALID_ARGUMENT, "notification.program_status_changed.status"),
+    (program_notification(run_id="r" * 300_000), grpc.StatusCode.RESOURCE_EXHAUSTED, "notification"),
+    (program_notification(job_id="j" * 300_000), grpc.StatusCode.RESOURCE_EXHAUSTED, "notification"),
+    (partition_notification(id="n" * 300_000), grpc.StatusCode.RESOURCE_EXHAUSTED, "notification"),
+])
+async def test_a_notification_with_an_unknown_status_or_too_big_for_the_bus_is_refused_and_not_published(
+        server, message, code, field):
+    """An unknown status number was UNKNOWN (the ingest bridge retries that for ever); a notification whose
+    ids took it over the bus limit was published, then dead-lettered unread by the matcher."""
+    channel, bus, _ = server
+    stub = notifications_pb2_grpc.NotificationsStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.Publish(npb.PublishNotificationRequest(notification=message))
+    assert error.value.code() == code
+    assert error.value.details().startswith(f"{field}:")
+    consumer = bus.consumer("probe", [PARTITION_NOTIFICATIONS, PROGRAM_NOTIFICATIONS])
     assert await consumer.poll(timeout=0.2) == []
     await consumer.close()
 

@@ -183,8 +183,13 @@ def _program_status_from_proto(message: pb.ProgramStatusChanged, path: str) -> P
     _require(f"{path}.run_id", message.run_id)
     if message.status == pb.RUN_STATUS_UNSPECIFIED:
         raise InvalidArgument(f"{path}.status", "is required")
-    return ProgramStatusChanged(program_from_proto(message.program), message.run_id,
-                                RunStatus(pb.RunStatus.Name(message.status)), message.schedule_id, message.job_id)
+    try:
+        status = RunStatus(pb.RunStatus.Name(message.status))
+    except ValueError:  # a number no RunStatus has (an open enum keeps it)
+        raise InvalidArgument(f"{path}.status", f"unknown run status {message.status} "
+                                                f"(one of {', '.join(s.value for s in RunStatus)})") from None
+    return ProgramStatusChanged(program_from_proto(message.program), message.run_id, status, message.schedule_id,
+                                message.job_id)
 
 
 def _require(path: str, value: str) -> None:
