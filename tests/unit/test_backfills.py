@@ -146,6 +146,20 @@ def test_a_backfill_over_the_bound_is_refused_naming_to():
     assert len(next(e for e in exactly if isinstance(e, BackfillRequested)).items) == MAX_BACKFILL_JOBS
 
 
+def test_a_backfill_walks_at_most_the_bound_of_fire_times_however_many_time_triggers_share_them():
+    """Each time trigger's fires were walked to the end while the distinct times stayed under the bound: 256
+    leaves of an hourly cron over 9,999 hours took 80 s of the checker's loop."""
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    end = start + timedelta(hours=5_000)
+    hourly = (TimeTrigger("0 * * * *"), TimeTrigger("0 */1 * * *"), TimeTrigger("0 0-23 * * *"))  # the same times
+    with pytest.raises(InvalidArgument) as refused:
+        checking.decide(tracked(daily(trigger=OrTrigger(hourly))), StartBackfill("daily", start, end), T0)
+    assert refused.value.field == "--to" and "counted per time trigger" in refused.value.message
+    repeated = checking.decide(tracked(daily(trigger=OrTrigger((hourly[0],) * 200))), StartBackfill("daily", start, end),
+                               T0)
+    assert len(next(e for e in repeated if isinstance(e, BackfillRequested)).items) == 5_000
+
+
 def test_unknown_and_disabled_schedules_are_refused_by_name():
     with pytest.raises(NotFound, match="schedule nope"):
         checking.decide(CheckerState(), RunScheduleNow("nope"), T0)

@@ -236,12 +236,15 @@ def _time_items(schedule: Schedule, start: datetime | None, end: datetime | None
         raise InvalidArgument("--keys", f"schedule {schedule.name} has no time trigger: backfill its partitions "
                                         "with --keys")
     times: set[datetime] = set()
-    for trigger in triggers:
+    walked = 0  # every trigger's fires, also those another trigger has: 256 leaves of one cron are 256 walks
+    for trigger in dict.fromkeys(triggers):
         for fire in fire_times(trigger, start, end):
             times.add(fire)
-            if len(times) > MAX_BACKFILL_JOBS:
+            walked += 1
+            if walked > MAX_BACKFILL_JOBS:
                 raise InvalidArgument("--to", f"the range holds more than {MAX_BACKFILL_JOBS} fire times of "
-                                              f"schedule {schedule.name}: bring --to closer")
+                                              f"schedule {schedule.name} (counted per time trigger): bring --to "
+                                              f"closer")
     return tuple(BackfillItem(derived_id("job", backfill_id, str(index)), at)
                  for index, at in enumerate(sorted(times), start=1))
 
