@@ -24,6 +24,8 @@ from collections import defaultdict
 from sluice.bus.port import Message, Producer, Record, kafka_partition
 from sluice.bus.topics import MATCHES, MATCHES_PARTITIONS
 from sluice.domain import schedules, triggers
+from sluice.domain.bounds import MAX_BUS_MESSAGE_BYTES
+from sluice.eventlog.batched import paged
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.schedules import Schedule, ScheduleState
 from sluice.eventlog.port import EventLog, RecordedEvent
@@ -106,9 +108,30 @@ class ScheduleLookup:
             for schedule_id in self.interested(event_key):
                 by_partition.setdefault(kafka_partition(schedule_id.encode(), MATCHES_PARTITIONS), []).append(schedule_id)
             for schedule_ids in by_partition.values():
-                targets = b"".join(self._target(schedule_id) for schedule_id in schedule_ids)
+                targets = self._targets_fitting(schedule_ids, MAX_BUS_MESSAGE_BYTES - len(encoded))
                 messages.append(Message(MATCHES, targets + encoded, schedule_ids[0].encode()))
         await self._producer.send_batch(messages)
+
+    def _targets_fitting(self, schedule_ids: list[str], room: int) -> bytes:
+        """The schedules' MatchRequested.targets in at most `room` bytes when they can be: each with its
+        definition, or, when they do not all fit (many schedules, or large ones, on one dataset: the consumer
+        would dead-letter the record and every one of them miss the notification), those that do not fit by
+        their generation alone; the second stage reads those from the registry's stream (`registered`)."""
+        full = [self._target(schedule_id) for schedule_id in schedule_ids]
+        if sum(map(len, full)) <= room:
+            return b"".join(full)
+        references = [_reference(schedule_id, self._states[schedule_id].schedule.generation)
+                      for schedule_id in schedule_ids]
+        room -= sum(map(len, references))
+        chosen = []
+        for target, reference in zip(full, references):
+            extra = len(target) - len(reference)
+            if extra <= room:
+                chosen.append(target)
+                room -= extra
+            else:
+                chosen.append(reference)
+        return b"".join(chosen)
 
     def interested(self, event_key: str) -> list[str]:
         """The enabled schedules an event key concerns, by id (as of the last `sync`)."""
@@ -138,6 +161,21 @@ class ScheduleLookup:
         if after.schedule is not None and schedules.as_observed(after.schedule).enabled:
             for key in triggers.event_keys(after.schedule.trigger):
                 self._index[key].add(schedule_id)
+
+
+def _reference(schedule_id: str, generation: int) -> bytes:
+    return matching_pb2.MatchRequested(targets=[matching_pb2.MatchTarget(
+        schedule_id=schedule_id, generation=generation)]).SerializeToString()
+
+
+def registered(log: EventLog, schedule_id: str) -> Schedule | None:
+    """The schedule as its registry stream has it now, as the matcher acts on it (`schedules.as_observed`);
+    None when it was deleted, or never created."""
+    state = ScheduleState()
+    for recorded in paged(log, REGISTRY_PREFIX + schedule_id, 0, SYNC_BATCH):
+        if recorded.type in REGISTRY_TYPES:
+            state = schedules.evolve(state, REGISTRY_TYPES.decode(recorded))
+    return None if state.schedule is None else schedules.as_observed(state.schedule)
 
 
 def outbox_position(record: Record) -> tuple[str, int]:

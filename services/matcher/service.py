@@ -39,6 +39,7 @@ from sluice.wire.job_json import job_message
 from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
 from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX, Decisions, partition_stream
 from sluice_services.catalogue import MATCHER
+from sluice_services.matcher.lookup import registered
 
 GROUP = "trigger-matcher"
 """The consumer group of the matches and schedules topics (this stage)."""
@@ -152,23 +153,36 @@ class MatcherService:
         if not message.targets:
             raise MalformedMessage("targets: must name at least one schedule")
         notification = self._shared_notification(message.notification)
-        requests = tuple(self._match_request(target, notification, f"targets[{index}]")
-                         for index, target in enumerate(message.targets))
+        requests = tuple(request for index, target in enumerate(message.targets)
+                         if (request := self._match_request(target, notification, f"targets[{index}]")) is not None)
         if not message.HasField("source"):
             return MatchRequests(requests)
         source = message.source
         return MatchRequests(requests, SourcePosition(source.topic, source.partition, source.offset, source.relay,
                                                       source.relay_position))
 
-    def _match_request(self, target: matching_pb2.MatchTarget, notification: Notification, path: str) -> MatchRequest:
+    def _match_request(self, target: matching_pb2.MatchTarget, notification: Notification,
+                       path: str) -> MatchRequest | None:
+        """The target's request, with its definition when it is newer than the one known; None for a schedule
+        named by its generation alone (`lookup._targets_fitting`) that was deleted since."""
         if not target.schedule_id:
             raise MalformedMessage(f"{path}.schedule_id: must not be empty")
         known = self._store.load(matching.stream_name(target.schedule_id)).state.schedule
         carried = target.HasField("schedule")
-        if not carried and known is None:
+        generation = target.schedule.generation if carried else target.generation
+        if not carried and known is None and generation <= 0:
             raise MalformedMessage(f"{path}: unknown schedule {target.schedule_id}")
-        newer = carried and (known is None or target.schedule.generation > known.generation)
-        schedule = schedule_from_proto(target.schedule, target.schedule_id, f"{path}.schedule") if newer else None
+        if known is not None and generation <= known.generation:
+            return MatchRequest(target.schedule_id, notification)
+        if carried:
+            return MatchRequest(target.schedule_id, notification,
+                                schedule_from_proto(target.schedule, target.schedule_id, f"{path}.schedule"))
+        schedule = registered(self._log, target.schedule_id)
+        if schedule is None:
+            return None
+        if schedule.generation < generation:
+            raise MalformedMessage(f"{path}.generation: {generation} is not in the registry's stream of "
+                                   f"schedule {target.schedule_id} (generation {schedule.generation})")
         return MatchRequest(target.schedule_id, notification, schedule)
 
     def _shared_notification(self, message: notifications_pb2.Notification) -> Notification:
