@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sluice.clock import SystemClock
-from sluice.domain.errors import InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument
 
 
 class OperatorError(Exception):
@@ -32,7 +32,7 @@ def offline(handler: Callable[[Any, argparse.Namespace], int]) -> Callable[[argp
             return handler(settings, args) or 0
         except ConfigError as error:
             return fail(str(error), 2)
-        except (OperatorError, InvalidArgument) as error:
+        except (OperatorError, InvalidArgument, FailedPrecondition) as error:
             return fail(str(error), 1)
         except OSError as error:
             return fail(f"cannot open the event log or the bus: {error}", 1)

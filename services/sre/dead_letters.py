@@ -7,7 +7,8 @@ import uuid
 from typing import Any, Callable, Sequence
 
 from sluice.bus.port import Bus, Producer, Record
-from sluice.bus.topics import DEAD_LETTER
+from sluice.bus.topics import ALL_TOPICS, DEAD_LETTER
+from sluice.domain.errors import FailedPrecondition
 from sluice.eventlog.port import ANY_VERSION, EventLog, NewEvent
 from sluice.runtime.consumer import REPLAYED_FOR_HEADER
 
@@ -15,6 +16,8 @@ REPLAYS_STREAM = "dlq-replays"
 """Each replayed dead letter is recorded here, so a second replay is refused unless forced."""
 ADDED_HEADERS = ("reason", "source-topic", "source-partition", "source-offset", "consumer-group")
 """What the dead-lettering consumer added; a replay publishes the message without them."""
+REPLAYABLE_TOPICS = frozenset(spec.name for spec in ALL_TOPICS) - {DEAD_LETTER}
+"""The topics Sluice's consumers read: the only ones a dead letter can have come from."""
 
 
 def letter_id(record: Record) -> str:
@@ -55,10 +58,20 @@ def replayed_ids(log: EventLog) -> set[str]:
     return {json.loads(event.data)["id"] for event in log.read_stream(REPLAYS_STREAM)}
 
 
+def check_replayable(records: Sequence[Record]) -> None:
+    """FailedPrecondition naming the first record whose source-topic header names no topic Sluice consumes
+    (none, the dead-letter topic, another): replaying it would publish where it never came from."""
+    for record in records:
+        if (topic := record.header("source-topic")) not in REPLAYABLE_TOPICS:
+            raise FailedPrecondition(f"dead letter {letter_id(record)} names no topic Sluice consumes as its "
+                                     f"source-topic ({topic!r}): not replayed")
+
+
 async def republish(producer: Producer, records: Sequence[Record]) -> None:
     """Each record again to its source topic, without the headers dead-lettering added, and marked as a
     replay for the group that dead-lettered it (REPLAYED_FOR_HEADER): that group never handled it, though
     it may have recorded later positions of the same sender since (the matcher's outbox relay positions)."""
+    check_replayable(records)
     for record in records:
         kept = [(name, value) for name, value in record.headers if name not in _REPLACED]
         if group := record.header("consumer-group"):

@@ -10,10 +10,15 @@ import json
 import grpc
 import pytest
 
-from sluice.bus.topics import PARTITION_NOTIFICATIONS
+from sluice.bus.port import Record
+from sluice.bus.topics import DEAD_LETTER, PARTITION_NOTIFICATIONS
+from sluice.clock import SimulatedClock
+from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.v1 import dead_letters_pb2 as dl, dead_letters_pb2_grpc, event_log_pb2 as el, event_log_pb2_grpc
 from sluice.v1 import schedules_pb2, schedules_pb2_grpc
 from sluice_services.localserver import LocalServer
+from sluice_services.sre import dead_letters
+from sluice_services.sre.dead_letters_grpc import DeadLetterFollower, DeadLettersServicer
 from tests.support.console import dead_letter_poison
 from tests.support.waiting import eventually
 
@@ -67,6 +72,36 @@ def test_dead_letters_listed_and_replayed_once(tmp_path):
             assert code == (grpc.StatusCode.INVALID_ARGUMENT if field else grpc.StatusCode.NOT_FOUND), details
         code, details = code_of(lambda: letters.ListDeadLetters(dl.ListDeadLettersRequest(page_token="forged")))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("page_token")
+
+
+class Published:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send(self, topic, value, key=None, headers=()) -> None:
+        self.sent.append(topic)
+
+
+class AbortingContext:
+    async def abort(self, code, details):
+        raise grpc.aio.AbortError(code, details)
+
+
+async def test_a_dead_letter_naming_no_consumed_topic_is_not_replayed(tmp_path):
+    follower, producer = DeadLetterFollower(bus=None), Published()
+    follower.records = [Record(DEAD_LETTER, 0, offset, b"k", b"v", headers, 0) for offset, headers in enumerate(
+        [(("reason", b"r"),), (("source-topic", DEAD_LETTER.encode()),), (("source-topic", b"elsewhere"),)])]
+    log = SqliteEventLog(tmp_path / "events.db", clock=SimulatedClock())
+    servicer = DeadLettersServicer(follower, log, producer)
+    try:
+        for letter in ("0/0", "0/1", "0/2"):
+            with pytest.raises(grpc.aio.AbortError) as refused:
+                await servicer.ReplayDeadLetter(dl.ReplayDeadLetterRequest(id=letter), AbortingContext())
+            code, details = refused.value.args
+            assert code == grpc.StatusCode.FAILED_PRECONDITION and f"dead letter {letter} names no topic" in details
+        assert producer.sent == [] and dead_letters.replayed_ids(log) == set()
+    finally:
+        log.close()
 
 
 def test_event_log_streams_listed_and_read_in_pages(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from sluice.bus.inprocess import InProcessBus
 from sluice.bus.kafka import KafkaBus
 from sluice.bus.port import Record
-from sluice.bus.topics import ALL_TOPICS, PARTITION_NOTIFICATIONS
+from sluice.bus.topics import ALL_TOPICS, DEAD_LETTER, PARTITION_NOTIFICATIONS
 from sluice.clock import SimulatedClock
 from sluice.domain.common import ProgramRef
 from sluice.domain.schedules import Schedule, schedule_id_for
@@ -27,6 +27,7 @@ from sluice.runtime.consumer import send_to_dead_letter
 from tests.support.kafka import KafkaBroker
 from sluice_services.matcher.decisions import partition_stream
 from sluice_services.registry.service import RegistryService
+from sluice_services.sre import dead_letters
 
 pytestmark = pytest.mark.integration
 
@@ -171,6 +172,34 @@ def test_control_characters_off_the_bus_never_reach_the_terminal(data_dir):
     assert "\x1b" not in listed + shown and "\x07" not in shown
     assert "bad \\x1b[31mred" in listed
     assert "trace: \\x1b]52;c;Zm9v\\x07" in shown and "key: k\\x1b[2J" in shown
+
+
+def test_a_dead_letter_naming_no_consumed_topic_is_not_replayed(data_dir):
+    """A dead letter's source-topic header says where a replay publishes: one naming no topic Sluice consumes
+    (missing, the dead-letter topic itself, any other) is refused in one line and nothing is published."""
+    async def letters() -> None:
+        bus = InProcessBus(data_dir / "bus.db")
+        await bus.create_topics(ALL_TOPICS)
+        producer = bus.producer()
+        for source in (None, DEAD_LETTER, "elsewhere"):
+            headers = [("reason", b"r"), ("consumer-group", b"g")] + ([("source-topic", source.encode())] if source else [])
+            await producer.send(DEAD_LETTER, b"v", key=b"k", headers=headers)
+        await producer.close()
+        await bus.close()
+
+    async def dead_letter_count() -> int:
+        bus = InProcessBus(data_dir / "bus.db")
+        try:
+            return len(await dead_letters.drain(bus, 0.5))
+        finally:
+            await bus.close()
+    asyncio.run(letters())
+    source = ["--data-dir", str(data_dir)]
+    for letter, named in (("0/0", "''"), ("0/1", repr(DEAD_LETTER)), ("0/2", "'elsewhere'")):
+        one_line_error(sluice("dlq", "replay", letter, *source), f"dead letter {letter} names no topic Sluice consumes "
+                                                                 f"as its source-topic ({named}): not replayed")
+    assert asyncio.run(dead_letter_count()) == 3  # none was published again, to the dead-letter topic either
+    assert json.loads(sluice("--json", "log", "show", "dlq-replays", *source).stdout or "[]") == []
 
 
 @pytest.mark.slow
