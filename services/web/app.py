@@ -200,8 +200,10 @@ def _action(name: str) -> Action:
 
 
 def _local(path: str) -> str:
-    """`path` when it is a path of this console (no scheme, host or backslash), else /schedules."""
-    if path.startswith("/") and not path.startswith("//") and "\\" not in path and ":" not in path.split("?")[0]:
+    """`path` when it is a path of this console (no scheme, host or backslash, nor a space or control
+    character: a browser drops a tab or newline, so "/\\t/evil.example" would be "//evil.example"), else /schedules."""
+    if (path.startswith("/") and not path.startswith("//") and "\\" not in path and ":" not in path.split("?")[0]
+            and path.isprintable() and " " not in path):
         return path
     return "/schedules"
 
