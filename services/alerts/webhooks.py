@@ -39,8 +39,8 @@ class AiohttpSender:
         headers = {"Content-Type": "application/json", "Idempotency-Key": delivery_id,
                    "User-Agent": "sluice-alerts"}
         try:
+            # the status is the outcome: the answer's body is never read (a receiver may send one without end)
             async with self._session.post(url, data=body.encode(), headers=headers, allow_redirects=False) as response:
-                await response.read()
                 return SendOutcome(200 <= response.status < 300, f"HTTP {response.status}")
         except asyncio.TimeoutError:
             return SendOutcome(False, f"no answer from {redacted(url)} within {self._timeout.total:g} s")

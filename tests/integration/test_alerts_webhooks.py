@@ -26,6 +26,7 @@ from sluice.runtime.service import run_services
 from sluice.v1 import alerts_pb2, alerts_pb2_grpc, schedules_pb2
 from sluice.wire.common import notification_to_proto
 from sluice_services.alerts.service import AlertsService
+from sluice_services.alerts.webhooks import AiohttpSender, SendOutcome
 from sluice_services.composition import alerts_spec
 from tests.support.waiting import until
 
@@ -169,6 +170,30 @@ async def test_a_receiver_that_is_down_leaves_the_delivery_pending_for_its_retry
     assert len(receiver.calls) == 1
     await alerts.close()
     log.close()
+
+
+async def test_a_receiver_answering_200_with_an_endless_body_has_its_delivery_delivered():
+    """The status is the answer: a body that never ends is not read into memory until the timeout (which would
+    make a delivered call count as failed, and be sent again)."""
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        await response.prepare(request)
+        chunk = b"x" * 65536
+        while True:
+            await response.write(chunk)
+
+    app = web.Application()
+    app.router.add_post("/hooks/endless", endless)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    sender = AiohttpSender(timeout_seconds=5)
+    try:
+        outcome = await sender.post(f"http://127.0.0.1:{runner.addresses[0][1]}/hooks/endless", "{}", "d-1")
+        assert outcome == SendOutcome(True, "HTTP 200")
+    finally:
+        await sender.close()
+        await runner.cleanup()
 
 
 def _closed_port() -> int:
