@@ -13,6 +13,7 @@ from sluice.eventlog.port import EventLog
 from sluice.eventlog.truncated import LogUntil
 from sluice_services.catalogue import NAMES
 from sluice_services.cli.offline import OperatorError, add_sources, offline, open_log
+from sluice_services.cli.unreadable import named_unreadable
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
@@ -31,11 +32,9 @@ def _replay(settings, args) -> int:
         until = head if args.until is None else args.until
         if not 0 <= until <= head:
             raise OperatorError(f"--until: position {until} is outside the log (0 to {head})")
-        state = service_state(args.service, LogUntil(log, until))
-        if args.diff:
-            report: Any = diff(state, service_state(args.service, log))
-        else:
-            report = state
+        with named_unreadable(log):
+            state = service_state(args.service, LogUntil(log, until))
+            report: Any = diff(state, service_state(args.service, log)) if args.diff else state
     finally:
         log.close()
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else _text(args.service, until, report, args.diff))

@@ -15,12 +15,14 @@ from sluice.domain.common import ProgramRef
 from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import PartitionTrigger
+from sluice.eventlog.port import ANY_VERSION, NewEvent
 from sluice.eventlog.snapshots import Snapshot
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.readmodels.jobs import JobsView
 from sluice_services.catalogue import DATASETS
 from sluice_services.checker.service import CheckerService
 from sluice_services.datasets.service import DatasetsService
+from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX
 from sluice_services.matcher.service import MatcherService
 from tests.scenarios.conftest import T0
 from tests.support.simulated import SimulatedScheduler
@@ -140,3 +142,27 @@ def test_an_unknown_service_is_one_line_and_exit_2(data_dir: Path) -> None:
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("sluice: error: --service:") and "nonsense" in line and "standalone" in line
+
+
+@pytest.mark.parametrize("stream, event, service, named", [
+    ("schedule-x", NewEvent("e-json", "ScheduleEnabled", b"{not json"), "registry", "ScheduleEnabled: JSONDecodeError"),
+    ("schedule-x", NewEvent("e-short", "ScheduleCreated", b'{"schedule": {"id": "x"}}'), "registry",
+     "ScheduleCreated: TypeError"),
+    (PARTITION_STREAM_PREFIX + "0", NewEvent("e-cut", "Batch", b'{"events":[{"sched'), "matcher", "not a batch of events"),
+])
+def test_an_unreadable_event_is_one_line_naming_its_stream_and_position(data_dir: Path, stream, event, service,
+                                                                        named) -> None:
+    """Corrupt, cut short or of another release: `replay` and `rebuild` name the first such event instead of a
+    traceback, and `log stats` a record that is not the batch it says."""
+    log = SqliteEventLog(data_dir / "events.db", clock=SimulatedClock())
+    log.append(stream, [event], ANY_VERSION)
+    position = log.head_position()
+    log.close()
+    where = (f"record {event.id} of stream {stream} at position {position}" if event.type == "Batch"
+             else f"stream {stream} version 0 at position {position}: {named}")
+    commands = [["replay", service], ["rebuild", service], ["rebuild", "snapshots"]]
+    for command in commands + ([["log", "stats"]] if event.type == "Batch" else []):
+        result = sluice(*command, "--data-dir", str(data_dir))
+        assert result.returncode == 1, (command, result.stderr)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("sluice: error: the event log holds") and where in line and named in line, (command, line)
