@@ -25,7 +25,7 @@ from sluice.domain.bounds import lone_surrogate_error
 from sluice.runtime.access import ANY_NAMESPACE, Grant, Principal, Role
 from sluice.runtime.auth_policy import TokenAuthenticator
 from sluice.runtime.authorization import Authorizer
-from sluice.runtime.http_auth import middlewares
+from sluice.runtime.http_auth import loopback_host_middlewares, middlewares
 from sluice.runtime.permissions import LINEAGE_BODY, UNRESOLVED, Target, lineage_event_target
 from sluice.runtime.errors import MalformedMessage
 from sluice_services.lineage.marquez_routes import MarquezRoutes, error as _error
@@ -36,16 +36,19 @@ MAX_BODY_BYTES = 1024 * 1024
 """A run event is a few kB; a larger body (compressed or not) is refused with 413."""
 
 
-def application(service: LineageService, token: str = "", authorizer: Authorizer | None = None) -> web.Application:
+def application(service: LineageService, token: str = "", authorizer: Authorizer | None = None,
+                bound_host: str = "") -> web.Application:
     """With `authorizer` (the server's), every route is authorized against the permission
     table; `token` (--lineage-token) is one more principal, an operator of every namespace, and turns
-    authorization on by itself."""
+    authorization on by itself. `bound_host`: the address served on (on loopback, only requests for a
+    loopback name are answered)."""
     authorizer = _with_lineage_token(authorizer, token)
     if authorizer is not None:
         authorizer = Authorizer(authorizer.authenticators, {**authorizer.resolvers, LINEAGE_BODY: _body_target})
     without_slash = web.normalize_path_middleware(append_slash=False, remove_slash=True,
                                                   redirect_class=web.HTTPPermanentRedirect)
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, middlewares=[without_slash, *middlewares(authorizer)])
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1,
+                          middlewares=[*loopback_host_middlewares(bound_host), without_slash, *middlewares(authorizer)])
     routes = _Routes(service)
     app.add_routes([
         web.post("/api/v1/lineage", routes.ingest),
@@ -58,7 +61,7 @@ def application(service: LineageService, token: str = "", authorizer: Authorizer
 async def serve(service: LineageService, host: str, port: int, token: str = "", *,
                 authorizer: Authorizer | None = None, ssl_context: ssl.SSLContext | None = None) -> web.AppRunner:
     """`ssl_context`: speak HTTPS (the server's certificate, sluice.runtime.http_auth.server_ssl_context)."""
-    runner = web.AppRunner(application(service, token, authorizer), access_log=None)
+    runner = web.AppRunner(application(service, token, authorizer, bound_host=host), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
     return runner

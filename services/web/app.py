@@ -18,6 +18,7 @@ import grpc
 import jinja2
 from aiohttp import web
 
+from sluice.runtime.http_auth import loopback_host_middlewares
 from sluice_services.web import pages
 from sluice_services.web.actions import ACTIONS, Action, permission_of
 from sluice_services.web.api import ConsoleApi, Identity, NotConnected
@@ -35,8 +36,9 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 
 
-def build_app(api: ConsoleApi, *, secure_cookie: bool = False) -> web.Application:
-    app = web.Application(middlewares=[_errors, _headers])
+def build_app(api: ConsoleApi, *, secure_cookie: bool = False, bound_host: str = "") -> web.Application:
+    """`bound_host`: the address served on (on loopback, only requests for a loopback name are answered)."""
+    app = web.Application(middlewares=[*loopback_host_middlewares(bound_host), _errors, _headers])
     app[API_KEY] = api
     app[SECRET_KEY] = secrets.token_bytes(32)
     app[TEMPLATES_KEY] = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),

@@ -39,7 +39,7 @@ async def start_console(api: ConsoleApi | None, host: str, port: int, ssl_contex
                         ) -> tuple[Console, Callable[[ConsoleApi], None]]:
     """Bind host:port (0: a free one) and serve; `connect(api)` sets the API (until then: 503)."""
     holder: dict[str, ConsoleApi] = {}
-    app = build_app(PendingApi(holder), secure_cookie=ssl_context is not None)
+    app = build_app(PendingApi(holder), secure_cookie=ssl_context is not None, bound_host=host)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)

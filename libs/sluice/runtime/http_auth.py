@@ -1,15 +1,17 @@
-"""The HTTP side's access (lineage HTTP API, metrics): one aiohttp middleware that authenticates and
-authorizes every route against the permission table (GET /healthz aside), and TLS with the server's
-certificate. A refusal is 401 (unauthenticated, with WWW-Authenticate) or 403 naming the permission."""
+"""The HTTP side's access (lineage HTTP API, metrics, the console): one aiohttp middleware that authenticates
+and authorizes every route against the permission table (GET /healthz aside), one that keeps a server bound
+to loopback to requests for a loopback name, and TLS with the server's certificate. A refusal is 401
+(unauthenticated, with WWW-Authenticate), 403 naming the permission, or 421 naming the Host."""
 from __future__ import annotations
 
 import ssl
 from typing import Any, Awaitable, Callable
+from urllib.parse import urlsplit
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from sluice.runtime.authorization import Authorizer, bearer_of
-from sluice.runtime.grpc_security import GrpcSecurity
+from sluice.runtime.grpc_security import GrpcSecurity, loopback
 from sluice.runtime.permissions import HTTP_RULES, OPEN_ROUTES
 
 SEND_TOKEN = "send the header 'Authorization: Bearer <token>'"
@@ -42,6 +44,33 @@ def authorization_middleware(authorizer: Authorizer) -> Callable:
 
 def middlewares(authorizer: Authorizer | None) -> list:
     return [] if authorizer is None else [authorization_middleware(authorizer)]
+
+
+def loopback_host_middlewares(bound_host: str) -> list:
+    """For a server bound to loopback: each request's Host header must name a loopback host too. A web page
+    whose own name its DNS turns into 127.0.0.1 (DNS rebinding) is then same-origin with the server, and
+    could read its pages and post its actions with the browser of anyone on this machine; the browser sends
+    the page's name as Host, so it is refused (421). A request without Host is no browser's."""
+    if not loopback(bound_host):
+        return []
+
+    @web.middleware
+    async def loopback_host(request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
+        named = request.headers.get(hdrs.HOST)
+        if named is None or _loopback_name(named):
+            return await handler(request)
+        return web.json_response({"error": f"Host {named!r} is not a loopback name, as this server is bound to "
+                                           f"{bound_host}: ask it as 127.0.0.1 or localhost"}, status=421)
+
+    return [loopback_host]
+
+
+def _loopback_name(host_header: str) -> bool:
+    try:
+        name = urlsplit(f"//{host_header}").hostname or ""
+    except ValueError:
+        return False
+    return loopback(name) or name.endswith(".localhost")  # browsers resolve *.localhost themselves
 
 
 def peer_subject(request: web.Request) -> str | None:

@@ -10,12 +10,14 @@ from aiohttp import web
 
 from sluice.runtime.authorization import Authorizer
 from sluice.runtime.health import Health
-from sluice.runtime.http_auth import middlewares
+from sluice.runtime.http_auth import loopback_host_middlewares, middlewares
 from sluice.runtime.metrics import CONTENT_TYPE, Registry
 
 
-def metrics_app(registry: Registry, authorizer: Authorizer | None = None, health: Health | None = None) -> web.Application:
-    """`health`: what /healthz and /readyz say (None: alive and ready, always)."""
+def metrics_app(registry: Registry, authorizer: Authorizer | None = None, health: Health | None = None,
+                bound_host: str = "") -> web.Application:
+    """`health`: what /healthz and /readyz say (None: alive and ready, always); `bound_host`: the address
+    served on (on loopback, only requests for a loopback name are answered)."""
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=registry.render().encode(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -29,7 +31,7 @@ def metrics_app(registry: Registry, authorizer: Authorizer | None = None, health
             return web.Response(text="ready")
         return web.Response(status=503, text=f"not ready: {health.why_not_ready()}")
 
-    app = web.Application(middlewares=middlewares(authorizer))
+    app = web.Application(middlewares=[*loopback_host_middlewares(bound_host), *middlewares(authorizer)])
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -42,7 +44,8 @@ async def start_metrics_server(registry: Registry, host: str = "127.0.0.1", port
                                health: Health | None = None) -> tuple[web.AppRunner, int]:
     """Serve `registry` on host:port (0 picks a free port), over HTTPS with `ssl_context`; the runner
     (call `cleanup()` to stop) and the port."""
-    runner = web.AppRunner(metrics_app(registry, authorizer, health), access_log=None, handle_signals=False)
+    runner = web.AppRunner(metrics_app(registry, authorizer, health, bound_host=host), access_log=None,
+                           handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     try:
