@@ -80,11 +80,13 @@ async def wait_ended(process: ProcessIdentity, poll_seconds: float = 1.0) -> Non
 
 
 def kill_leftovers(process: ProcessIdentity) -> bool:
-    """The wrapper is gone without an exit code (killed): what it started may still run in its
-    process group (it led a session of its own), which is killed before another attempt starts.
-    Only when its pid is free: the kernel hands out no pid still used as a process group id, so a
-    free pid means any group under it is the wrapper's own; a reused pid means the group is gone."""
-    if process_start_ticks(process.pid) is not None:
+    """The wrapper has ended (or vanished, killed): what its program started may still run in its
+    process group (it led a session of its own), which is killed before the attempt's end is
+    recorded. Only when its pid is free or still its own zombie: the kernel hands out no pid still
+    used as a process group id, so a free pid means any group under it is the wrapper's own; a
+    reused pid means the group is gone. True if a group was there to kill."""
+    start = process_start_ticks(process.pid)
+    if start is not None and (start != process.process_start or process.alive()):
         return False
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -149,7 +151,10 @@ class SupervisedChild:
 
 
 def _recorded_exit(process: ProcessIdentity, attempt_dir: Path) -> int | None:
+    """The exit code the wrapper recorded; whatever the program left running goes first, so that
+    nothing of the attempt outlives its end (nor touches its staged outputs while they are published)."""
     code = exit_code(attempt_dir)
-    if code is None and kill_leftovers(process):
-        log.warning("%s: killed what its vanished wrapper %d had left running", attempt_dir, process.pid)
+    if kill_leftovers(process):
+        log.warning("%s: killed what %s wrapper %d had left running", attempt_dir,
+                    "its vanished" if code is None else "the program of", process.pid)
     return code

@@ -191,3 +191,27 @@ async def test_a_standby_launcher_refuses_a_cancel_and_the_lease_holder_carries_
     assert holder.get(run_id).cancel is None
     run = await holder.cancel(run_id, "from the holder", "token:ops")
     assert run.status is RunStatus.KILLED and run.error == "killed by token:ops: from the holder"
+
+
+LEAVES_A_CHILD = """
+import json, subprocess, sys
+from pathlib import Path
+context = json.loads(Path(sys.argv[sys.argv.index("--sluice-context") + 1]).read_text())
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+Path(context["system"]["result_path"]).with_name("child.pid").write_text(str(child.pid))
+Path(context["system"]["result_path"]).write_text(json.dumps({"outputs": [], "inputs": [], "consumed": []}))
+"""
+
+
+@pytest.mark.parametrize("exit_code", [0, 3])
+async def test_what_a_program_started_and_left_running_is_killed_when_it_exits(world, exit_code):
+    """Regression: only a wrapper that vanished had its process group killed; a program that exited (with
+    any code) left its children running past the run's end, out of reach of a cancel or a time limit."""
+    (world.root / "apps" / PROGRAM.app / f"{PROGRAM.program}.py").write_text(
+        LEAVES_A_CHILD + f"raise SystemExit({exit_code})\n")
+    launcher = world.launcher()
+    run_id = await request(launcher, world.job())
+    run = launcher.get(run_id)
+    assert run.status is (RunStatus.COMPLETED if exit_code == 0 else RunStatus.FAILED), run.error
+    child = int((launcher.attempt_dir(run) / "child.pid").read_text())
+    assert await until(lambda: gone(child), "the program's child to be killed")
