@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Callable
@@ -153,9 +154,20 @@ def _is_exception_line(line: str) -> bool:
 
 
 def _tail(path: Path) -> str:
+    """The log's last LOG_TAIL_BYTES, read from its end: it is the program's, of any size, and perhaps
+    replaced by it (a link is not followed, a FIFO not waited on: "")."""
     try:
-        data = path.read_bytes()[-LOG_TAIL_BYTES:]
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        size = os.fstat(fd)
+        if not stat.S_ISREG(size.st_mode):
+            return ""
+        data = os.pread(fd, LOG_TAIL_BYTES, max(0, size.st_size - LOG_TAIL_BYTES))
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
     lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
     return " | ".join(lines[-5:])

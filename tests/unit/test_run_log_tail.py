@@ -3,6 +3,8 @@ the tail request's hostile values refused naming tail_lines."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -96,3 +98,34 @@ def test_hostile_tails_are_refused_naming_tail_lines(tail_lines, from_offset, me
         checked_request(get_run, RUN_ID, 0, from_offset, tail_lines)
     assert raised.value.field == "tail_lines"
     assert checked_request(get_run, RUN_ID, 0, 0, MAX_TAIL_LINES)[1] == 1
+
+
+def test_a_failed_runs_error_reads_only_the_end_of_a_huge_log(tmp_path):
+    """Regression: lead_then_tail read the whole driver log to keep its last 2,000 bytes: a program that printed
+    gigabytes and failed took as much of the launcher's memory. Here a 16 GiB (sparse) log, read by a process
+    allowed 2 GiB of address space."""
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as out:
+        out.truncate(16 << 30)
+        out.seek(0, os.SEEK_END)
+        out.write(b"Traceback (most recent call last):\nValueError: bad input\n")
+    script = ("import resource, sys; from pathlib import Path\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+              "from sluice_services.launcher.run_logs import lead_then_tail\n"
+              "print(lead_then_tail(Path(sys.argv[1])))")
+    shown = subprocess.run([sys.executable, "-c", script, str(log)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert shown.stdout.startswith("ValueError: bad input | "), shown.stdout
+
+
+@pytest.mark.parametrize("plant", ["fifo", "link"])
+def test_a_log_the_program_replaced_with_a_fifo_or_a_link_shows_nothing(tmp_path, plant):
+    """Regression: a program could replace its driver.log (its own run dir) with a FIFO, which the launcher,
+    failing the run, opened on its event loop and waited on for a writer forever; or with a link to any file."""
+    log, elsewhere = tmp_path / "driver.log", tmp_path / "elsewhere"
+    elsewhere.write_text("ValueError: not the log\n")
+    os.mkfifo(log) if plant == "fifo" else log.symlink_to(elsewhere)
+    script = "import sys; from pathlib import Path\n" \
+             "from sluice_services.launcher.run_logs import lead_then_tail\nprint(repr(lead_then_tail(Path(sys.argv[1]))))"
+    shown = subprocess.run([sys.executable, "-c", script, str(log)], capture_output=True, text=True, timeout=20)
+    assert (shown.returncode, shown.stdout) == (0, "''\n"), shown.stderr[-2000:]
