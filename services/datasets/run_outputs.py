@@ -31,7 +31,9 @@ from sluice.domain.commits import (
 )
 from sluice.domain.common import PartitionRef
 from sluice.domain.consumer.state import ConsumerRef, PartitionId
+from sluice.domain.bounds import MAX_BYTES, check_int
 from sluice.domain.datasets.specs import Partition, validate_partition
+from sluice.domain.datasets.transactions import validate_partitions
 from sluice.domain.names import validate_name
 from sluice.domain.runs import OutputPartition
 from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -89,14 +91,17 @@ class RunPublisher:
             namespace = validate_name(f"outputs[{index}].namespace", output["namespace"])
             dataset = validate_name(f"outputs[{index}].dataset", output["dataset"])
             spec = self._plane.datasets.find(namespace, dataset)
-            partition = Partition(dict(output["key"]), "-", int(output.get("size_bytes", 0)),
-                                  int(output.get("record_count", 0)), {"format": output.get("format", "")})
+            for name in ("size_bytes", "record_count"):
+                check_int(f"outputs[{index}].{name}", output.get(name, 0), 0, MAX_BYTES)
+            partition = Partition(dict(output["key"]), "-", output.get("size_bytes", 0),
+                                  output.get("record_count", 0), {"format": output.get("format", "")})
             if spec is not None:
                 partition = validate_partition(spec, partition, f"outputs[{index}]")
                 final = spec.default_location(partition.key)
             else:
                 final = str(final_location(self._data_dir, namespace, dataset, partition.key, f"outputs[{index}]"))
-            files = tuple(StagedFile(f["path"], int(f["size_bytes"]), f["sha256"]) for f in output.get("files", []))
+            files = tuple(StagedFile(f["path"], _file_size(f, f"outputs[{index}].files[{number}]"), f["sha256"])
+                          for number, f in enumerate(output.get("files", [])))
             if not files:
                 raise PublishError(f"output {output['staged_location']} has an empty manifest")
             move = MoveFiles(output["staged_location"], final, files)
@@ -115,8 +120,17 @@ class RunPublisher:
                 dict(partition.key), final, partition.size_bytes, partition.record_count, dict(partition.metadata)),
                 announced=spec is not None))
         for (namespace, dataset), partitions in registered.items():
+            # as its RegisterPartitions step will (bounds, repeated keys): a refusal there, once the run's
+            # inputs are completed and its files moved, would lose them and quarantine the dataset
+            validate_partitions(self._plane.datasets.find(namespace, dataset), partitions,
+                                f"outputs to {namespace}.{dataset}")
             steps.append(RegisterPartitions(namespace, dataset, RESERVE, tuple(partitions)))
         if not steps:
             return None, ()
         sequence = CommitSequence(sequence_id_for(run_id), run_id, tuple(dict.fromkeys(datasets)), ordered(tuple(steps)))
         return sequence, tuple(outputs)
+
+
+def _file_size(entry: dict[str, Any], path: str) -> int:
+    check_int(f"{path}.size_bytes", entry["size_bytes"], 0, MAX_BYTES)
+    return entry["size_bytes"]

@@ -135,6 +135,7 @@ def check_paths(step: MoveFiles, final_root: Path | None, staging_root: Path | N
             raise InvalidArgument(f"{path}.{name}", f"must be an absolute path, got {getattr(step, name)!r}")
     if final_root is not None:
         inside(final_root, step.final_location, f"{path}.final_location")
+    _check_fits(step, f"{path}.final_location")
     if staging_root is not None:
         inside(staging_root, step.staged_location, f"{path}.staged_location")
     for index, entry in enumerate(step.files):
@@ -142,6 +143,22 @@ def check_paths(step: MoveFiles, final_root: Path | None, staging_root: Path | N
         relative = Path(*relative_parts(where, entry.path))
         inside(step.staged_location, relative, where)
         inside(step.final_location, relative, where)
+
+
+NAME_MAX = 255
+PATH_MAX = 4096
+"""Bytes of a file name and of a whole path (Linux): a partition directory past them cannot be made."""
+
+
+def _check_fits(step: MoveFiles, field: str) -> None:
+    """The final directory and its files can be made: a key value may be longer than a directory name."""
+    for segment in Path(step.final_location).parts[1:]:
+        if len(os.fsencode(segment)) > NAME_MAX:
+            raise InvalidArgument(field, f"its directory {segment[:60]!r}... has {len(os.fsencode(segment))} bytes, "
+                                         f"over the {NAME_MAX} a file name may have (a key value too long?)")
+    longest = max((len(os.fsencode(entry.path)) for entry in step.files), default=0)
+    if len(os.fsencode(step.final_location)) + 1 + longest >= PATH_MAX:
+        raise InvalidArgument(field, f"its files' paths would be over the {PATH_MAX} bytes a path may have")
 
 
 def check_staged(step: MoveFiles) -> None:

@@ -24,6 +24,7 @@ from sluice.domain.consumer import ConsumerRef, Outcome, WorkStatus
 from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.eventlog.sqlite import SqliteEventLog
+from sluice.domain.commits import sequence_id_for
 from sluice.ids import derived_id, run_id_for
 from sluice.sdk.context import load_context
 from sluice.sdk.partitions import Between, PartitionSource, default_consumer_name
@@ -199,6 +200,61 @@ async def test_an_output_key_of_the_wrong_type_fails_the_run_and_publishes_nothi
     assert run.status is RunStatus.FAILED and "outputs[0].key.hour: must be an INT" in run.error
     assert harness.plane.datasets.query("web", "click_counts", PartitionQuery()) == []
     assert harness.consumer().working_set[0].failures == 1
+
+
+def rewriting_result(change: Callable[[dict], str]) -> Callable[[Path], int]:
+    """counting_program, then its result.json replaced by `change(result)` (JSON text, as a program may write it)."""
+    def program(context_path: Path) -> int:
+        code = counting_program()(context_path)
+        result_path = Path(load_context(context_path).system.result_path)
+        result_path.write_text(change(json.loads(result_path.read_text())))
+        return code
+    return program
+
+
+def with_output(**fields) -> Callable[[dict], str]:
+    def change(result: dict) -> str:
+        result["outputs"][0].update(fields)
+        return json.dumps(result)
+    return change
+
+
+def repeated_output(result: dict) -> str:
+    result["outputs"].append(dict(result["outputs"][0]))
+    return json.dumps(result)
+
+
+@pytest.mark.parametrize("change, refused", [
+    (with_output(size_bytes=2**70), "outputs[0].size_bytes: must be at most"),
+    (with_output(record_count=-1), "outputs[0].record_count: must be at least 0"),
+    (lambda result: json.dumps(result).replace('"record_count": 1', '"record_count": 1e400'),
+     "outputs[0].record_count: must be a whole number, got inf"),
+    (with_output(dataset="unregistered", size_bytes=-7), "outputs[0].size_bytes: must be at least 0"),
+    (with_output(dataset="unregistered", size_bytes=2**70), "outputs[0].size_bytes: must be at most"),
+    (with_output(format="x" * 20_000), "outputs to web.click_counts[0].metadata: 20006 bytes exceeds the limit"),
+    (repeated_output, "outputs to web.click_counts[1].key: repeats the key"),
+    (with_output(dataset="unregistered", key={"hour": "h" * 300}),
+     "outputs[0].final_location: its directory 'hour=hhhhh"),
+], ids=["size-over-int64", "negative-count", "infinite-count", "unregistered-negative-size",
+        "unregistered-size-over-int64", "metadata-too-big", "key-twice", "key-value-over-a-file-name"])
+async def test_an_output_the_dataset_cannot_take_fails_the_run_before_anything_is_published(
+        harness: Harness, change, refused):
+    """Regression: sizes and counts were checked only by the commit sequence's RegisterPartitions step, after
+    the run's inputs were completed and its files moved: the run failed, its input was never retried, its output
+    never registered, and the sequence, redone at each later commit to the dataset, quarantined it; a key value
+    longer than a directory name may be (255 bytes) failed its MoveFiles step the same way. Unregistered
+    outputs took negative sizes; one past int64, or an infinite one, failed the datasets service with UNKNOWN,
+    which the launcher waited out forever holding a slot."""
+    harness.add_clicks(2)
+    _, run = await harness.run(rewriting_result(change))
+    assert run.status is RunStatus.FAILED and refused in run.error, run.error
+    assert harness.plane.commits.progress(sequence_id_for(run.id)) is None
+    assert not (harness.root / "data" / "web").exists()
+    assert harness.consumer().working_set[0].failures == 1  # handed out again
+    _, retried = await harness.run(counting_program())
+    assert retried.status is RunStatus.COMPLETED, retried.error
+    assert [p.partition.key for p in harness.plane.datasets.query("web", "click_counts", PartitionQuery())] \
+        == [{"hour": "2"}]
 
 
 async def test_a_filtered_consume_takes_only_matching_partitions(harness: Harness):
