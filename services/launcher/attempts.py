@@ -155,12 +155,13 @@ class Attempts:
     async def _publish(self, run: Run, attempt_dir: Path) -> None:
         try:
             result = read_result(attempt_dir / "result.json")
+            said_read = inputs_of(result)  # before anything is published: a malformed result publishes nothing
             outputs = (await self._run_data.publish(run.id, result) if self._run_data
                        else publish_outputs(result, self._data_dir))
         except (PublishError, KeyError) as error:
             await self._failed(run.id, attempt_dir, f"publishing outputs failed: {error}", retryable=False)
             return
-        inputs = inputs_of(result) or tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())
+        inputs = said_read or tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())
         self._decide(run.id, MarkCompleted(outputs, inputs))
 
     async def _lost(self, run: Run, attempt_dir: Path, reason: str) -> None:

@@ -35,11 +35,14 @@ class PublishError(Exception):
 
 def read_result(result_path: Path) -> dict:
     try:
-        return json.loads(result_path.read_text())
+        result = json.loads(result_path.read_text())
     except FileNotFoundError as error:
         raise PublishError(f"the program wrote no result at {result_path}") from error
     except json.JSONDecodeError as error:
         raise PublishError(f"the program's result is not JSON: {error}") from error
+    if not isinstance(result, dict):
+        raise PublishError(f"the program's result must be a JSON object, got {type(result).__name__}")
+    return result
 
 
 def final_location(data_dir: Path, namespace: str, dataset: str, key: dict[str, str], path: str = "output") -> Path:
@@ -80,10 +83,28 @@ def publish_outputs(result: dict, data_dir: Path, staging_root: Path | None = No
 
 
 def inputs_of(result: dict) -> tuple[InputPartition, ...]:
-    return tuple(
-        InputPartition(i["namespace"], i["dataset"], PartitionRef(dict(i["key"]), i.get("location", "")))
-        for i in result.get("inputs", [])
-    )
+    """The partitions the program says it read (its run's lineage); PublishError naming the field of one
+    that is not {namespace, dataset, key, location}."""
+    inputs = result.get("inputs", [])
+    try:
+        if not isinstance(inputs, list):
+            raise InvalidArgument("inputs", f"must be a list, got {type(inputs).__name__}")
+        return tuple(_input(entry, f"inputs[{index}]") for index, entry in enumerate(inputs))
+    except InvalidArgument as refused:
+        raise PublishError(str(refused)) from refused
+
+
+def _input(entry: object, path: str) -> InputPartition:
+    if not isinstance(entry, dict):
+        raise InvalidArgument(path, f"must be an object with namespace, dataset, key and location, "
+                                    f"got {type(entry).__name__}")
+    key, location = entry.get("key"), entry.get("location", "")
+    if not isinstance(key, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in key.items()):
+        raise InvalidArgument(f"{path}.key", "must map key names to their values (text)")
+    if not isinstance(location, str):
+        raise InvalidArgument(f"{path}.location", f"must be text, got {type(location).__name__}")
+    return InputPartition(validate_name(f"{path}.namespace", entry.get("namespace")),
+                          validate_name(f"{path}.dataset", entry.get("dataset")), PartitionRef(dict(key), location))
 
 
 def _moved(target: Path, files: list[dict]) -> bool:

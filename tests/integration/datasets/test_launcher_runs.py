@@ -257,6 +257,25 @@ async def test_an_output_the_dataset_cannot_take_fails_the_run_before_anything_i
         == [{"hour": "2"}]
 
 
+@pytest.mark.parametrize("inputs, refused", [
+    ([5], "inputs[0]: must be an object"),
+    ([{"namespace": "web", "dataset": "clicks"}], "inputs[0].key: must map"),
+    ([{"namespace": 5, "dataset": "clicks", "key": {"hour": "2"}}], "inputs[0].namespace: must match"),
+    ({"namespace": "web"}, "inputs: must be a list"),
+], ids=["not-an-object", "no-key", "namespace-a-number", "not-a-list"])
+async def test_a_malformed_input_in_the_result_fails_the_run_before_anything_is_published(
+        harness: Harness, inputs, refused):
+    """Regression: the inputs (lineage) were read after the outputs were published and the consumed partitions
+    completed: a malformed one failed the run with "launcher error: TypeError(...)" over published outputs (a
+    namespace of the wrong type was recorded as it was)."""
+    harness.add_clicks(2)
+    _, run = await harness.run(rewriting_result(lambda result: json.dumps({**result, "inputs": inputs})))
+    assert run.status is RunStatus.FAILED and refused in run.error, run.error
+    assert harness.plane.commits.progress(sequence_id_for(run.id)) is None
+    assert harness.plane.datasets.query("web", "click_counts", PartitionQuery()) == []
+    assert harness.consumer().working_set[0].failures == 1
+
+
 async def test_a_filtered_consume_takes_only_matching_partitions(harness: Harness):
     harness.add_clicks(1, 8, 9, 12)
     _, run = await harness.run(counting_program(where={"hour": Between(8, 12)}))
