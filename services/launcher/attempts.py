@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from sluice.clock import Clock
-from sluice.datasets.files import PublishError, inputs_of, publish_outputs, read_result
+from sluice.datasets.files import PublishError, inputs_of, publish_outputs, read_program_file, read_result
 from sluice.domain import runs
 from sluice.domain.common import RunStatus
 from sluice.domain.errors import InvalidArgument
@@ -176,7 +176,7 @@ class Attempts:
         if self._run_data is None:
             return
         try:
-            taken = json.loads((run_dir / CONSUMED_FILE).read_text())
-        except (OSError, ValueError):
+            taken = json.loads(read_program_file(run_dir / CONSUMED_FILE))
+        except (OSError, ValueError, PublishError):
             taken = []  # it took nothing (or died before saying so: the consumer's timeout hands them out again)
         await self._run_data.release(run_id, taken, reason)

@@ -36,6 +36,8 @@ CALL_TIMEOUT = 60.0
 """A publish moves the run's files: it may take a while."""
 DEFAULT_PATIENCE = 300.0
 MAX_BACKOFF = 5.0
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+"""gRPC's default largest message, which the datasets service receives."""
 
 
 class DatasetsUnreachable(OSError):
@@ -74,6 +76,9 @@ class GrpcRunData:
 
     async def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
         request = pb.PublishRunRequest(run_id=run_id, result_json=json.dumps(result))
+        if request.ByteSize() > MAX_REQUEST_BYTES:  # the server would refuse it unread (RESOURCE_EXHAUSTED), every time
+            raise PublishError(f"the program's result makes a PublishRun request too large: {request.ByteSize():,} "
+                               f"bytes, over gRPC's {MAX_REQUEST_BYTES:,}")
         try:
             response = await self._call(lambda stub, **kw: stub.PublishRun(request, **kw), f"run {run_id}: publishing")
         except grpc.aio.AioRpcError as refused:

@@ -16,6 +16,7 @@ import json
 import os
 import logging
 import shutil
+import stat
 from pathlib import Path
 
 from sluice.domain.commits import MoveFiles, StagedFile
@@ -33,12 +34,38 @@ class PublishError(Exception):
     pass
 
 
+MAX_RESULT_BYTES = 4 * 1024 * 1024 - 64 * 1024
+"""A program's result.json: what one PublishRun request carries (gRPC's 4 MiB message, less room for the rest)."""
+
+
+def read_program_file(path: Path, limit: int = MAX_RESULT_BYTES) -> bytes:
+    """A file a program left in its run dir (result.json, consumed.json): its own, so hostile. Not through a
+    link, never waited on (a FIFO), at most `limit` bytes; PublishError saying what is wrong, FileNotFoundError
+    when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise PublishError(f"the program's {path.name} cannot be read: {error.strerror}") from error
+    with os.fdopen(fd, "rb") as file:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise PublishError(f"the program's {path.name} is not a regular file")
+        if found.st_size > limit:
+            raise PublishError(f"the program's {path.name} has {found.st_size:,} bytes, over the limit of {limit:,} bytes")
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise PublishError(f"the program's {path.name} has over {limit:,} bytes, the limit")
+    return data
+
+
 def read_result(result_path: Path) -> dict:
     try:
-        result = json.loads(result_path.read_text())
+        result = json.loads(read_program_file(result_path))
     except FileNotFoundError as error:
         raise PublishError(f"the program wrote no result at {result_path}") from error
-    except json.JSONDecodeError as error:
+    except ValueError as error:  # not JSON, or not UTF-8
         raise PublishError(f"the program's result is not JSON: {error}") from error
     if not isinstance(result, dict):
         raise PublishError(f"the program's result must be a JSON object, got {type(result).__name__}")

@@ -276,6 +276,22 @@ async def test_a_malformed_input_in_the_result_fails_the_run_before_anything_is_
     assert harness.consumer().working_set[0].failures == 1
 
 
+@pytest.mark.parametrize("metrics, refused", [
+    ({"log": "x" * (5 << 20)}, "the program's result.json has 5,243,"),
+    ({"log": "\u00e9" * (3 << 19)}, "PublishRun request too large"),  # 3 MiB of UTF-8, 9 MiB as JSON with \\u escapes
+], ids=["over-the-file-limit", "over-a-grpc-message"])
+async def test_a_result_too_big_to_publish_fails_the_run(harness: Harness, metrics, refused):
+    """Regression: a result over gRPC's 4 MiB message (a program's big metrics, or thousands of outputs) was
+    refused by the datasets service with RESOURCE_EXHAUSTED, which the launcher took for an unreachable service
+    and retried forever, holding a run slot; it also read the whole file, whatever its size."""
+    harness.add_clicks(2)
+    _, run = await harness.run(rewriting_result(lambda result: json.dumps({**result, "metrics": metrics},
+                                                                          ensure_ascii=False)))
+    assert run.status is RunStatus.FAILED and refused in run.error, run.error[:300]
+    assert harness.plane.datasets.query("web", "click_counts", PartitionQuery()) == []
+    assert harness.consumer().working_set[0].failures == 1
+
+
 async def test_a_filtered_consume_takes_only_matching_partitions(harness: Harness):
     harness.add_clicks(1, 8, 9, 12)
     _, run = await harness.run(counting_program(where={"hour": Between(8, 12)}))
