@@ -133,25 +133,27 @@ class CommitRunner:
 
     # -- committing ----------------------------------------------------------------------------
 
-    def commit(self, draft: CommitSequence) -> CommitProgress:
+    def commit(self, draft: CommitSequence, fence: Callable[[], StreamAppend | None] | None = None) -> CommitProgress:
         """Record the sequence (RegisterPartitions with position RESERVE get theirs in the same
-        append), then run it. CommitFailed if a step fails; FailedPrecondition if a dataset is
-        quarantined or the run lost its input partitions (then nothing was published)."""
+        append, and `fence`'s append too: decided again after any conflict, it may refuse), then run
+        it. CommitFailed if a step fails; FailedPrecondition if a dataset is quarantined or the run
+        lost its input partitions (then nothing was published)."""
         self.settle(draft.datasets, except_id=draft.id)
         if self._load(draft.id).progress is None:
-            self._record(draft)
+            self._record(draft, fence)
         self._boundary("recorded")
         return self._run(draft.id)
 
-    def _record(self, draft: CommitSequence) -> None:
+    def _record(self, draft: CommitSequence, fence: Callable[[], StreamAppend | None] | None) -> None:
         stream = commits.stream_name(draft.id)
 
         def attempt() -> None:
             sequence, begins = self._reserve(draft)
             events = commits.decide(None, commits.Record(commits.CommitSequence(
                 sequence.id, sequence.run_id, sequence.datasets, commits.ordered(sequence.steps))), self._clock.now())
+            fenced = [a for a in [fence() if fence is not None else None] if a is not None]
             try:
-                self._log.append_batch([*begins, StreamAppend(stream, events_for(stream, 0, events), NO_STREAM)])
+                self._log.append_batch([*begins, *fenced, StreamAppend(stream, events_for(stream, 0, events), NO_STREAM)])
             except WrongExpectedVersion as conflict:
                 if conflict.stream != stream:
                     raise  # another writer began a transaction first: reserve again

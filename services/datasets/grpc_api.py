@@ -181,7 +181,7 @@ class RunDataServicer(datasets_pb2_grpc.RunDataServicer):
     @grpc_errors
     async def OpenRun(self, request, context):
         grants = tuple(AccessGrant(grant.namespace, tuple(grant.datasets)) for grant in request.grants)
-        self._service.open_access(request.run_id, grants)
+        self._service.open_access(request.run_id, grants, request.attempt)
         return pb.OpenRunResponse(token=self._credentials.issue(request.run_id))
 
     @grpc_errors
@@ -189,21 +189,24 @@ class RunDataServicer(datasets_pb2_grpc.RunDataServicer):
         validate_run_id(request.run_id)
         result = _json(request.result_json, "result_json", dict)
         try:
-            outputs = self._publisher.publish(request.run_id, result)
+            outputs = self._publisher.publish(request.run_id, result, request.attempt)  # its access ends with it
         except PublishError as refused:  # the launcher fails the run with this message
             raise FailedPrecondition(str(refused)) from refused
-        self._service.close_access(request.run_id, "published")
-        return pb.PublishRunResponse(outputs=[
-            pb.PublishedOutput(namespace=o.namespace, dataset=o.dataset, partition=partition_ref_to_proto(o.partition),
-                               announced=o.announced) for o in outputs])
+        return pb.PublishRunResponse(outputs=_published(outputs))
 
     @grpc_errors
     async def ReleaseRun(self, request, context):
         validate_run_id(request.run_id)
         taken = _json(request.consumed_json, "consumed_json", list) if request.consumed_json else []
-        self._publisher.release(request.run_id, taken, request.reason)
-        self._service.close_access(request.run_id, request.reason or "released")
-        return pb.ReleaseRunResponse()
+        published = self._publisher.release(request.run_id, taken, request.reason, request.attempt)
+        if published is None:
+            return pb.ReleaseRunResponse()
+        return pb.ReleaseRunResponse(published=True, outputs=_published(published))
+
+
+def _published(outputs) -> list[pb.PublishedOutput]:
+    return [pb.PublishedOutput(namespace=o.namespace, dataset=o.dataset, partition=partition_ref_to_proto(o.partition),
+                               announced=o.announced) for o in outputs]
 
 
 def _json(text: str, field: str, kind: type) -> object:

@@ -1,14 +1,19 @@
 """A finished run's outputs and consumed inputs, published exactly once through one commit sequence.
 
     publisher = RunPublisher(data_plane, partitions_dir)
-    outputs = publisher.publish(run_id, result)             # on exit code 0 (PublishError otherwise)
-    publisher.release(run_id, consumed, reason)             # on failure: consumed partitions are retried
+    outputs = publisher.publish(run_id, result, attempt)    # on exit code 0 (PublishError otherwise)
+    published = publisher.release(run_id, consumed, reason, attempt)   # on failure: consumed partitions are retried
 
 The sequence: the run's consumed partitions are completed on their consumers (strictly: still held
 by the run), every staged output is moved to its final location (verified by its manifest), and the
 outputs of registered datasets are registered as one transaction per dataset, whose commit is the
 partition notification. Outputs to datasets nobody registered are moved the same way and announced
 by the run's completion (OutputPartition.announced says which is which).
+
+Both are fenced by the run's attempt (the run's access, sluice.domain.datasets.run_access): the
+sequence is recorded in one append with the attempt's end, so an attempt that was released, or that a
+later attempt superseded (a launcher that lost its lease to another, resuming), publishes nothing; and
+releasing an attempt that published answers what it published, so the launcher records its completion.
 
 The run's staged outputs are read from <partitions dir>/../runs/<run id>: the launcher's and the
 datasets service's data dir are one (a shared volume when they run apart).
@@ -49,26 +54,48 @@ class RunPublisher:
         self._plane = data_plane
         self._data_dir = data_dir
 
-    def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
+    def publish(self, run_id: str, result: dict[str, Any], attempt: int = 0) -> tuple[OutputPartition, ...]:
+        """`attempt`: the run's attempt whose result it is (0: its current one)."""
         try:
-            recorded = self._plane.commits.progress(sequence_id_for(run_id)) is not None
+            progress = self._plane.commits.progress(sequence_id_for(run_id))
+            recorded = progress is not None and progress.status is not CommitStatus.ABANDONED
             # recorded by a launcher that stopped before the run's completion: finished, not checked again
             sequence, outputs = self._sequence(run_id, result, check=not recorded)
+            if recorded or sequence is None:
+                self._plane.publish_access(run_id, attempt, outputs)  # refused unless it is this attempt's
             if sequence is not None:
-                self._plane.commits.commit(sequence)
+                done = self._plane.commits.commit(
+                    sequence, fence=lambda: self._plane.prepare_publish(run_id, attempt, outputs))
+                if done.status is not CommitStatus.FINISHED:
+                    raise FailedPrecondition(f"commit sequence {sequence.id} of run {run_id} is "
+                                             f"{done.status.value}: {done.error}")
+            access = self._plane.access(run_id)
+            if access is not None and access.published:
+                if attempt and access.attempt != attempt:  # another attempt's sequence was recorded first
+                    raise FailedPrecondition(f"run {run_id}: attempt {access.attempt} published its outputs; "
+                                             f"attempt {attempt} cannot")
+                return access.outputs
         except (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition, CommitFailed) as error:
             raise PublishError(str(error)) from error
         except (KeyError, TypeError, ValueError) as error:
             raise PublishError(f"the program's result is malformed: {error!r}") from error
         return outputs
 
-    def release(self, run_id: str, taken: Any, reason: str) -> None:
-        """The run failed: partitions it took (`taken`: its consumed.json, a list of {namespace, dataset,
-        consumer, ids}) are failed (retried, or discarded past their retries), unless its commit
-        sequence is recorded and not abandoned (then it will complete them)."""
+    def release(self, run_id: str, taken: Any, reason: str, attempt: int = 0) -> tuple[OutputPartition, ...] | None:
+        """The attempt (0: the current one) failed: partitions it took (`taken`: its consumed.json, a list of
+        {namespace, dataset, consumer, ids}) are failed (retried, or discarded past their retries) and its
+        access ends. Unless it published: then what it published (the launcher records its completion);
+        or its commit sequence was recorded before attempts were fenced (it will complete them)."""
         progress = self._plane.commits.progress(sequence_id_for(run_id))
-        if progress is not None and progress.status is not CommitStatus.ABANDONED:
-            return
+        abandoned = progress is not None and progress.status is CommitStatus.ABANDONED
+        access = self._plane.close_access(run_id, reason or "released", attempt)  # ordered with any publish
+        if access is not None and access.published and not abandoned:
+            if attempt and access.attempt != attempt:
+                raise FailedPrecondition(f"run {run_id}: attempt {access.attempt} published its outputs, "
+                                         f"not attempt {attempt}")
+            return access.outputs
+        if progress is not None and not abandoned:
+            return None
         for entry in taken if isinstance(taken, list) else []:
             try:
                 ref = ConsumerRef(entry["namespace"], entry["dataset"], entry["consumer"])
@@ -76,6 +103,7 @@ class RunPublisher:
                 self._plane.consumers.fail(ref, run_id, ids, reason[:500])
             except (KeyError, TypeError, InvalidArgument, NotFound) as error:
                 log.warning("run %s: could not release consumed partitions %r: %s", run_id, entry, error)
+        return None
 
     def _sequence(self, run_id: str, result: dict[str, Any], check: bool = True) -> tuple[CommitSequence | None,
                                                                        tuple[OutputPartition, ...]]:

@@ -17,8 +17,9 @@ from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
 from sluice.domain.datasets import run_access
 from sluice.domain.datasets.run_access import RunAccess
 from sluice.domain.datasets.transactions import DatasetCreated, PartitionsCommitted
+from sluice.domain.runs import OutputPartition
 from sluice.eventlog.codec import EventTypes
-from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent
+from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, StreamAppend
 from sluice.ids import derived_id
 from sluice.runtime import snapshots
 from sluice.runtime.aggregates import AggregateStore, execute
@@ -50,18 +51,45 @@ class DatasetsService:
 
     # -- the runs' access ------------------------------------------------------------------------
 
-    def open_access(self, run_id: str, grants: tuple[run_access.AccessGrant, ...]) -> RunAccess:
+    def open_access(self, run_id: str, grants: tuple[run_access.AccessGrant, ...], attempt: int = 0) -> RunAccess:
+        """FailedPrecondition naming the attempt when it ended or a later one opened."""
         now = self._clock.now()
         access, _ = execute(self._access, self.log, run_access.stream_name(run_id),
-                            lambda current: run_access.decide(current, run_access.Open(run_id, grants), now))
+                            lambda current: run_access.decide(current, run_access.Open(run_id, grants, attempt), now))
         return access
 
-    def close_access(self, run_id: str, reason: str) -> None:
+    def close_access(self, run_id: str, reason: str, attempt: int = 0) -> RunAccess | None:
+        """The attempt ended without publishing; the access as it is now (a stale attempt's close changes
+        nothing, a published run's neither)."""
         now = self._clock.now()
         stream = run_access.stream_name(run_id)
-        execute(self._access, self.log, stream,
-                lambda current: run_access.decide(current, run_access.Close(run_id, reason), now))
         self._access.forget(stream)
+        access, _ = execute(self._access, self.log, stream,
+                            lambda current: run_access.decide(current, run_access.Close(run_id, reason, attempt), now))
+        self._access.forget(stream)
+        return access
+
+    def prepare_publish(self, run_id: str, attempt: int, outputs: tuple[OutputPartition, ...]) -> StreamAppend | None:
+        """The append recording that `attempt` published the run's outputs (ending its access), for the
+        append that records its commit sequence: it conflicts if the access changed meanwhile (the
+        attempt released, a later one opened). FailedPrecondition naming the attempt when it may not."""
+        stream = run_access.stream_name(run_id)
+        self._access.forget(stream)  # decided on the log as it is now: a conflict brings the caller back here
+        events = run_access.decide(self._access.load(stream).state, run_access.Publish(run_id, attempt, outputs),
+                                   self._clock.now())
+        prepared = self._access.prepare(stream, events) if events else None
+        self._access.forget(stream)
+        return prepared
+
+    def publish_access(self, run_id: str, attempt: int, outputs: tuple[OutputPartition, ...]) -> RunAccess:
+        """`prepare_publish` appended alone (a run with nothing to commit, or its sequence recorded already)."""
+        now = self._clock.now()
+        stream = run_access.stream_name(run_id)
+        self._access.forget(stream)
+        access, _ = execute(self._access, self.log, stream,
+                            lambda current: run_access.decide(current, run_access.Publish(run_id, attempt, outputs), now))
+        self._access.forget(stream)
+        return access
 
     def access(self, run_id: str) -> RunAccess | None:
         """The run's access as the log has it (None: never opened, or not a run id)."""

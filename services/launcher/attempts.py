@@ -13,7 +13,7 @@ from sluice.clock import Clock
 from sluice.datasets.files import PublishError, inputs_of, publish_outputs, read_program_file, read_result
 from sluice.domain import runs
 from sluice.domain.common import RunStatus
-from sluice.domain.errors import InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument
 from sluice.domain.lease import LeaseLost
 from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkSparkApplication, MarkStarted, Run
 from sluice.sdk.partitions import CONSUMED_FILE
@@ -59,6 +59,14 @@ class Attempts:
         if not current.status.terminal:
             await self._execute(current)
 
+    async def end_lost(self, run: Run, reason: str) -> None:
+        """The current attempt of a launcher that lost the lease (its process cannot be seen from here) is
+        LOST; its end is told the datasets service first, so that its launcher, resuming, cannot publish
+        it any more; or, if it published already, the run COMPLETED with what it published."""
+        current = self._get(run.id) or run
+        if not current.status.terminal and current.attempt.number == run.attempt.number:
+            await self._lost(current, self._attempt_dir(current), reason)
+
     async def _execute(self, run: Run) -> None:
         attempt_dir = self._attempt_dir(run)
         found = await self._find(run, attempt_dir)
@@ -77,12 +85,12 @@ class Attempts:
             exit_code = await self._wait(run.id, attempt_dir, process)
         cancel = (self._get(run.id) or run).cancel
         if cancel is not None:  # whatever its exit, the run ends KILLED (its outputs are not published)
-            await self._failed(run.id, attempt_dir, f"killed: {cancel.reason}")
+            await self._failed(run, attempt_dir, f"killed: {cancel.reason}")
         elif exit_code is None:
             await self._lost(run, attempt_dir, "the launcher restarted while the run was going" if found is None
                              else f"its process {found.pid} ended without an exit status")
         elif exit_code != 0:
-            await self._failed(run.id, attempt_dir,
+            await self._failed(run, attempt_dir,
                                f"exit code {exit_code}: {lead_then_tail(attempt_dir / DRIVER_LOG)}")
         else:
             await self._publish(run, attempt_dir)
@@ -156,27 +164,41 @@ class Attempts:
         try:
             result = read_result(attempt_dir / "result.json")
             said_read = inputs_of(result)  # before anything is published: a malformed result publishes nothing
-            outputs = (await self._run_data.publish(run.id, result) if self._run_data
+            outputs = (await self._run_data.publish(run.id, result, run.attempt.number) if self._run_data
                        else publish_outputs(result, self._data_dir))
         except (PublishError, KeyError) as error:
-            await self._failed(run.id, attempt_dir, f"publishing outputs failed: {error}", retryable=False)
+            await self._failed(run, attempt_dir, f"publishing outputs failed: {error}", retryable=False)
             return
-        inputs = said_read or tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())
-        self._decide(run.id, MarkCompleted(outputs, inputs))
+        self._decide(run.id, MarkCompleted(outputs, said_read or _triggering_inputs(run)))
 
     async def _lost(self, run: Run, attempt_dir: Path, reason: str) -> None:
-        await self._release(run.id, attempt_dir, reason)
-        self._decide(run.id, MarkLost(reason))
+        if not await self._released(run, attempt_dir, reason):
+            self._decide(run.id, MarkLost(reason))
 
-    async def _failed(self, run_id: str, run_dir: Path, error: str, retryable: bool = True) -> None:
-        await self._release(run_id, run_dir, error)  # partitions it consumed are retried
-        self._decide(run_id, MarkFailed(error, retryable))
+    async def _failed(self, run: Run, run_dir: Path, error: str, retryable: bool = True) -> None:
+        if not await self._released(run, run_dir, error):  # partitions it consumed are retried
+            self._decide(run.id, MarkFailed(error, retryable))
 
-    async def _release(self, run_id: str, run_dir: Path, reason: str) -> None:
+    async def _released(self, run: Run, run_dir: Path, reason: str) -> bool:
+        """Release what the attempt took; False. True when the datasets service answers that the attempt
+        published its outputs already (a launcher stopped, or lost its lease, before recording it): the
+        run's completion is recorded instead of its failure."""
         if self._run_data is None:
-            return
+            return False
         try:
             taken = json.loads(read_program_file(run_dir / CONSUMED_FILE))
         except (OSError, ValueError, PublishError):
             taken = []  # it took nothing (or died before saying so: the consumer's timeout hands them out again)
-        await self._run_data.release(run_id, taken, reason)
+        try:
+            published = await self._run_data.release(run.id, taken, reason, run.attempt.number)
+        except FailedPrecondition as refused:  # another attempt published: this one's end is recorded as it was
+            log.warning("run %s, attempt %d: %s", run.id, run.attempt.number, refused)
+            return False
+        if published is None:
+            return False
+        self._decide(run.id, MarkCompleted(published, _triggering_inputs(run)))
+        return True
+
+
+def _triggering_inputs(run: Run) -> tuple[runs.InputPartition, ...]:
+    return tuple(runs.InputPartition(ns, ds, p) for ns, ds, p in run.job.context.partitions())

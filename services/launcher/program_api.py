@@ -40,7 +40,7 @@ class ProgramApi:
 
     async def context_for(self, run: Run) -> dict:
         api = {"address": self._run_data.address(),
-               "token": await self._run_data.open_run(run.id, run_grants(run))}
+               "token": await self._run_data.open_run(run.id, run_grants(run), run.attempt.number)}
         if self._tls_ca is not None:
             api["tls_ca"] = str(Path(self._tls_ca).resolve())
         return {"api": api}

@@ -2,9 +2,12 @@
 run_data_grpc.GrpcRunData (the datasets service's RunData API, the only way the launcher reaches the
 data plane); tests/integration/datasets/test_run_data_contract.py holds every adapter to the same behaviour.
 
-    token = await run_data.open_run(run.id, run_grants(run))   # before the program starts
-    outputs = await run_data.publish(run.id, result)           # exit code 0; PublishError when refused
-    await run_data.release(run.id, consumed, reason)           # failed or lost: partitions it took go back
+    token = await run_data.open_run(run.id, run_grants(run), attempt)  # before the program starts
+    outputs = await run_data.publish(run.id, result, attempt)          # exit code 0; PublishError when refused
+    published = await run_data.release(run.id, consumed, reason, attempt)  # failed or lost: what it took goes back
+
+Every call names the run's attempt: the datasets service refuses (FailedPrecondition, PublishError) an
+attempt that ended or that a later attempt superseded, which fences a launcher that lost its lease.
 """
 from __future__ import annotations
 
@@ -20,19 +23,22 @@ class RunData(Protocol):
         """Where a program reaches the datasets service's Partitions API (host:port)."""
         ...
 
-    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...]) -> str:
-        """Open the run's access with these grants; the program's bearer token."""
+    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...], attempt: int = 0) -> str:
+        """Open the run's access with these grants for the attempt; the program's bearer token."""
         ...
 
-    async def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
-        """Publish the run's outputs and consumed partitions exactly once (its access ends); the
+    async def publish(self, run_id: str, result: dict[str, Any], attempt: int = 0) -> tuple[OutputPartition, ...]:
+        """Publish the attempt's outputs and consumed partitions exactly once (its access ends); the
         outputs as published. PublishError (sluice.datasets.files) when the datasets service refuses
-        them; the same call again after a crash publishes nothing twice."""
+        them (or the attempt ended, or another superseded it); the same call again after a crash
+        publishes nothing twice."""
         ...
 
-    async def release(self, run_id: str, consumed: Any, reason: str) -> None:
-        """The run failed: the partitions it took (its consumed.json) are failed on their consumers,
-        unless its outputs are being published; its access ends."""
+    async def release(self, run_id: str, consumed: Any, reason: str,
+                      attempt: int = 0) -> tuple[OutputPartition, ...] | None:
+        """The attempt failed: the partitions it took (its consumed.json) are failed on their consumers
+        and its access ends; None. Unless the attempt published its outputs already: then those outputs
+        (the run completed; the launcher records it so)."""
         ...
 
 

@@ -66,16 +66,16 @@ class GrpcRunData:
             raise RuntimeError("the gRPC server is not listening yet: no datasets address to give a program")
         return self._address
 
-    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...]) -> str:
+    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...], attempt: int = 0) -> str:
         request = pb.OpenRunRequest(run_id=run_id, grants=[pb.RunGrant(namespace=g.namespace, datasets=g.datasets)
-                                                           for g in grants])
+                                                           for g in grants], attempt=attempt)
         try:
             return (await self._call(lambda stub, **kw: stub.OpenRun(request, **kw), f"run {run_id}: opening")).token
         except grpc.aio.AioRpcError as refused:
             raise _domain_error(refused) from None
 
-    async def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
-        request = pb.PublishRunRequest(run_id=run_id, result_json=json.dumps(result))
+    async def publish(self, run_id: str, result: dict[str, Any], attempt: int = 0) -> tuple[OutputPartition, ...]:
+        request = pb.PublishRunRequest(run_id=run_id, result_json=json.dumps(result), attempt=attempt)
         if request.ByteSize() > MAX_REQUEST_BYTES:  # the server would refuse it unread (RESOURCE_EXHAUSTED), every time
             raise PublishError(f"the program's result makes a PublishRun request too large: {request.ByteSize():,} "
                                f"bytes, over gRPC's {MAX_REQUEST_BYTES:,}")
@@ -83,16 +83,17 @@ class GrpcRunData:
             response = await self._call(lambda stub, **kw: stub.PublishRun(request, **kw), f"run {run_id}: publishing")
         except grpc.aio.AioRpcError as refused:
             raise PublishError(refused.details() or refused.code().name) from None
-        return tuple(OutputPartition(o.namespace, o.dataset, partition_from_proto(o.partition), o.announced)
-                     for o in response.outputs)
+        return _outputs(response.outputs)
 
-    async def release(self, run_id: str, consumed: Any, reason: str) -> None:
+    async def release(self, run_id: str, consumed: Any, reason: str,
+                      attempt: int = 0) -> tuple[OutputPartition, ...] | None:
         request = pb.ReleaseRunRequest(run_id=run_id, consumed_json=json.dumps(consumed) if consumed else "",
-                                       reason=reason[:500])
+                                       reason=reason[:500], attempt=attempt)
         try:
-            await self._call(lambda stub, **kw: stub.ReleaseRun(request, **kw), f"run {run_id}: releasing")
+            response = await self._call(lambda stub, **kw: stub.ReleaseRun(request, **kw), f"run {run_id}: releasing")
         except grpc.aio.AioRpcError as refused:
             raise _domain_error(refused) from None
+        return _outputs(response.outputs) if response.published else None
 
     async def close(self) -> None:
         if self._channel is not None:
@@ -130,6 +131,11 @@ class GrpcRunData:
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self._token}"),) if self._token else ()
+
+
+def _outputs(outputs) -> tuple[OutputPartition, ...]:
+    return tuple(OutputPartition(o.namespace, o.dataset, partition_from_proto(o.partition), o.announced)
+                 for o in outputs)
 
 
 def _domain_error(refused: grpc.aio.AioRpcError) -> Exception:

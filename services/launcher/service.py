@@ -73,6 +73,7 @@ class LauncherService:
         self._terminations = run_control.Terminations(kill_grace_seconds)
         self._sweeper = run_control.RunDirSweeper(self.runs_root_of(data_dir), self.get, run_dir_retention)
         self._lease = lease
+        self._run_data = run_data
         self._stepping_down: asyncio.Task | None = None
         self._infrastructure = Pauses("launcher's runs")
         self._log = log
@@ -155,7 +156,9 @@ class LauncherService:
     def _take_over(self, read_again: bool) -> None:
         """This launcher now owns the runs: read what the previous holder appended (`read_again`), then
         mark LOST every unfinished attempt owned by an epoch of another home (its processes cannot be
-        seen from here; the retry policy decides what follows), and start or re-attach to the rest."""
+        seen from here; the retry policy decides what follows), and start or re-attach to the rest.
+        With a datasets service, each such attempt is released there first (a task of its own): its
+        launcher, resuming, can no longer publish it; one that published already completes the run."""
         if read_again:
             self.recover()
         for run in self._waiting():
@@ -163,9 +166,13 @@ class LauncherService:
             if not epoch or self._lease.mine(epoch):
                 continue  # this data dir's: its wrapper's files say what became of it
             home = self._lease.lease.home_of(epoch)
+            reason = (f"its launcher (lease epoch {epoch}, {home or 'unknown home'}) lost the lease; "
+                      f"its process cannot be seen from here")
+            if self._run_data is not None:
+                self._spawn(run, lost=reason)
+                continue
             try:
-                self._decide(run.id, MarkLost(f"its launcher (lease epoch {epoch}, {home or 'unknown home'}) "
-                                              f"lost the lease; its process cannot be seen from here"))
+                self._decide(run.id, MarkLost(reason))
             except LeaseLost:
                 return
         self.fire_due()
@@ -309,9 +316,10 @@ class LauncherService:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self._sweeper.finished()
 
-    def _spawn(self, run: Run) -> None:
+    def _spawn(self, run: Run, lost: str = "") -> None:
+        """Start (or re-attach to) its current attempt; or (`lost`, the reason) end it LOST."""
         self._following.add(run.id)
-        task = asyncio.create_task(self._launch(run))
+        task = asyncio.create_task(self._end_lost(run, lost) if lost else self._launch(run))
         self._tasks.add(task)
 
         def done(finished: asyncio.Task) -> None:
@@ -334,6 +342,20 @@ class LauncherService:
                 log.exception("run %s failed to launch", run.id)
                 self._decide(run.id, MarkFailed(f"launcher error: {error!r}"))
 
+
+    async def _end_lost(self, run: Run, reason: str) -> None:
+        """No slot: nothing is started, the attempt's end is told the datasets service and recorded."""
+        try:
+            try:
+                await self._infrastructure.retrying(f"run {run.id}", lambda: self._attempts.end_lost(run, reason))
+            except (asyncio.CancelledError, LeaseLost):
+                raise
+            except Exception:  # the datasets service refused: the attempt is LOST all the same
+                log.exception("run %s: releasing its attempt of another home failed", run.id)
+                self._decide(run.id, MarkLost(reason))
+        except LeaseLost:
+            log.warning("run %s: this launcher lost the lease; it records nothing more", run.id)
+            self._stepping_down = asyncio.get_running_loop().create_task(self.step_down())
 
     def _decide(self, run_id: str, command: runs.RunCommand) -> list:
         now = self._clock.now()

@@ -26,14 +26,15 @@ class CrashingRunData:
     def address(self) -> str:
         return UNSERVED_ADDRESS
 
-    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...]) -> str:
-        return await self._call(lambda run_data: run_data.open_run(run_id, grants))
+    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...], attempt: int = 0) -> str:
+        return await self._call(lambda run_data: run_data.open_run(run_id, grants, attempt))
 
-    async def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
-        return await self._call(lambda run_data: run_data.publish(run_id, result))
+    async def publish(self, run_id: str, result: dict[str, Any], attempt: int = 0) -> tuple[OutputPartition, ...]:
+        return await self._call(lambda run_data: run_data.publish(run_id, result, attempt))
 
-    async def release(self, run_id: str, consumed: Any, reason: str) -> None:
-        await self._call(lambda run_data: run_data.release(run_id, consumed, reason))
+    async def release(self, run_id: str, consumed: Any, reason: str,
+                      attempt: int = 0) -> tuple[OutputPartition, ...] | None:
+        return await self._call(lambda run_data: run_data.release(run_id, consumed, reason, attempt))
 
     async def _call(self, call: Callable[[LocalRunData], Awaitable[T]]) -> T:
         while True:

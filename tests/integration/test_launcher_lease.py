@@ -16,6 +16,8 @@ import pytest
 from sluice.bus.port import Record
 from sluice.bus.topics import LAUNCH_REQUESTS
 from sluice.clock import SimulatedClock
+from sluice.datasets.files import read_result
+from sluice.domain.commits import sequence_id_for
 from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.lease import LeaseLost
@@ -29,7 +31,10 @@ from sluice_services.launcher import supervise
 from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, LeaseTerms
 from sluice_services.launcher.programs import SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService, NotLeaseHolder
+from sluice_services.datasets.service import DatasetsService
+from sluice_services.launcher.tracking import exit_code
 from sluice_services.localserver import LocalServer
+from tests.support.run_data import LocalRunData
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -55,11 +60,12 @@ class Hosts:
         self.gate = root / "gate"
         self.starts = root / "starts.log"
 
-    def launcher(self, host: str) -> LauncherService:
+    def launcher(self, host: str, run_data: LocalRunData | None = None) -> LauncherService:
         log = SqliteEventLog(self.root / "events.db", clock=self.clock)
         self.logs.append(log)
         launcher = LauncherService(log, self.clock, Catalog(), SparkSubmitter(self.config, 0.05),
-                                   self.root / host / "data", lease=LeaseKeeper(log, self.clock, host, TERMS))
+                                   self.root / host / "data", run_data=run_data,
+                                   lease=LeaseKeeper(log, self.clock, host, TERMS))
         launcher.recover()
         launcher.resume()
         return launcher
@@ -73,6 +79,12 @@ class Hosts:
 
     def events(self) -> int:
         return len(self.logs[0].read_all(0, 100_000))
+
+    def datasets(self, partitions_dir: Path) -> LocalRunData:
+        """One datasets service on the shared log, answering both launchers (in this thread)."""
+        log = SqliteEventLog(self.root / "events.db", clock=self.clock)
+        self.logs.append(log)
+        return LocalRunData(DatasetsService(log, self.clock), partitions_dir)
 
 
 @pytest.fixture
@@ -163,6 +175,50 @@ async def test_a_launcher_restarted_on_the_same_data_dir_takes_over_at_once_and_
     await until(lambda: second.get(run_id).status.terminal, "the run ended")
     assert second.get(run_id).status is RunStatus.COMPLETED and len(second.get(run_id).attempts) == 1
     assert len(hosts.starts.read_text().splitlines()) == 1
+
+
+async def test_a_launcher_resuming_after_its_lease_was_taken_over_publishes_nothing(hosts: Hosts):
+    run_data = hosts.datasets(hosts.root / "host-a" / "data")
+    a = hosts.launcher("host-a", run_data)
+    await a.on_launch_requested(hosts.request(1))
+    run_id = run_id_for(derived_id("job", "1"))
+    await until(lambda: a.get(run_id).status is RunStatus.RUNNING and hosts.starts.exists(), "the program started")
+    b = hosts.launcher("host-b", run_data)
+    hosts.clock.advance(timedelta(seconds=31))  # a is paused past its lease (its program goes on)
+    assert await b.lease_tick() is LeaseChange.ACQUIRED
+    await b.drain()  # attempt 1 released at the datasets service, then recorded LOST
+    assert [a.status for a in b.get(run_id).attempts] == [RunStatus.LOST, RunStatus.STARTING]
+    before = hosts.events()
+    hosts.gate.touch()  # a resumes: attempt 1's program exits 0, a asks for its outputs to be published
+    await a.drain()
+    assert run_data.service.commits.progress(sequence_id_for(run_id)) is None, "no commit sequence recorded"
+    assert not (hosts.root / "host-a" / "data" / "web").exists(), "no output moved in place"
+    access = run_data.service.access(run_id)
+    assert access.attempt == 1 and not access.published and not access.open
+    assert hosts.events() == before, "the run's history unchanged: attempt 1 LOST, attempt 2 to come"
+
+
+async def test_a_new_owner_records_the_completion_of_an_attempt_that_published_before_its_launcher_stopped(
+        hosts: Hosts):
+    run_data = hosts.datasets(hosts.root / "host-a" / "data")
+    a = hosts.launcher("host-a", run_data)
+    await a.on_launch_requested(hosts.request(1))
+    run_id = run_id_for(derived_id("job", "1"))
+    await until(lambda: a.get(run_id).status is RunStatus.RUNNING and hosts.starts.exists(), "the program started")
+    attempt_dir = a.attempt_dir(a.get(run_id))
+    for task in list(a._tasks):  # a stops where it is; its program goes on
+        task.cancel()
+    hosts.gate.touch()
+    await until(lambda: exit_code(attempt_dir) == 0, "the program ended")
+    # a published, and stopped before recording the run's completion
+    published = await run_data.publish(run_id, read_result(attempt_dir / "result.json"), attempt=1)
+    b = hosts.launcher("host-b", run_data)
+    hosts.clock.advance(timedelta(seconds=31))
+    assert await b.lease_tick() is LeaseChange.ACQUIRED
+    await b.drain()
+    run = b.get(run_id)
+    assert run.status is RunStatus.COMPLETED and len(run.attempts) == 1 and run.outputs == published
+    assert len(hosts.starts.read_text().splitlines()) == 1, "not run again"
 
 
 @pytest.mark.parametrize("command", [("serve", "launcher"), ("standalone",)])

@@ -29,20 +29,18 @@ class LocalRunData:
     def address(self) -> str:
         return self._address
 
-    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...]) -> str:
-        self.service.open_access(run_id, grants)
+    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...], attempt: int = 0) -> str:
+        self.service.open_access(run_id, grants, attempt)
         return self.credentials.issue(run_id)
 
-    async def publish(self, run_id: str, result: dict[str, Any]) -> tuple[OutputPartition, ...]:
+    async def publish(self, run_id: str, result: dict[str, Any], attempt: int = 0) -> tuple[OutputPartition, ...]:
         try:
             validate_run_id(run_id)
-            outputs = self._publisher.publish(run_id, result)
+            return self._publisher.publish(run_id, result, attempt)
         except (InvalidArgument, NotFound, AlreadyExists, FailedPrecondition) as refused:
             raise PublishError(str(refused)) from refused
-        self.service.close_access(run_id, "published")
-        return outputs
 
-    async def release(self, run_id: str, consumed: Any, reason: str) -> None:
+    async def release(self, run_id: str, consumed: Any, reason: str,
+                      attempt: int = 0) -> tuple[OutputPartition, ...] | None:
         validate_run_id(run_id)
-        self._publisher.release(run_id, consumed, reason)
-        self.service.close_access(run_id, reason or "released")
+        return self._publisher.release(run_id, consumed, reason, attempt)

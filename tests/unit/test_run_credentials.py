@@ -155,7 +155,7 @@ class OpenedRuns:
     def address(self) -> str:
         return "datasets:50051"
 
-    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...]) -> str:
+    async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...], attempt: int = 0) -> str:
         self.opened.append((run_id, grants))
         return f"token of {run_id}"
 

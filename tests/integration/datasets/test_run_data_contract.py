@@ -21,7 +21,7 @@ from sluice.datasets.files import PublishError
 from sluice.domain.consumer import ConsumerRef, Outcome, WorkStatus
 from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
 from sluice.domain.datasets.run_access import AccessGrant
-from sluice.domain.errors import InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.access import Grant, Role
 from sluice_services.datasets.run_credentials import RunCredentials
@@ -136,3 +136,65 @@ async def test_a_hostile_run_id_is_refused_naming_it(adapter, run_id):
         await run_data.release(run_id, [], "x")
     with pytest.raises(PublishError):
         await run_data.publish(run_id, {"outputs": []})
+
+
+# -- attempts: a launcher that lost its lease and resumes (docs/decisions.md, "Launcher and programs") --
+
+def counts(world: World) -> list[dict]:
+    return [p.partition.key for p in world.plane.datasets.query("web", "counts", PartitionQuery())]
+
+
+async def test_a_stale_attempt_publishes_nothing_once_the_new_owner_released_it_and_retried(adapter):
+    world, run_data, credentials = adapter
+    await run_data.open_run("run-1", GRANTS, attempt=1)       # launcher A starts attempt 1
+    taken_by_1 = world.take("run-1")
+    # A pauses; B takes the lease over: attempt 1 released (LOST), attempt 2 opened, takes a newer partition
+    assert await run_data.release("run-1", [], "its launcher lost the lease", attempt=1) is None
+    world.plane.datasets.add("web", "clicks", [Partition({"hour": "2"}, str(world.root / "clicks" / "hour=2"))])
+    token = await run_data.open_run("run-1", GRANTS, attempt=2)
+    taken_by_2 = world.take("run-1")
+    # A resumes: its program exited 0, it publishes attempt 1, then releases what attempt 1 took
+    with pytest.raises(PublishError, match="attempt 1 of run run-1 is not its current attempt"):
+        await run_data.publish("run-1", {"outputs": [world.staged("run-1", "counts", "1")],
+                                         "consumed": taken_by_1}, attempt=1)
+    assert await run_data.release("run-1", taken_by_1, "publishing outputs failed", attempt=1) is None
+    assert counts(world) == [] and credentials.authenticate(token, None) is not None, "attempt 2 goes on"
+    with pytest.raises(FailedPrecondition, match="attempt 1 of run run-1 is not its current attempt"):
+        await run_data.open_run("run-1", GRANTS, attempt=1)
+    outputs = await run_data.publish("run-1", {"outputs": [world.staged("run-1", "counts", "2")],
+                                               "consumed": taken_by_2}, attempt=2)
+    assert [o.partition.key for o in outputs] == counts(world) == [{"hour": "2"}]
+    assert Path(outputs[0].partition.location, "part-0.json").is_file()
+    state = world.plane.consumers.state(CLICKS)
+    assert [(r.key, r.outcome) for r in state.history] == [({"hour": "2"}, Outcome.COMPLETED)]
+    assert [(i.partition.key, i.status, i.failures) for i in state.working_set] == [
+        ({"hour": "1"}, WorkStatus.AVAILABLE, 1)], "what attempt 1 took is given back, not stranded"
+
+
+async def test_an_attempt_released_as_lost_or_killed_cannot_publish_afterwards(adapter):
+    world, run_data, _ = adapter
+    await run_data.open_run("run-1", GRANTS, attempt=1)
+    taken = world.take("run-1")
+    await run_data.release("run-1", [], "its launcher lost the lease", attempt=1)   # LOST, no retry left
+    with pytest.raises(PublishError, match="attempt 1 of run run-1 has ended"):
+        await run_data.publish("run-1", {"outputs": [world.staged("run-1", "counts", "1")], "consumed": taken},
+                               attempt=1)
+    assert counts(world) == []
+    assert [i.status for i in world.plane.consumers.state(CLICKS).working_set] == [WorkStatus.IN_PROGRESS]
+
+
+async def test_releasing_an_attempt_that_published_answers_what_it_published(adapter):
+    world, run_data, credentials = adapter
+    await run_data.open_run("run-1", GRANTS, attempt=1)
+    taken = world.take("run-1")
+    outputs = await run_data.publish("run-1", {"outputs": [world.staged("run-1", "counts", "1")], "consumed": taken},
+                                     attempt=1)
+    # A stopped before recording the run's completion; B takes over and releases attempt 1
+    assert await run_data.release("run-1", taken, "its launcher lost the lease", attempt=1) == outputs
+    assert [r.outcome for r in world.plane.consumers.state(CLICKS).history] == [Outcome.COMPLETED]
+    with pytest.raises(FailedPrecondition, match="attempt 1 published its outputs"):
+        await run_data.open_run("run-1", GRANTS, attempt=2)
+    with pytest.raises(PublishError, match="attempt 1 published its outputs; attempt 2 cannot"):
+        await run_data.publish("run-1", {"outputs": [world.staged("run-1", "counts", "2")], "consumed": []},
+                               attempt=2)
+    assert counts(world) == [{"hour": "1"}]

@@ -6,16 +6,23 @@ honoured only while its run's access is open.
     events = decide(None, Open("run-1", (AccessGrant("web", ("*",)),)), now)  # [RunAccessOpened(...)]
     access = evolve(None, events[0])                                          # RunAccess(..., open=True)
 
-Opening again (a retry's attempt, the launcher asking again after a failover) opens it with the grants
-given; closing a closed or unknown run's access changes nothing."""
+Opening again (the launcher asking again after a failover) opens it with the grants given; closing a
+closed or unknown run's access changes nothing.
+
+Attempts fence the run's end (the launcher names the attempt; 0: the current one, as callers that name
+none): a retry's attempt opens it anew; an attempt ends once, published (`Publish`, appended with its
+commit sequence) or released (`Close`), and an attempt that ended, or that a later one superseded, can
+neither open it again nor publish (FailedPrecondition naming the attempt). A stale launcher's attempt
+is thus refused by whichever of its end and the current owner's came second in this stream."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from sluice.domain.errors import InvalidArgument
+from sluice.domain.errors import FailedPrecondition, InvalidArgument
 from sluice.domain.names import validate_name
+from sluice.domain.runs import OutputPartition
 
 STREAM_PREFIX = "access-"
 EVERY_DATASET = "*"
@@ -36,6 +43,12 @@ class RunAccess:
     run_id: str
     grants: tuple[AccessGrant, ...]
     open: bool
+    attempt: int = 0
+    """The attempt it was last opened or ended for (0: none named)."""
+    published: bool = False
+    """`attempt` published the run's outputs (False too for outputs published before attempts were fenced)."""
+    outputs: tuple[OutputPartition, ...] = ()
+    """What it published, as published."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,7 @@ class RunAccessOpened:
     run_id: str
     grants: tuple[AccessGrant, ...]
     at: datetime
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,25 +64,47 @@ class RunAccessClosed:
     run_id: str
     reason: str
     at: datetime
+    attempt: int = 0
 
 
-EVENTS = (RunAccessOpened, RunAccessClosed)
-RunAccessEvent = RunAccessOpened | RunAccessClosed
+@dataclass(frozen=True)
+class RunOutputsPublished:
+    """Attempt `attempt` published the run's outputs: appended with its commit sequence; the access ends."""
+
+    run_id: str
+    attempt: int
+    outputs: tuple[OutputPartition, ...]
+    at: datetime
+
+
+EVENTS = (RunAccessOpened, RunAccessClosed, RunOutputsPublished)
+RunAccessEvent = RunAccessOpened | RunAccessClosed | RunOutputsPublished
 
 
 @dataclass(frozen=True)
 class Open:
     run_id: str
     grants: tuple[AccessGrant, ...]
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
 class Close:
+    """The attempt ended without publishing (its partitions are released)."""
+
     run_id: str
     reason: str
+    attempt: int = 0
 
 
-RunAccessCommand = Open | Close
+@dataclass(frozen=True)
+class Publish:
+    run_id: str
+    attempt: int
+    outputs: tuple[OutputPartition, ...]
+
+
+RunAccessCommand = Open | Close | Publish
 
 
 def stream_name(run_id: str) -> str:
@@ -98,23 +134,60 @@ def validate_grants(grants: tuple[AccessGrant, ...], path: str = "grants") -> tu
 
 def decide(access: RunAccess | None, command: RunAccessCommand, now: datetime) -> list[RunAccessEvent]:
     match command:
-        case Open(run_id, grants):
+        case Open(run_id, grants, attempt):
             validate_run_id(run_id)
             validate_grants(grants)
-            if access is not None and access.open and access.grants == grants:
+            attempt = _current(access, attempt)
+            if access is not None and attempt == access.attempt and access.open and access.grants == grants:
                 return []
-            return [RunAccessOpened(run_id, grants, now)]
-        case Close(run_id, reason):
-            if access is None or not access.open:
+            if access is not None and command.attempt:
+                _not_ended(access, attempt, "open the run's access")
+            return [RunAccessOpened(run_id, grants, now, attempt)]
+        case Close(run_id, reason, attempt):
+            attempt = _current(access, attempt)
+            if access is None:
+                return [RunAccessClosed(run_id, reason[:500], now, attempt)] if attempt else []
+            if access.published or attempt < access.attempt or (attempt == access.attempt and not access.open):
+                return []  # ended already, or a stale attempt's end: the current attempt's access stays
+            return [RunAccessClosed(run_id, reason[:500], now, attempt)]
+        case Publish(run_id, attempt, outputs):
+            attempt = _current(access, attempt)
+            if access is not None and access.published:
+                if attempt != access.attempt:
+                    raise FailedPrecondition(f"run {run_id}: attempt {access.attempt} published its outputs; "
+                                             f"attempt {attempt} cannot")
                 return []
-            return [RunAccessClosed(run_id, reason[:500], now)]
+            if access is not None:
+                _not_ended(access, attempt, "publish")
+            return [RunOutputsPublished(run_id, attempt, outputs, now)]
     raise TypeError(f"not a run access command: {command!r}")
+
+
+def _current(access: RunAccess | None, attempt: int) -> int:
+    """The attempt named, or (0) the run's current one."""
+    return attempt or (access.attempt if access is not None else 0)
+
+
+def _not_ended(access: RunAccess, attempt: int, what: str) -> None:
+    """FailedPrecondition naming the attempt when it was superseded, or ended (published or released)."""
+    if access.published:
+        raise FailedPrecondition(f"run {access.run_id}: attempt {access.attempt} published its outputs; "
+                                 f"attempt {attempt} cannot {what}")
+    if attempt < access.attempt:
+        raise FailedPrecondition(f"attempt {attempt} of run {access.run_id} is not its current attempt "
+                                 f"(attempt {access.attempt} is): it cannot {what}")
+    if attempt == access.attempt and not access.open:
+        raise FailedPrecondition(f"attempt {attempt} of run {access.run_id} has ended (released): it cannot {what}")
 
 
 def evolve(access: RunAccess | None, event: RunAccessEvent) -> RunAccess | None:
     match event:
-        case RunAccessOpened(run_id, grants, _):
-            return RunAccess(run_id, grants, open=True)
-        case RunAccessClosed():
-            return replace(access, open=False) if access is not None else None
+        case RunAccessOpened(run_id, grants, _, attempt):
+            return RunAccess(run_id, grants, open=True, attempt=attempt)
+        case RunAccessClosed(run_id, _, _, attempt):
+            return replace(access or RunAccess(run_id, (), open=False), open=False,
+                           attempt=attempt or (access.attempt if access is not None else 0))
+        case RunOutputsPublished(run_id, attempt, outputs, _):
+            return replace(access or RunAccess(run_id, (), open=False), open=False, attempt=attempt, published=True,
+                           outputs=outputs)
     return access
