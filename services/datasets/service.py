@@ -61,13 +61,7 @@ class DatasetsService:
     def close_access(self, run_id: str, reason: str, attempt: int = 0) -> RunAccess | None:
         """The attempt ended without publishing; the access as it is now (a stale attempt's close changes
         nothing, a published run's neither)."""
-        now = self._clock.now()
-        stream = run_access.stream_name(run_id)
-        self._access.forget(stream)
-        access, _ = execute(self._access, self.log, stream,
-                            lambda current: run_access.decide(current, run_access.Close(run_id, reason, attempt), now))
-        self._access.forget(stream)
-        return access
+        return self._decided_anew(run_id, run_access.Close(run_id, reason, attempt))
 
     def prepare_publish(self, run_id: str, attempt: int, outputs: tuple[OutputPartition, ...]) -> StreamAppend | None:
         """The append recording that `attempt` published the run's outputs (ending its access), for the
@@ -83,11 +77,14 @@ class DatasetsService:
 
     def publish_access(self, run_id: str, attempt: int, outputs: tuple[OutputPartition, ...]) -> RunAccess:
         """`prepare_publish` appended alone (a run with nothing to commit, or its sequence recorded already)."""
+        return self._decided_anew(run_id, run_access.Publish(run_id, attempt, outputs))
+
+    def _decided_anew(self, run_id: str, command: run_access.RunAccessCommand) -> RunAccess | None:
+        """The command decided on the access as the log has it now (another process may have changed it), appended."""
         now = self._clock.now()
         stream = run_access.stream_name(run_id)
         self._access.forget(stream)
-        access, _ = execute(self._access, self.log, stream,
-                            lambda current: run_access.decide(current, run_access.Publish(run_id, attempt, outputs), now))
+        access, _ = execute(self._access, self.log, stream, lambda current: run_access.decide(current, command, now))
         self._access.forget(stream)
         return access
 
