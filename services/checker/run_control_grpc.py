@@ -61,7 +61,8 @@ class RunControlRpcs:
         if request.keys:
             keys = ", ".join(f"{k.name}={k.lower}..{k.upper}" for k in request.keys)
             partitions = await self._listed(schedule_id, request.keys, start, end, context)
-        command = StartBackfill(schedule_id, start, end, partitions, request_id, keys)
+        command = StartBackfill(schedule_id, start, end, partitions, request_id, keys,
+                                tuple((k.name, k.lower, k.upper) for k in request.keys))
         events = self._checker.request(command)
         requested = next((e for e in events if isinstance(e, BackfillRequested)), None)
         book = self._checker.state.requested

@@ -49,7 +49,7 @@ SNAPSHOTS = CHECKER.snapshots
 FROZEN_AFTER_COMMANDS = 100
 """A poll of at least this many commands is decided with the cyclic collector paused, and what survived it
 frozen (see `apply`)."""
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4
 """The schema version of this service's snapshots (the queue stream's Loaded[CheckerState]): bump it when
 CheckerState (or anything it holds) changes shape; a snapshot of another version is ignored and the
 log folded instead."""

@@ -1,6 +1,7 @@
 """Run now and backfills over the checker's gRPC API on loopback, on a simulated clock and a real SQLite
 log: the manual job waits for the schedule's constraints (--ignore-constraints skips the timing ones,
-never concurrency), the jobs view lists it, backfills are listed in pages, and every hostile input is
+never concurrency), the jobs view lists it, backfills are listed in pages, a request id given again answers
+the first request's job or backfill (another request under it is refused), and every hostile input is
 refused naming its field."""
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from sluice.bus.port import Record
 from sluice.cli.main import main as cli_main
 from sluice.clock import SimulatedClock
-from sluice.domain.common import ProgramRef
+from sluice.domain.backfills import CandidatePartition
+from sluice.domain.common import PartitionRef, ProgramRef
 from sluice.domain.constraints import ConcurrencyConstraint, DelayConstraint
 from sluice.domain.observations import ObserveSchedule
 from sluice.domain.schedules import Schedule
@@ -36,11 +38,21 @@ OFF = Schedule("off", "off", PROGRAM, TimeTrigger("0 2 * * *"), enabled=False)
 ON_PARTITIONS = Schedule("parts", "parts", PROGRAM, PartitionTrigger("ns", "d"), enabled=True)
 
 
+class ListedPartitions:
+    """The datasets service's answer to a partition backfill: one partition per date, whatever the ranges."""
+
+    on_listening = None
+
+    async def list(self, namespace, dataset, where, start, end, metadata):
+        return tuple(CandidatePartition(PartitionRef({"date": f"2026-11-0{day}"}, f"/data/{day}"),
+                                        T0 - timedelta(days=10 - day)) for day in range(1, 4))
+
+
 @pytest.fixture
 async def served(tmp_path):
     log = SqliteEventLog(tmp_path / "events.db")
     clock = SimulatedClock(T0)
-    spec = checker_spec(log, clock)
+    spec = checker_spec(log, clock, partitions=ListedPartitions())
     spec.recover()
     checker: CheckerService = next(b.servicer for b in spec.grpc)._checker
     await checker.apply([(Record("sluice.schedules", 0, offset, b"k", b"", (), 0), ObserveSchedule(s.id, s))
@@ -72,7 +84,8 @@ async def test_run_now_waits_for_the_constraints_and_ignore_constraints_skips_on
     stub, checker, clock = served
     first = await stub.RunSchedule(jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="a",
                                                                properties={"limit": "5"}), timeout=10)
-    again = await stub.RunSchedule(jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="a"), timeout=10)
+    again = await stub.RunSchedule(jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="a",
+                                                               properties={"limit": "5"}), timeout=10)
     assert again.job_id == first.job_id
     assert first.job_id in checker.state.queue  # its delay: 600 s
     clock.advance(timedelta(seconds=600))
@@ -171,6 +184,64 @@ async def test_backfills_list_on_the_command_line_follows_every_page(capsys):
         await server.stop(None)
     assert said == 0 and servicer.tokens == ["", "1", "2"]
     assert [b["id"] for b in json.loads(capsys.readouterr().out)] == ["b00", "b01", "b10", "b11", "b20", "b21"]
+
+
+async def test_a_run_now_request_id_given_again_answers_the_same_job_and_refuses_another_body(served):
+    stub, checker, _ = served
+    asked = jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="nightly-fix", properties={"limit": "5"},
+                                        logical_time=timestamp_to_proto(T0 - timedelta(hours=1)))
+    first = await stub.RunSchedule(asked, timeout=10)
+    assert (await stub.RunSchedule(asked, timeout=10)).job_id == first.job_id
+    queue = dict(checker.state.queue)
+    others = [jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="nightly-fix", properties={"limit": "6"},
+                                          logical_time=asked.logical_time),
+              jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="nightly-fix", properties={"limit": "5"}),
+              jobs_pb2.RunScheduleRequest(schedule_id="daily", request_id="nightly-fix", properties={"limit": "5"},
+                                          logical_time=asked.logical_time, ignore_constraints=True)]
+    for other in others:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.RunSchedule(other, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        assert "request_id 'nightly-fix'" in refused.value.details() and first.job_id in refused.value.details()
+    assert dict(checker.state.queue) == queue and checker.state.requested.manual_jobs == 1  # nothing new started
+    assert (await stub.RunSchedule(asked, timeout=10)).job_id == first.job_id
+
+
+async def test_a_backfill_request_id_given_again_answers_the_same_backfill_and_refuses_another_range(served):
+    stub, checker, _ = served
+    day = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+    def backfill(days: int) -> jobs_pb2.StartBackfillRequest:
+        return jobs_pb2.StartBackfillRequest(schedule_id="daily", request_id="november", start=timestamp_to_proto(day),
+                                             end=timestamp_to_proto(day + timedelta(days=days)))
+
+    first = await stub.StartBackfill(backfill(7), timeout=10)
+    again = await stub.StartBackfill(backfill(7), timeout=10)
+    assert (again.id, again.total) == (first.id, 7)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.StartBackfill(backfill(3), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "request_id 'november'" in refused.value.details() and first.id in refused.value.details()
+    listed = await stub.ListBackfills(jobs_pb2.ListBackfillsRequest(schedule_id="daily"), timeout=10)
+    assert [(b.id, b.total) for b in listed.backfills] == [(first.id, 7)]  # nothing new started
+    assert len(checker.state.queue) == 7
+
+
+async def test_a_partition_backfill_request_id_given_again_refuses_other_key_ranges(served):
+    stub, checker, _ = served
+
+    def backfill(*ranges: jobs_pb2.KeyRange) -> jobs_pb2.StartBackfillRequest:
+        return jobs_pb2.StartBackfillRequest(schedule_id="parts", request_id="dates", keys=ranges)
+
+    date, region = jobs_pb2.KeyRange(name="date", lower="2026-11-01"), jobs_pb2.KeyRange(name="region", upper="m")
+    first = await stub.StartBackfill(backfill(date, region), timeout=10)
+    assert (await stub.StartBackfill(backfill(region, date), timeout=10)).id == first.id  # the same ranges
+    for other in (backfill(date), backfill(jobs_pb2.KeyRange(name="date", lower="2026-11-02"), region),
+                  backfill(jobs_pb2.KeyRange(name="date", upper="2026-11-01"), region)):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.StartBackfill(other, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS and "request_id" in refused.value.details()
+    assert list(checker.state.requested.backfills) == [first.id]
 
 
 @pytest.mark.parametrize("call, request_, code, text", [

@@ -83,6 +83,23 @@ def test_mistakes_are_one_line_with_an_exit_code(server):
     error(sluice(server, "backfills", "get", "nope"), 1, "NOT_FOUND: backfill nope")
 
 
+def test_a_request_id_given_again_repeats_the_answer_and_with_another_body_is_refused(server):
+    schedule_id = create(server, "retried", "--delay", "3600", "--enabled")["id"]
+    short = schedule_id[:8]
+    november = ("schedules", "backfill", short, "--request-id", "nov", "--to", "2026-11-08T00:00Z")
+    started = ok(sluice(server, *november, "--from", "2026-11-01T00:00Z"))
+    assert ok(sluice(server, *november, "--from", "2026-11-01T01:00+01:00")) == started  # the same instant
+    error(sluice(server, *november, "--from", "2026-11-05T00:00Z"), 1,
+          f"ALREADY_EXISTS: request_id 'nov' was given earlier to a different backfill of schedule "
+          f"{schedule_id} (backfill {started.split()[1]})")
+    assert len(json.loads(ok(sluice(server, "backfills", "list", "--schedule", short, "--json")))) == 1
+    run = ("schedules", "run", short, "--request-id", "now", "--property")
+    job = ok(sluice(server, *run, "day=mon"))
+    assert ok(sluice(server, *run, "day=mon")) == job
+    error(sluice(server, *run, "day=tue"), 1, f"ALREADY_EXISTS: request_id 'now' was given earlier to a different "
+                                               f"run-now request of schedule {schedule_id} (job {job.split()[1]})")
+
+
 def test_cancel_running_kills_the_backfills_runs_going(server):
     schedule = create(server, "slow", "--max-concurrent", "1", "--enabled", program="slow")
     started = ok(sluice(server, "schedules", "backfill", schedule["id"][:8], "--from", "2026-11-01T00:00:00Z",

@@ -2,6 +2,7 @@
 pure decide/evolve (sluice.domain.backfills, sluice.domain.checking), no services."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -25,7 +26,9 @@ from sluice.domain.constraints import (
     DelayConstraint,
     MinSinceLastRunConstraint,
 )
-from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from sluice.eventlog.codec import EventTypes, encode
+from sluice.eventlog.port import RecordedEvent
 from sluice.domain.schedules import Schedule, as_observed
 from sluice.domain.triggers import OrTrigger, PartitionTrigger, TimeTrigger, next_fire_times
 from sluice.ids import run_id_for
@@ -197,6 +200,46 @@ def test_a_request_id_given_again_makes_no_second_job():
     start = T0 - timedelta(days=2)
     state, events = step(state, StartBackfill("daily", start, T0, request_id="b-1"))
     assert checking.decide(state, StartBackfill("daily", start, T0, request_id="b-1"), T0) == []
+
+
+def test_a_request_id_given_again_with_another_request_is_refused_and_the_same_one_in_other_words_is_not():
+    state = tracked(daily(trigger=TimeTrigger("0 2 * * *")))
+    asked = RunScheduleNow("daily", {"a": "1", "b": "2"}, T0 - timedelta(hours=1), request_id="r-1")
+    state, _ = step(state, asked)
+    in_paris = (T0 - timedelta(hours=1)).astimezone(timezone(timedelta(hours=1)))
+    assert checking.decide(state, replace(asked, properties={"b": "2", "a": "1"}, logical_time=in_paris), T0) == []
+    for other in (replace(asked, properties={"a": "1"}), replace(asked, logical_time=None),
+                  replace(asked, ignore_constraints=True)):
+        with pytest.raises(AlreadyExists, match="request_id 'r-1' was given earlier to a different run-now request"):
+            checking.decide(state, other, T0)
+    assert checking.decide(state, replace(asked, properties={"a": "1"}, request_id="r-2"), T0)  # a new id: a new job
+    start = T0 - timedelta(days=2)
+    keyed = StartBackfill("daily", start, T0, request_id="b-1", key_ranges=(("date", "2026-11-01", ""), ("m", "", "U")))
+    state, _ = step(state, keyed)
+    assert checking.decide(state, replace(keyed, key_ranges=keyed.key_ranges[::-1]), T0) == []
+    for other in (replace(keyed, start=start + timedelta(days=1)), replace(keyed, end=None),
+                  replace(keyed, key_ranges=(("date", "2026-11-01", ""),)),
+                  replace(keyed, key_ranges=(("date", "", "2026-11-01"), ("m", "", "U")))):
+        with pytest.raises(AlreadyExists, match="request_id 'b-1' was given earlier to a different backfill"):
+            checking.decide(state, other, T0)
+
+
+def test_requests_recorded_before_their_fingerprint_was_kept_take_any_request_given_again_for_theirs():
+    state = tracked(daily(trigger=TimeTrigger("0 2 * * *")))
+    start = T0 - timedelta(days=2)
+    events = [*checking.decide(state, RunScheduleNow("daily", {"a": "1"}, request_id="r-1"), T0),
+              *checking.decide(state, StartBackfill("daily", start, T0, request_id="b-1"), T0)]
+    types = EventTypes(checking.EVENTS)
+    replayed = []
+    for number, event in enumerate(events, start=1):
+        recorded = json.loads(encode(event, f"old-{number}").data)
+        recorded.pop("fingerprint", None)  # as the events of an older release were written
+        replayed.append(types.decode(RecordedEvent(f"old-{number}", "checker-queue", number - 1, number,
+                                                   type(event).__name__, json.dumps(recorded).encode(), {}, T0)))
+    assert [getattr(e, "fingerprint", "") for e in replayed] == [""] * len(replayed)
+    state = checking.fold(state, replayed)
+    assert checking.decide(state, RunScheduleNow("daily", {"a": "2"}, request_id="r-1"), T0) == []
+    assert checking.decide(state, StartBackfill("daily", start - timedelta(days=1), T0, request_id="b-1"), T0) == []
 
 
 def test_a_partition_backfill_keeps_only_the_partitions_its_trigger_admits():

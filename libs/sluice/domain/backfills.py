@@ -9,11 +9,16 @@ the same jobs, never fewer or more. Its progress is counted by the checker's own
     decide_run_now(schedule, command, job_id, now)            -> ManualJobRequested
     decide_backfill(schedule, command, backfill_id, now)      -> BackfillRequested
     decide_request(book, definition, command, now)            -> the events of any of the three requests
+
+A request id given again answers the first request's job or backfill and makes nothing, if the request
+is the same (`request_fingerprint`); a different request under a used id is refused (AIP-155).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 from croniter import croniter
@@ -21,7 +26,7 @@ from croniter import croniter
 from sluice.domain import bounds
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
 from sluice.domain.constraints import ConcurrencyConstraint
-from sluice.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from sluice.domain.jobs import Job, TriggerContext, WaitingJobPolicy
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import PartitionTrigger, TimeTrigger, leaves, next_fire
@@ -73,6 +78,8 @@ class StartBackfill:
     request_id: str = ""
     keys: str = ""
     """The key ranges the partitions were listed by, as the user gave them (shown, not interpreted)."""
+    key_ranges: tuple[tuple[str, str, str], ...] = ()
+    """The same ranges as (name, lower, upper): what tells a request given again from another one."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,8 @@ class ManualJobRequested:
     job: Job
     request_id: str
     at: datetime
+    fingerprint: str = ""
+    """The request's `request_fingerprint` when it has a request id ("" in events from before it was kept)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,8 @@ class BackfillRequested:
     at: datetime
     dataset: tuple[str, str] | None = None
     """(namespace, dataset) of the partitions of a partition-trigger backfill."""
+    fingerprint: str = ""
+    """The request's `request_fingerprint` when it has a request id ("" in events from before it was kept)."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +190,7 @@ def decide_run_now(schedule: Schedule, command: RunScheduleNow, job_id: str, now
     job = _job(schedule, job_id, now, command.logical_time or now, (), properties, sequence=0)
     if command.ignore_constraints:
         job = replace(job, constraints=tuple(c for c in job.constraints if isinstance(c, ConcurrencyConstraint)))
-    return ManualJobRequested(job, command.request_id, now)
+    return ManualJobRequested(job, command.request_id, now, _fingerprint_if_identified(command))
 
 
 def _check_properties(properties: Mapping[str, str]) -> None:
@@ -207,7 +218,25 @@ def decide_backfill(schedule: Schedule, command: StartBackfill, backfill_id: str
     template = replace(_job(schedule, backfill_id, now, now, (), dict(schedule.properties), sequence=0),
                        timeout_seconds=0)
     return BackfillRequested(backfill_id, template, items, command.start, command.end, command.keys,
-                             command.request_id, now, dataset)
+                             command.request_id, now, dataset, _fingerprint_if_identified(command))
+
+
+def request_fingerprint(command: RunScheduleNow | StartBackfill) -> str:
+    """A digest of what the request asks for, its schedule and request id aside (they key it): equal
+    for a request given again, whatever the order of its properties or key ranges or the zone of its times."""
+    if isinstance(command, RunScheduleNow):
+        asked = ["run", sorted(command.properties.items()), _instant(command.logical_time), command.ignore_constraints]
+    else:
+        asked = ["backfill", _instant(command.start), _instant(command.end), sorted(command.key_ranges)]
+    return hashlib.blake2b(json.dumps(asked).encode(), digest_size=16).hexdigest()
+
+
+def _fingerprint_if_identified(command: RunScheduleNow | StartBackfill) -> str:
+    return request_fingerprint(command) if command.request_id else ""
+
+
+def _instant(at: datetime | None) -> str | None:
+    return None if at is None else require_aware(at).astimezone(timezone.utc).isoformat()
 
 
 def partition_trigger_of(schedule: Schedule) -> PartitionTrigger:
@@ -314,15 +343,25 @@ def decide_request(book: RequestBook, definition: Callable[[str], Schedule | Non
                 return []
             return [BackfillCancelled(backfill_id, backfill.schedule_id, tuple(book.waiting_jobs(backfill_id)), now)]
         case RunScheduleNow(schedule_id):
-            if book.requested("run", schedule_id, command.request_id) is not None:
+            if (job_id := book.requested("run", schedule_id, command.request_id)) is not None:
+                _require_same_request(book, "run", command, f"run-now request of schedule {schedule_id} (job {job_id})")
                 return []
             schedule = require_runnable(schedule_id, definition(schedule_id))
             return [decide_run_now(schedule, command, manual_job_id(schedule_id, command.request_id,
                                                                     book.manual_jobs + 1), now)]
         case StartBackfill(schedule_id):
-            if book.requested("backfill", schedule_id, command.request_id) is not None:
+            if (backfill_id := book.requested("backfill", schedule_id, command.request_id)) is not None:
+                _require_same_request(book, "backfill", command,
+                                      f"backfill of schedule {schedule_id} (backfill {backfill_id})")
                 return []
             schedule = require_runnable(schedule_id, definition(schedule_id))
             return [decide_backfill(schedule, command, backfill_id_for(schedule_id, command.request_id, book.count + 1),
                                     now)]
     raise TypeError(f"unknown command {command!r}")
+
+
+def _require_same_request(book: RequestBook, kind: str, command: RunScheduleNow | StartBackfill,
+                          earlier: str) -> None:
+    if book.differs(kind, command.schedule_id, command.request_id, request_fingerprint(command)):
+        raise AlreadyExists(f"request_id {command.request_id!r} was given earlier to a different {earlier}: a retry "
+                            "must repeat the request exactly; give another request a new request_id")

@@ -24,23 +24,34 @@ class RequestBook:
     """Run id -> its backfill, from the job's admission to the run's end."""
     requests: Mapping[str, str] = field(default_factory=immutables.Map)
     """Request id (per schedule) -> the job or backfill it made."""
+    fingerprints: Mapping[str, str] = field(default_factory=immutables.Map)
+    """Request id (per schedule) -> its request's fingerprint (none for requests recorded before they were kept)."""
     manual_jobs: int = 0
     count: int = 0
     """Backfills requested: numbers the ids of those without a request id."""
 
     def __post_init__(self) -> None:
-        for name in ("backfills", "queued", "running", "requests"):
+        for name in ("backfills", "queued", "running", "requests", "fingerprints"):
             if not isinstance(getattr(self, name), immutables.Map):
                 object.__setattr__(self, name, immutables.Map(getattr(self, name)))
 
     def requested(self, kind: str, schedule_id: str, request_id: str) -> str | None:
         return self.requests.get(f"{kind}/{schedule_id}/{request_id}") if request_id else None
 
+    def differs(self, kind: str, schedule_id: str, request_id: str, fingerprint: str) -> bool:
+        """Whether the request first given this request id asked for something else (unknown: it did not)."""
+        recorded = self.fingerprints.get(f"{kind}/{schedule_id}/{request_id}")
+        return recorded is not None and recorded != fingerprint
+
+    def _with_request(self, key: str, made: str, fingerprint: str) -> RequestBook:
+        fingerprints = self.fingerprints.set(key, fingerprint) if fingerprint else self.fingerprints
+        return replace(self, requests=self.requests.set(key, made), fingerprints=fingerprints)
+
     def with_manual_job(self, event: ManualJobRequested) -> RequestBook:
-        requests = self.requests
+        book = self
         if event.request_id:
-            requests = requests.set(f"run/{event.job.schedule_id}/{event.request_id}", event.job.id)
-        return replace(self, requests=requests, manual_jobs=self.manual_jobs + 1)
+            book = self._with_request(f"run/{event.job.schedule_id}/{event.request_id}", event.job.id, event.fingerprint)
+        return replace(book, manual_jobs=self.manual_jobs + 1)
 
     def with_backfill(self, event: BackfillRequested) -> RequestBook:
         template = event.template
@@ -51,11 +62,12 @@ class RequestBook:
             for item in event.items:
                 editing[item.job_id] = event.backfill_id
             queued = editing.finish()
-        requests = self.requests
+        book = self
         if event.request_id:
-            requests = requests.set(f"backfill/{template.schedule_id}/{event.request_id}", event.backfill_id)
-        return replace(self, backfills=self.backfills.set(event.backfill_id, backfill), queued=queued,
-                       requests=requests, count=self.count + 1)
+            book = self._with_request(f"backfill/{template.schedule_id}/{event.request_id}", event.backfill_id,
+                                      event.fingerprint)
+        return replace(book, backfills=self.backfills.set(event.backfill_id, backfill), queued=queued,
+                       count=self.count + 1)
 
     def admitted(self, job_id: str, run_id: str) -> RequestBook:
         backfill_id = self.queued.get(job_id)
