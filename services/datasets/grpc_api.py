@@ -181,8 +181,8 @@ class RunDataServicer(datasets_pb2_grpc.RunDataServicer):
     @grpc_errors
     async def OpenRun(self, request, context):
         grants = tuple(AccessGrant(grant.namespace, tuple(grant.datasets)) for grant in request.grants)
-        self._service.open_access(request.run_id, grants, request.attempt)
-        return pb.OpenRunResponse(token=self._credentials.issue(request.run_id))
+        access = self._service.open_access(request.run_id, grants, request.attempt)
+        return pb.OpenRunResponse(token=self._credentials.issue(access.run_id, access.attempt))
 
     @grpc_errors
     async def PublishRun(self, request, context):

@@ -4,7 +4,7 @@ the run's access).
 
     api = ProgramApi(run_data, tls_ca=settings.grpc_security.tls_cert)
     context["system"].update(await api.context_for(run))
-    # {"api": {"address": "datasets:50051", "token": "sluice-run.<run id>.<hmac>", "tls_ca": ...}}
+    # {"api": {"address": "datasets:50051", "token": "sluice-run.<run id>.<attempt>.<hmac>", "tls_ca": ...}}
 """
 from __future__ import annotations
 

@@ -47,16 +47,22 @@ async def world(tmp_path: Path):
     for opened in (run("run-1"), run("run-2"), run("run-ended")):  # as the launcher opens them
         plane.open_access(opened.id, run_grants(opened))
     plane.close_access("run-ended", "published")
+    retried = run("run-retried")  # attempt 1's launcher lost its lease: attempt 1 released, attempt 2 opened
+    plane.open_access(retried.id, run_grants(retried), attempt=1)
+    plane.close_access(retried.id, "its launcher lost the lease", attempt=1)
+    plane.open_access(retried.id, run_grants(retried), attempt=2)
     credentials = RunCredentials(b"secret", plane.access)
     server, port = await start_server(datasets_grpc.bindings(plane), "127.0.0.1", 0,
                                       security=GrpcSecurity(token="server-token"), authenticators=[credentials])
     channels = []
 
-    def stub(run_id: str) -> datasets_pb2_grpc.PartitionsStub:
+    def stub(run_id: str, attempt: int | None = None) -> datasets_pb2_grpc.PartitionsStub:
+        """With the token of `attempt` (None: of the one the run's access is opened for)."""
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         channels.append(channel)
         stub = datasets_pb2_grpc.PartitionsStub(channel)
-        metadata = (("authorization", f"Bearer {credentials.issue(run_id)}"),)
+        token = credentials.issue(run_id, plane.access(run_id).attempt if attempt is None else attempt)
+        metadata = (("authorization", f"Bearer {token}"),)
 
         class Calls:
             def __getattr__(self, name):
@@ -118,3 +124,15 @@ async def test_the_credential_of_an_ended_run_is_refused(world):
     ended = world("run-ended")
     assert await code_of(ended.GetDataset(pb.GetDatasetRequest(namespace="web", name="clicks"))) == \
         grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_the_credential_of_an_attempt_a_retry_superseded_is_refused_naming_both(world):
+    """Regression: a token signed the run id only: attempt 1's program, still running on the host of a launcher
+    that lost its lease, took partitions with it after the retry's attempt 2 opened the run's access."""
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await world("run-retried", attempt=1).Consume(consume("web", "clicks", "run-retried"))
+    assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert refused.value.details() == \
+        "run run-retried: this credential is attempt 1's, and attempt 2 is the run's current one"
+    taken = await world("run-retried", attempt=2).Consume(consume("web", "clicks", "run-retried"))
+    assert [p.partition.location for p in taken.partitions] == ["/clicks/1"]

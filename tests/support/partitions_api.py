@@ -49,7 +49,9 @@ class PartitionsApiServer:
 
     def context_for(self, run_id: str) -> dict:
         """What the launcher adds to a run's context.json `system`."""
-        return {"api": {"address": self.address, "token": self.credentials.issue(run_id)}}
+        access = self._plane.access(run_id)
+        return {"api": {"address": self.address,
+                        "token": self.credentials.issue(run_id, access.attempt if access is not None else 0)}}
 
     def run_data(self) -> GrpcRunData:
         """The launcher's port to this server (RunData needs the partitions dir given)."""

@@ -30,8 +30,8 @@ class LocalRunData:
         return self._address
 
     async def open_run(self, run_id: str, grants: tuple[AccessGrant, ...], attempt: int = 0) -> str:
-        self.service.open_access(run_id, grants, attempt)
-        return self.credentials.issue(run_id)
+        access = self.service.open_access(run_id, grants, attempt)
+        return self.credentials.issue(access.run_id, access.attempt)
 
     async def publish(self, run_id: str, result: dict[str, Any], attempt: int = 0) -> tuple[OutputPartition, ...]:
         try:

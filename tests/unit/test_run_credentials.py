@@ -5,6 +5,7 @@ printed with their password masked."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import os
 import stat
@@ -41,8 +42,9 @@ def a_run(run_id: str = "run-1", status: RunStatus = RunStatus.RUNNING, namespac
     return Run(run_id, job, status, T0)
 
 
-def opened(run_id: str = "run-1", grants: tuple[AccessGrant, ...] = GRANTS, is_open: bool = True) -> RunAccess:
-    return RunAccess(run_id, grants, is_open)
+def opened(run_id: str = "run-1", grants: tuple[AccessGrant, ...] = GRANTS, is_open: bool = True,
+           attempt: int = 0) -> RunAccess:
+    return RunAccess(run_id, grants, is_open, attempt)
 
 
 def credentials(*accesses: RunAccess, secret: bytes = SECRET, **kwargs) -> RunCredentials:
@@ -59,7 +61,7 @@ def test_a_runs_grants_are_its_namespace_and_the_datasets_that_triggered_it_else
 def test_a_valid_token_is_its_runs_principal_with_the_grants_its_access_was_opened_with():
     issuer = credentials(opened())
     token = issuer.issue("run-1")
-    assert token.startswith("sluice-run.run-1.")
+    assert token.startswith("sluice-run.run-1.0.")
     assert issuer.authenticate(token, None) == Principal("run:run-1", (
         Grant(Role.PROGRAM, "experiments", frozenset({"*"})),
         Grant(Role.PROGRAM, "shop", frozenset({"orders"})),
@@ -74,6 +76,48 @@ def test_a_valid_token_is_its_runs_principal_with_the_grants_its_access_was_open
 def test_a_malformed_or_forged_token_is_nobody(forged):
     assert credentials(opened()).authenticate(forged, None) is None
     assert credentials(opened()).authenticate(None, None) is None
+
+
+def test_a_token_is_its_attempts_and_refused_once_another_attempt_opened_the_runs_access():
+    """Regression: a token signed the run id only, so attempt 1's program (still running on the host of a
+    launcher that lost its lease) took partitions with it after a retry's attempt 2 had opened the access."""
+    issuer = credentials(opened(attempt=2))
+    first, second = issuer.issue("run-1", 1), issuer.issue("run-1", 2)
+    assert first.startswith("sluice-run.run-1.1.") and second.startswith("sluice-run.run-1.2.")
+    assert issuer.authenticate(first, None) is None
+    assert issuer.refusal(first) == "run run-1: this credential is attempt 1's, and attempt 2 is the run's current one"
+    assert issuer.authenticate(second, None).name == "run:run-1" and issuer.refusal(second) is None
+
+
+def test_an_attempt_cannot_be_forged_it_is_signed_with_the_run_id():
+    issuer = credentials(opened(attempt=2))
+    digest = issuer.issue("run-1", 1).rsplit(".", 1)[1]
+    for forged in (f"sluice-run.run-1.2.{digest}", f"sluice-run.run-1.{digest}"):
+        assert issuer.authenticate(forged, None) is None
+        assert issuer.refusal(forged) is None, "a token it did not sign learns nothing of the run"
+
+
+@pytest.mark.parametrize("spelling", ["01", "+1", "-1", " 1", "1\n", "1 ", "\u0661", "1" * 11, ""])
+def test_an_attempt_has_one_spelling(spelling):
+    issuer = credentials(opened(attempt=1))
+    digest = hmac.new(SECRET, f"run-1.{spelling}".encode(), hashlib.sha256).hexdigest()
+    assert issuer.authenticate(f"sluice-run.run-1.{spelling}.{digest}", None) is None
+    with pytest.raises(ValueError):
+        issuer.issue("run-1", spelling)
+
+
+def test_a_token_issued_before_tokens_named_their_attempt_holds_only_while_the_access_names_none():
+    legacy = f"sluice-run.run-1.{hmac.new(SECRET, b'run-1', hashlib.sha256).hexdigest()}"
+    assert credentials(opened()).authenticate(legacy, None).name == "run:run-1"  # a run in flight at the upgrade
+    named = credentials(opened(attempt=2))
+    assert named.authenticate(legacy, None) is None
+    assert named.refusal(legacy) == "run run-1: this credential names no attempt, and attempt 2 is the run's current one"
+
+
+def test_the_refusal_of_an_ended_attempts_token_says_how_it_ended():
+    assert credentials(opened(is_open=False, attempt=1)).refusal(credentials().issue("run-1", 1)) == \
+        "run run-1: attempt 1's access has ended (what it took was released): its credential ended with it"
+    assert credentials().refusal(credentials().issue("run-1", 1)) == "run run-1: its access was never opened"
 
 
 def test_a_token_signed_with_another_secret_is_refused():

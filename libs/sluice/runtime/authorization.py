@@ -33,6 +33,16 @@ class Authorizer:
                 return principal
         return None
 
+    def refusal(self, bearer: str | None) -> str | None:
+        """Why an authenticator refused a bearer token it issued (one with a `refusal` method: a run credential
+        whose attempt ended), for the UNAUTHENTICATED message; None: no authenticator says."""
+        for authenticator in self.authenticators:
+            explain = getattr(authenticator, "refusal", None)
+            reason = explain(bearer) if explain is not None else None
+            if reason:
+                return reason
+        return None
+
     async def check(self, principal: Principal, rule: Rule, request: Any) -> Refusal | None:
         """None when `principal` may make `request`; else the refusal naming what it lacks."""
         if rule.permission is None:

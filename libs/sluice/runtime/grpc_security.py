@@ -119,9 +119,7 @@ def _checked(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule,
     async def check(request: Any, context: grpc.aio.ServicerContext) -> Principal:
         principal = authorizer.authenticate(bearer, _peer_subject(context))
         if principal is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                f"the bearer token in 'authorization' is not this server's: {SEND_TOKEN}"
-                                if presented else f"no bearer token: {SEND_TOKEN}")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, _unauthenticated(authorizer, bearer, presented))
         refusal = await authorizer.check(principal, rule, request)
         if refusal is not None:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal.message)
@@ -155,6 +153,12 @@ def _checked(handler: grpc.RpcMethodHandler, authorizer: Authorizer, rule: Rule,
         finally:
             CALLER.reset(token)
     return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer, handler.response_serializer)
+
+
+def _unauthenticated(authorizer: Authorizer, bearer: str | None, presented: bool) -> str:
+    if not presented:
+        return f"no bearer token: {SEND_TOKEN}"
+    return authorizer.refusal(bearer) or f"the bearer token in 'authorization' is not this server's: {SEND_TOKEN}"
 
 
 def _peer_subject(context: grpc.aio.ServicerContext) -> str | None:

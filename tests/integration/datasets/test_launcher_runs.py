@@ -309,7 +309,7 @@ async def test_a_programs_context_holds_its_run_credential_and_no_event_store_ur
     system = json.loads(path.read_text())["system"]
     assert "event_log" not in system and "events.db" not in path.read_text()
     assert system["api"] == {"address": f"127.0.0.1:{harness.api.port}",
-                             "token": harness.api.credentials.issue(run.id)}
+                             "token": harness.api.credentials.issue(run.id, run.attempt.number)}
 
 
 async def test_a_context_file_and_its_run_directory_are_readable_by_their_owner_only(harness: Harness):

@@ -198,3 +198,18 @@ async def test_releasing_an_attempt_that_published_answers_what_it_published(ada
         await run_data.publish("run-1", {"outputs": [world.staged("run-1", "counts", "2")], "consumed": []},
                                attempt=2)
     assert counts(world) == [{"hour": "1"}]
+
+
+async def test_a_tokens_attempt_is_refused_once_the_next_attempt_opened_the_runs_access(adapter):
+    """Regression: tokens signed the run id only: attempt 1's program, still running on the host of a launcher
+    that lost its lease, used the Partitions API with its token after the retry's attempt 2 opened the access."""
+    world, run_data, credentials = adapter
+    first = await run_data.open_run("run-1", GRANTS, attempt=1)
+    await run_data.release("run-1", [], "its launcher lost the lease", attempt=1)
+    second = await run_data.open_run("run-1", GRANTS, attempt=2)
+    assert first != second and await run_data.open_run("run-1", GRANTS, attempt=2) == second
+    assert credentials.authenticate(first, None) is None
+    assert credentials.refusal(first) == "run run-1: this credential is attempt 1's, and attempt 2 is the run's current one"
+    assert credentials.authenticate(second, None).name == "run:run-1"
+    prefix, run_id, _, digest = first.split(".")
+    assert credentials.authenticate(".".join((prefix, run_id, "2", digest)), None) is None, "an attempt forged"
