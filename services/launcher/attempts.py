@@ -67,6 +67,21 @@ class Attempts:
         if not current.status.terminal and current.attempt.number == run.attempt.number:
             await self._lost(current, self._attempt_dir(current), reason)
 
+    async def end_failed(self, run: Run, error: str) -> None:
+        """The launcher's own error ended the attempt `run` was launched for: FAILED with `error`, what it took
+        released first as on every other failure (or COMPLETED, if it had published). A release that fails
+        too is logged and not tried again: the run fails all the same, with `error`."""
+        current = self._get(run.id) or run
+        if not current.status.terminal and current.attempt.number == run.attempt.number:  # not one that ended
+            try:
+                if await self._released(current, self._attempt_dir(current), error):
+                    return
+            except (asyncio.CancelledError, LeaseLost):
+                raise
+            except Exception:
+                log.exception("run %s, attempt %d: releasing what it took failed", run.id, run.attempt.number)
+        self._decide(run.id, MarkFailed(error))
+
     async def _execute(self, run: Run) -> None:
         attempt_dir = self._attempt_dir(run)
         found = await self._find(run, attempt_dir)

@@ -13,7 +13,7 @@ from sluice.clock import Clock, epoch_micros
 from sluice.domain import runs
 from sluice.domain.lease import LeaseLost
 from sluice.eventlog.codec import EventTypes
-from sluice.domain.runs import MarkFailed, MarkLost, RequestCancel, RequestRun, Run
+from sluice.domain.runs import MarkLost, RequestCancel, RequestRun, Run
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import UUID
 from sluice.readmodels.retention import ListingKey, RetainedListing
@@ -331,16 +331,17 @@ class LauncherService:
 
     async def _launch(self, run: Run) -> None:
         async with self._slots:
-            try:  # the log or the bus failing is waited out: the same steps again find where the run got to
-                await self._infrastructure.retrying(f"run {run.id}", lambda: self._attempts.execute_current(run))
-            except asyncio.CancelledError:
-                raise
+            try:
+                try:  # the log or the bus failing is waited out: the same steps again find where the run got to
+                    await self._infrastructure.retrying(f"run {run.id}", lambda: self._attempts.execute_current(run))
+                except (asyncio.CancelledError, LeaseLost):
+                    raise
+                except Exception as error:  # whatever went wrong, the attempt ends FAILED with the reason
+                    log.exception("run %s failed to launch", run.id)
+                    await self._attempts.end_failed(run, f"launcher error: {error!r}")
             except LeaseLost:
                 log.warning("run %s: this launcher lost the lease; it records nothing more", run.id)
                 self._stepping_down = asyncio.get_running_loop().create_task(self.step_down())
-            except Exception as error:  # whatever went wrong, the attempt ends FAILED with the reason
-                log.exception("run %s failed to launch", run.id)
-                self._decide(run.id, MarkFailed(f"launcher error: {error!r}"))
 
 
     async def _end_lost(self, run: Run, reason: str) -> None:

@@ -97,11 +97,11 @@ def counting_program(fail: bool = False, where=None) -> Callable[[Path], int]:
 
 
 async def launch_job(log, clock, program: Callable[[Path], int], data_dir: Path, run_data, program_ref,
-                     sequence: int = 1, with_api: bool = False):
+                     sequence: int = 1, with_api: bool = False, submitter: type[InlineSubmitter] = InlineSubmitter):
     """One launch request for job `sequence` through a real launcher running `program` inline, publishing
     through `run_data` (the datasets service's port); `with_api`: the program is told the Partitions
     API. The launcher and the run, once it ended."""
-    launcher = LauncherService(log, clock, Catalog(), InlineSubmitter(program), data_dir, run_data=run_data,
+    launcher = LauncherService(log, clock, Catalog(), submitter(program), data_dir, run_data=run_data,
                                program_api=ProgramApi(run_data) if with_api else None)
     job = Job(derived_id("job", str(sequence)), "schedule-1", 1, program_ref, TriggerContext("schedule-1", "hourly"),
               clock.now())
@@ -131,10 +131,10 @@ class Harness:
             (location / "part-0.json").write_text("{}\n" * hour)
             self.plane.datasets.add("web", "clicks", [Partition({"hour": str(hour)}, str(location))])
 
-    async def run(self, program: Callable[[Path], int]):
+    async def run(self, program: Callable[[Path], int], run_data=None, submitter: type[InlineSubmitter] = InlineSubmitter):
         self.jobs += 1
-        return await launch_job(self.log, self.clock, program, self.root / "data", self.api.run_data(), PROGRAM,
-                                self.jobs, with_api=True)
+        return await launch_job(self.log, self.clock, program, self.root / "data", run_data or self.api.run_data(),
+                                PROGRAM, self.jobs, with_api=True, submitter=submitter)
 
     def consumer(self):
         return self.plane.consumers.state(ConsumerRef("web", "clicks", default_consumer_name(load_context_for(self))))
@@ -200,6 +200,57 @@ async def test_an_output_key_of_the_wrong_type_fails_the_run_and_publishes_nothi
     assert run.status is RunStatus.FAILED and "outputs[0].key.hour: must be an INT" in run.error
     assert harness.plane.datasets.query("web", "click_counts", PartitionQuery()) == []
     assert harness.consumer().working_set[0].failures == 1
+
+
+class Unwaitable(Finished):
+    async def wait(self) -> int:
+        raise RuntimeError("a launcher bug")
+
+
+class FailingOnceTheProgramRan(InlineSubmitter):
+    """The program runs (takes its partitions, writes its result); then the launcher fails, its own error."""
+
+    async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
+                     spark_conf: dict[str, str] | None = None) -> Finished:
+        return Unwaitable(self.program(context_path))
+
+
+class FailingReleases:
+    """The datasets service's port, its releases failing (a bug of theirs, not an outage)."""
+
+    def __init__(self, run_data) -> None:
+        self._run_data = run_data
+        self.releases = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self._run_data, name)
+
+    async def release(self, *args, **kwargs):
+        self.releases += 1
+        raise RuntimeError("a datasets service bug")
+
+
+async def test_a_launcher_error_gives_back_what_the_attempt_took_and_ends_its_access(harness: Harness):
+    """Regression: the launcher's own error ("launcher error: ...") recorded the run FAILED without releasing the
+    attempt at the datasets service, unlike every other failure: the partitions its program took stayed
+    IN_PROGRESS until the consumer's timeout, and its credential stayed honoured."""
+    harness.add_clicks(4)
+    _, run = await harness.run(counting_program(), submitter=FailingOnceTheProgramRan)
+    assert run.status is RunStatus.FAILED and run.error == "launcher error: RuntimeError('a launcher bug')"
+    (item,) = harness.consumer().working_set
+    assert item.status is WorkStatus.AVAILABLE and item.failures == 1
+    access = harness.plane.access(run.id)
+    assert not access.open and access.attempt == 1 and not access.published
+    assert harness.plane.datasets.query("web", "click_counts", PartitionQuery()) == [], "nothing published"
+
+
+async def test_a_launcher_error_whose_release_fails_too_fails_the_run_with_the_first_error(harness: Harness):
+    harness.add_clicks(4)
+    run_data = FailingReleases(harness.api.run_data())
+    _, run = await harness.run(counting_program(), run_data, submitter=FailingOnceTheProgramRan)
+    assert run.status is RunStatus.FAILED and run.error == "launcher error: RuntimeError('a launcher bug')"
+    assert run_data.releases == 1, "tried once, not again and again"
+    assert harness.plane.access(run.id).open, "left to the consumer's timeout, as before"
 
 
 def rewriting_result(change: Callable[[dict], str]) -> Callable[[Path], int]:
