@@ -8,6 +8,7 @@ closed as ABORT at the program run's end time."""
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from pathlib import Path
 
@@ -21,11 +22,15 @@ from openlineage.client.generated.base_subset_dataset import (
 )
 from openlineage.client.serde import Serde
 
+from sluice.datasets.files import PublishError, read_program_file
 from sluice.domain.runs import Run as SluiceRun
 from sluice.sdk.lineage import EVENTS_FILE
 from sluice_services.launcher.context_file import program_job_name, schedule_job_name
 
 PRODUCER = "https://github.com/sluice/sluice/launcher"
+MAX_EVENTS_FILE_BYTES = 16 * 1024 * 1024
+"""An attempt's openlineage.jsonl read when its run ends (on the launcher's loop, by its outbox route)."""
+log = logging.getLogger(__name__)
 
 
 def run_started(run: SluiceRun, at: datetime) -> list[bytes]:
@@ -46,8 +51,11 @@ def spark_events(attempt_dir: Path, at: datetime) -> list[bytes]:
     ended: set[str] = set()
     for path in [run_dir / EVENTS_FILE, *sorted(run_dir.glob(f"attempt-*/{EVENTS_FILE}"))]:
         try:
-            lines = path.read_bytes().splitlines()
+            lines = read_program_file(path, MAX_EVENTS_FILE_BYTES).splitlines()
         except FileNotFoundError:
+            continue
+        except PublishError as refused:  # the program's own file: a FIFO, a link or too large is left out
+            log.warning("lineage events of %s left out: %s", path.parent, refused)
             continue
         for line in lines:
             try:
