@@ -11,6 +11,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from sluice.datasets.files import PublishError, read_program_file
 from sluice_services.launcher.supervise import EXIT_CODE, SPAWNED, process_start_ticks
 
 log = logging.getLogger(__name__)
@@ -39,18 +40,24 @@ def identity_of(pid: int) -> ProcessIdentity | None:
 def spawned(attempt_dir: Path) -> ProcessIdentity | None:
     """The wrapper that claimed the attempt, None if none did (the program was never started by it)."""
     try:
-        pid, start = (attempt_dir / SPAWNED).read_text().split()
+        pid, start = _small_file(attempt_dir / SPAWNED).split()
         return ProcessIdentity(int(pid), int(start))
-    except (OSError, ValueError):
+    except (OSError, ValueError, PublishError):
         return None
 
 
 def exit_code(attempt_dir: Path) -> int | None:
     """The program's exit code as the wrapper recorded it, None if it recorded none (yet)."""
     try:
-        return int((attempt_dir / EXIT_CODE).read_text())
-    except (OSError, ValueError):
+        return int(_small_file(attempt_dir / EXIT_CODE))
+    except (OSError, ValueError, PublishError):
         return None
+
+
+def _small_file(path: Path) -> bytes:
+    """A file of the wrapper's in the attempt's directory, which its program can write too: not through a
+    link, never waited on (a FIFO would hold the launcher's loop), a few bytes."""
+    return read_program_file(path, limit=64)
 
 
 async def wait_ended(process: ProcessIdentity, poll_seconds: float = 1.0) -> None:
