@@ -1,7 +1,7 @@
 """The lineage service over HTTP: the OpenLineage HTTP transport's endpoint and a read API on
 Marquez's paths, so the official clients and Marquez-minded tools work unchanged.
 
-    POST /api/v1/lineage                                 a RunEvent (JSON, optionally gzip), 201
+    POST /api/v1/lineage                                 a RunEvent (application/json, optionally gzip), 201
     GET  /api/v1/lineage?nodeId=job:ns:name&depth=N      the graph of jobs and datasets around a node
     GET  /api/v1/namespaces/..., /api/v1/search, ...     the rest of Marquez's read paths (marquez_routes)
 
@@ -10,6 +10,10 @@ to the path without it.
 
 With authorization on, every route asks the permission table (lineage.write to POST, lineage.read to
 GET, on the namespace of the job or node): 401 without a known token, 403 naming what is lacking.
+
+A POST must say Content-Type: application/json (415 otherwise, as Marquez answers): a web page can send
+any other body type cross-site without the browser asking first (a CORS "simple request"), so with
+authorization off any page its visitor's browser opened could otherwise record lineage events here.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import json
 import ssl
 import zlib
 
-from aiohttp import ClientPayloadError, web
+from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
 
@@ -108,6 +112,10 @@ class _Routes:
         self._service = service
 
     async def ingest(self, request: web.Request) -> web.Response:
+        if request.content_type != "application/json":
+            declared = request.headers.get(hdrs.CONTENT_TYPE)
+            return _error(415, "Content-Type: application/json is required, got "
+                               + (repr(declared) if declared is not None else "none"))
         body = await _body(request)
         if isinstance(body, web.Response):
             return body

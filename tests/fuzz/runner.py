@@ -269,6 +269,8 @@ class Fuzz:
         mark = self._stderr_mark()
         host, port = address.rsplit(":", 1)
         headers = dict(body.headers)
+        if route.method == "POST":  # the lineage API takes application/json only; `extra` may name another type
+            headers = {"Content-Type": "application/json", **headers}
         for name, value in extra:
             if name != "Transfer-Encoding":
                 headers[name] = value

@@ -162,6 +162,7 @@ def valid(**changes) -> dict:
     (b"\x1f\x8b garbage", {"Content-Encoding": "gzip"}, 400, "not gzip"),
     (json.dumps(valid()).encode(), {"Authorization": "Bearer wrong"}, 401, "bearer token"),
     (json.dumps(valid()).encode(), {"Authorization": None}, 401, "bearer token"),
+    (json.dumps(valid()).encode(), {"Content-Type": "text/plain"}, 415, "Content-Type: application/json is required"),
 ])
 async def test_bad_input_is_a_4xx_with_the_reason_and_nothing_is_stored(api, body, headers, status, reason):
     url, log = api

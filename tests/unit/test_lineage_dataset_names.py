@@ -140,7 +140,7 @@ def test_a_control_character_in_a_dataset_namespace_or_name_is_refused_naming_th
 
 async def test_http_jobs_runs_and_lineage_answer_the_exact_namespaces_and_names(http):
     for event in EVENTS:
-        response = await http.post("/api/v1/lineage", data=json.dumps(event))
+        response = await http.post("/api/v1/lineage", json=event)
         assert response.status == 201, await response.text()
 
     job = await (await http.get(f"/api/v1/namespaces/{NS}/jobs/ingest")).json()
@@ -178,7 +178,7 @@ async def test_http_refuses_a_control_character_naming_the_field_and_stores_noth
         event["inputs"][0]["namespace"] = "s3://bucket\x1f"
     else:
         event["outputs"][0]["name"] = "public.\x00orders"
-    response = await http.post("/api/v1/lineage", data=json.dumps(event))
+    response = await http.post("/api/v1/lineage", json=event)
     assert response.status == 422 and field in (await response.json())["error"]   # as every invalid event
     assert log.head_position() == 0
 

@@ -22,6 +22,7 @@ from sluice_services.web.app import build_app
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 REBOUND = ["attacker.example:8080", "attacker.example", "127.0.0.1.attacker.example", "[::1]@attacker.example"]
 LOOPBACK = ["127.0.0.1:8080", "localhost:8080", "localhost", "[::1]:8080", "127.0.0.2", "console.localhost:8080"]
+JSON = {"Content-Type": "application/json"}
 
 
 class ActionsApi:
@@ -58,7 +59,7 @@ async def test_a_rebound_name_is_refused_on_every_loopback_server(host, lineage)
         posted = await console.post("/actions/replay/0/1", data={"csrf": "x"}, headers={"Host": host})
         assert posted.status == 421 and api.calls == []
     async with TestClient(TestServer(http_api.application(lineage, bound_host="localhost"))) as http:
-        posted = await http.post("/api/v1/lineage", data=run_event(), headers={"Host": host})
+        posted = await http.post("/api/v1/lineage", data=run_event(), headers={"Host": host, **JSON})
         assert posted.status == 421 and not lineage.state.runs
     async with TestClient(TestServer(metrics_app(Registry(), bound_host="::1"))) as metrics:
         assert (await metrics.get("/metrics", headers={"Host": host})).status == 421
@@ -69,7 +70,7 @@ async def test_a_loopback_name_is_answered(host, lineage):
     async with TestClient(TestServer(build_app(ActionsApi(), bound_host="127.0.0.1"))) as console:
         assert (await console.get("/login", headers={"Host": host})).status == 200
     async with TestClient(TestServer(http_api.application(lineage, bound_host="127.0.0.1"))) as http:
-        assert (await http.post("/api/v1/lineage", data=run_event(), headers={"Host": host})).status == 201
+        assert (await http.post("/api/v1/lineage", data=run_event(), headers={"Host": host, **JSON})).status == 201
     async with TestClient(TestServer(metrics_app(Registry(), bound_host="127.0.0.1"))) as metrics:
         assert (await metrics.get("/metrics", headers={"Host": host})).status == 200
 
