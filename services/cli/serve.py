@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from sluice.domain.errors import InvalidArgument
+from sluice.eventlog.batched import MalformedBatch
+from sluice.eventlog.codec import UndecodableEvent
 from sluice.eventlog.port import EventLogNotMigrated
 from sluice.runtime.logs import configure_logging
 
@@ -159,6 +161,12 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
     except InvalidArgument as error:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 2
+    except UndecodableEvent as error:  # starting again would meet it again: one line, not a traceback per restart
+        print(f"sluice: error: the event log holds an event this release cannot read: {error}", file=sys.stderr)
+        return 1
+    except MalformedBatch as error:  # names its record, stream and position
+        print(f"sluice: error: the event log holds an unreadable record: {error}", file=sys.stderr)
+        return 1
     except OSError as error:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 1

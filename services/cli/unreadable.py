@@ -1,6 +1,7 @@
 """What `sluice replay` and `sluice rebuild` say when folding the log fails on an event this release
-cannot read (corrupt, cut short, or written by a later release): the first such event's stream, version
-and position, found by decoding every event of the log with its service's event types."""
+cannot read (corrupt, cut short, or written by a later release): the event's stream, version and position,
+as the codec names it (UndecodableEvent); for the decoders beside the codec's (lineage's run events), the
+first such event, found by decoding every event of the log with its service's event types."""
 from __future__ import annotations
 
 import json
@@ -8,13 +9,12 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from sluice.eventlog.batched import MalformedBatch, expand_all
+from sluice.eventlog.codec import DECODING_ERRORS, UndecodableEvent
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice_services.cli.offline import OperatorError
 
 READ_BATCH = 5000
-DECODING_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
-"""What decoding an unreadable event raises (JSON that is not, a field missing or of another type): an
-infrastructure failure (the log unreachable) is none of them and is not followed by a read of the whole log."""
+CANNOT_READ = "the event log holds an event this release cannot read"
 
 
 @contextmanager
@@ -23,11 +23,13 @@ def named_unreadable(log: EventLog) -> Iterator[None]:
     event, when it has one (any other failure is raised as it is)."""
     try:
         yield
-    except DECODING_ERRORS:
+    except UndecodableEvent as error:
+        raise OperatorError(f"{CANNOT_READ}: {error}") from None
+    except DECODING_ERRORS:  # an infrastructure failure (the log unreachable) is none of them: no read of the log
         where = first_unreadable(log)
         if where is None:
             raise
-        raise OperatorError(f"the event log holds an event this release cannot read: {where}") from None
+        raise OperatorError(f"{CANNOT_READ}: {where}") from None
 
 
 def first_unreadable(log: EventLog) -> str | None:
@@ -46,9 +48,10 @@ def first_unreadable(log: EventLog) -> str | None:
                 continue
             try:
                 decode(event)
+            except UndecodableEvent as error:
+                return str(error)
             except DECODING_ERRORS as error:
-                return (f"stream {event.stream} version {event.version} at position {event.position}: {event.type}: "
-                        f"{type(error).__name__}: {error}")
+                return str(UndecodableEvent(event, error))
         after = records[-1].position
     return None
 

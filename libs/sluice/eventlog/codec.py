@@ -29,11 +29,36 @@ class EventTypes:
         return type_name in self._by_name
 
     def decode(self, recorded: RecordedEvent) -> Any:
-        cls = self._by_name[recorded.type]
-        encoded = _recently_encoded.get(recorded.id)
-        if encoded is not None and encoded[0] == recorded.data and type(encoded[1]) is cls:
-            return encoded[1]
-        return from_jsonable(cls, json.loads(recorded.data))  # not orjson: it reads an integer beyond 64 bits as a float
+        """The event; UndecodableEvent when this release cannot read it (of a type it does not know,
+        corrupt, cut short, or written by another release)."""
+        try:
+            cls = self._by_name[recorded.type]
+            encoded = _recently_encoded.get(recorded.id)
+            if encoded is not None and encoded[0] == recorded.data and type(encoded[1]) is cls:
+                return encoded[1]
+            return from_jsonable(cls, json.loads(recorded.data))  # not orjson: it reads an integer beyond 64 bits as a float
+        except DECODING_ERRORS as error:
+            raise UndecodableEvent(recorded, error if recorded.type in self._by_name
+                                   else "a type this release does not know") from error
+
+
+DECODING_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)
+"""What decoding an unreadable event raises: JSON that is not, a field missing or of another type, JSON nested
+too deeply."""
+
+
+class UndecodableEvent(ValueError):
+    """An event this release cannot read, named: "stream S version V at position P: TYPE: why"."""
+
+    MAX_REASON = 300
+    """A union's decoder quotes the whole value it could not place: a line must stay readable."""
+
+    def __init__(self, recorded: RecordedEvent, cause: BaseException | str) -> None:
+        reason = " ".join((cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}").split())
+        if len(reason) > self.MAX_REASON:
+            reason = f"{reason[:self.MAX_REASON]}…(+{len(reason) - self.MAX_REASON} characters)"
+        super().__init__(f"stream {recorded.stream} version {recorded.version} at position {recorded.position}: "
+                         f"{recorded.type}: {reason}")
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"))
