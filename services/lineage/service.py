@@ -21,6 +21,7 @@ from sluice.domain.bounds import lone_surrogate_error
 from sluice.domain.lineage import (EMPTY, InvalidRunEvent, LineageState, RunEventRecord, evolve,
                                    parse_run_event)
 from sluice.domain.lineage_index import LineageIndex
+from sluice.eventlog.codec import DECODING_ERRORS, UndecodableEvent
 from sluice.eventlog.port import ANY_VERSION, DuplicateEventId, EventLog, NewEvent
 from sluice.ids import derived_id
 from sluice.runtime.errors import MalformedMessage
@@ -172,7 +173,11 @@ class LineageService:
         while batch := self._log.read_all(after=self._position, limit=_READ_BATCH, prefixes=(STREAM_PREFIX,)):
             for recorded in batch:
                 if recorded.type == EVENT_TYPE:
-                    self._state = evolve(self._state, parse_run_event(json.loads(recorded.data)))
+                    try:
+                        record = parse_run_event(json.loads(recorded.data))
+                    except DECODING_ERRORS as error:  # InvalidRunEvent is a ValueError
+                        raise UndecodableEvent(recorded, error) from error
+                    self._state = evolve(self._state, record)
                     folded += 1
             self._position = batch[-1].position
         self._position = max(self._position, head)

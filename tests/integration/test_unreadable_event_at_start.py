@@ -47,6 +47,29 @@ def test_an_unreadable_event_stops_the_server_with_one_line_naming_it(tmp_path, 
     assert line.startswith(expected), line
 
 
+@pytest.mark.parametrize("service, stream, event, expected", [
+    ("checker", "run-x", NewEvent("e-json", "RunRequested", b"{not json"),
+     "stream run-x version 0 at position 1: RunRequested: JSONDecodeError: unexpected character"),  # the jobs view's
+    ("checker", "run-x", NewEvent("e-other", "RunRequested", b'{"run_id": "x"}'),
+     "stream run-x version 0 at position 1: RunRequested: KeyError: 'at'"),
+    ("lineage", "lineage-run-x", NewEvent("e-json", "LineageEventRecorded", b'{"eventType": "START"'),
+     "stream lineage-run-x version 0 at position 1: LineageEventRecorded: JSONDecodeError: "),
+    ("lineage", "lineage-run-x", NewEvent("e-other", "LineageEventRecorded", b'{"eventType": "START"}'),
+     "stream lineage-run-x version 0 at position 1: LineageEventRecorded: InvalidRunEvent: "),
+    ("datasets", "transaction-ns.feed", NewEvent("e-other", "PartitionsCommitted", b'{"namespace": "ns"}'),
+     "stream transaction-ns.feed version 0 at position 1: PartitionsCommitted: KeyError: 'dataset'"),  # its relay's
+])
+def test_an_event_read_beside_the_codec_stops_the_server_with_one_line_naming_it(tmp_path, service, stream, event,
+                                                                                 expected):
+    """The decoders of their own (the jobs view reads fields, lineage parses OpenLineage, the datasets'
+    partitions are read by hand) name the event as the codec does."""
+    log_holding(tmp_path, stream, event)
+    result = serve("serve", service, "--data-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(CANNOT_READ + expected), line
+
+
 def test_a_batch_record_cut_short_stops_the_server_with_one_line_naming_it(tmp_path):
     log_holding(tmp_path, PARTITION_STREAM_PREFIX + "0", NewEvent("e-cut", "Batch", b'{"events":[{"sched'))
     result = serve("serve", "matcher", "--data-dir", str(tmp_path))

@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 from typing import Any, Callable
 
-from sluice.eventlog.codec import EventTypes, encode
+from sluice.eventlog.codec import DECODING_ERRORS, EventTypes, UndecodableEvent, encode
 from sluice.domain.consumer.aggregate import (
     PartitionsCompleted,
     PartitionsDiscarded,
@@ -92,4 +92,7 @@ def decode_event(types: EventTypes, recorded: RecordedEvent) -> Any:
     decoder = _DECODERS.get(recorded.type)
     if decoder is None or recorded.type not in types:
         return types.decode(recorded)
-    return decoder(json.loads(recorded.data))
+    try:
+        return decoder(json.loads(recorded.data))
+    except DECODING_ERRORS as error:
+        raise UndecodableEvent(recorded, error) from error

@@ -24,7 +24,7 @@ import orjson
 from sluice.clock import epoch_micros
 from sluice.domain import backfills, checking, matching, runs
 from sluice.eventlog.batched import BATCH_TYPE, expand
-from sluice.eventlog.codec import EventTypes, dumps, from_jsonable
+from sluice.eventlog.codec import DECODING_ERRORS, EventTypes, UndecodableEvent, dumps, from_jsonable
 from sluice.domain.jobs import Job, JobState
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.readmodels.retention import ListingKey, RetainedListing
@@ -213,40 +213,43 @@ class JobsView:
         if recorded.type not in READ_BY_FIELDS:
             self._apply_small(TYPES.decode(recorded))
             return
-        # plain values, read for the few the view shows (orjson reads an integer beyond 64 bits as a
-        # float: no field read here is one)
-        fields = orjson.loads(recorded.data)
-        at = datetime.fromisoformat(fields["at"])
-        match recorded.type:
-            case "JobTriggered":
-                job = fields["job"]
-                if job["id"] not in self._jobs:  # created, matched and fired by its only notification
-                    self._created(job["id"], job["schedule_id"], datetime.fromisoformat(job["created_at"]),
-                                  len(job["context"]["notifications"]))
-                elif notification_id := fields.get("notification_id"):  # it stands for that notification's match
-                    matched = [n for n in job["context"]["notifications"] if n["id"] == notification_id]
-                    if matched:
-                        self._matched(job["id"], at, matched[0])
-                self._transition(job["id"], JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
-                if fields.get("next_job_id"):  # it stands for the JobCreated of the schedule's next job
-                    self._created(fields["next_job_id"], job["schedule_id"], at)
-            case "JobsAdmitted":
-                forced = set(fields["forced"])
-                for job in fields["jobs"]:
-                    self._transition(job["id"], JobState.PENDING_LAUNCH, at,
-                                     "timed out, launch forced" if job["id"] in forced else "constraints met")
-            case "JobAdmitted":
-                self._transition(fields["job"]["id"], JobState.PENDING_LAUNCH, at,
-                                 "timed out, launch forced" if fields.get("forced") else "constraints met")
-            case "RunRequested":
-                run_id = fields["run_id"]
-                self._transition(fields["job"]["id"], JobState.LAUNCHED, at, f"run {run_id}", run_id=run_id)
-            case "NotificationMatched":
-                if fields.get("schedule_id"):  # it stands for the JobCreated of its job
-                    self._created(fields["job_id"], fields["schedule_id"], at)
-                self._matched(fields["job_id"], at, fields["notification"])
-            case "NotificationsJoined":
-                self._joined(fields["job_id"], fields["into"], len(fields["notifications"]), at, recorded.data)
+        try:
+            # plain values, read for the few the view shows (orjson reads an integer beyond 64 bits as a
+            # float: no field read here is one)
+            fields = orjson.loads(recorded.data)
+            at = datetime.fromisoformat(fields["at"])
+            match recorded.type:
+                case "JobTriggered":
+                    job = fields["job"]
+                    if job["id"] not in self._jobs:  # created, matched and fired by its only notification
+                        self._created(job["id"], job["schedule_id"], datetime.fromisoformat(job["created_at"]),
+                                      len(job["context"]["notifications"]))
+                    elif notification_id := fields.get("notification_id"):  # it stands for that notification's match
+                        matched = [n for n in job["context"]["notifications"] if n["id"] == notification_id]
+                        if matched:
+                            self._matched(job["id"], at, matched[0])
+                    self._transition(job["id"], JobState.PENDING_CONSTRAINT, at, "trigger satisfied", fired=recorded.data)
+                    if fields.get("next_job_id"):  # it stands for the JobCreated of the schedule's next job
+                        self._created(fields["next_job_id"], job["schedule_id"], at)
+                case "JobsAdmitted":
+                    forced = set(fields["forced"])
+                    for job in fields["jobs"]:
+                        self._transition(job["id"], JobState.PENDING_LAUNCH, at,
+                                         "timed out, launch forced" if job["id"] in forced else "constraints met")
+                case "JobAdmitted":
+                    self._transition(fields["job"]["id"], JobState.PENDING_LAUNCH, at,
+                                     "timed out, launch forced" if fields.get("forced") else "constraints met")
+                case "RunRequested":
+                    run_id = fields["run_id"]
+                    self._transition(fields["job"]["id"], JobState.LAUNCHED, at, f"run {run_id}", run_id=run_id)
+                case "NotificationMatched":
+                    if fields.get("schedule_id"):  # it stands for the JobCreated of its job
+                        self._created(fields["job_id"], fields["schedule_id"], at)
+                    self._matched(fields["job_id"], at, fields["notification"])
+                case "NotificationsJoined":
+                    self._joined(fields["job_id"], fields["into"], len(fields["notifications"]), at, recorded.data)
+        except DECODING_ERRORS as error:  # a field missing or of another type too
+            raise UndecodableEvent(recorded, error) from error
 
     def _apply_small(self, event: object) -> None:
         match event:
