@@ -11,6 +11,7 @@ from typing import Any, Callable
 from sluice.clock import SystemClock
 from sluice.domain.errors import FailedPrecondition, InvalidArgument
 from sluice.eventlog.batched import MalformedBatch
+from sluice.eventlog.codec import UndecodableEvent
 
 
 class OperatorError(Exception):
@@ -37,6 +38,8 @@ def offline(handler: Callable[[Any, argparse.Namespace], int]) -> Callable[[argp
             return fail(str(error), 1)
         except MalformedBatch as error:  # names its record, stream and position
             return fail(f"the event log holds an unreadable record: {error}", 1)
+        except UndecodableEvent as error:  # names its stream, version, position and type
+            return fail(f"the event log holds an event this release cannot read: {error}", 1)
         except OSError as error:
             return fail(f"cannot open the event log or the bus: {error}", 1)
     return run

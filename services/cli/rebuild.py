@@ -24,7 +24,6 @@ from sluice.eventlog.port import EventLog
 from sluice_services.catalogue import DATASETS, SECTIONS, WITH_AGGREGATE_SNAPSHOTS
 from sluice_services.cli.offline import add_sources, offline, open_log
 from sluice_services.cli.progress import ReadProgress, progress
-from sluice_services.cli.unreadable import named_unreadable
 
 if TYPE_CHECKING:
     from sluice_services.composition import Settings
@@ -71,7 +70,7 @@ def _rebuild(settings, args) -> int:
     try:
         names = [*SERVICES, DATASETS.name, "jobs"] if args.projection == "snapshots" else [args.projection]
         results = []
-        with progress(args, "rebuilding", log.head_position(), unit="position") as folding, named_unreadable(log):
+        with progress(args, "rebuilding", log.head_position(), unit="position") as folding:
             for name in names:
                 folding.describe(f"rebuilding {name}")
                 results.append(rebuild(name, ReadProgress(log, folding), settings))

@@ -13,7 +13,6 @@ from sluice.eventlog.port import EventLog
 from sluice.eventlog.truncated import LogUntil
 from sluice_services.catalogue import NAMES
 from sluice_services.cli.offline import OperatorError, add_sources, offline, open_log
-from sluice_services.cli.unreadable import named_unreadable
 
 
 def add_command(commands: argparse._SubParsersAction) -> None:
@@ -32,9 +31,8 @@ def _replay(settings, args) -> int:
         until = head if args.until is None else args.until
         if not 0 <= until <= head:
             raise OperatorError(f"--until: position {until} is outside the log (0 to {head})")
-        with named_unreadable(log):
-            state = service_state(args.service, LogUntil(log, until))
-            report: Any = diff(state, service_state(args.service, log)) if args.diff else state
+        state = service_state(args.service, LogUntil(log, until))
+        report: Any = diff(state, service_state(args.service, log)) if args.diff else state
     finally:
         log.close()
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else _text(args.service, until, report, args.diff))

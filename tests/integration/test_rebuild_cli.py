@@ -166,3 +166,23 @@ def test_an_unreadable_event_is_one_line_naming_its_stream_and_position(data_dir
         assert result.returncode == 1, (command, result.stderr)
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("sluice: error: the event log holds") and where in line and named in line, (command, line)
+
+
+@pytest.mark.parametrize("stream, event, commands, named", [
+    ("lineage-run-x", NewEvent("e-lineage", "LineageEventRecorded", b'{"eventType": "START"}'),
+     [["replay", "lineage"], ["rebuild", "lineage"]], "LineageEventRecorded: InvalidRunEvent: "),
+    ("run-x", NewEvent("e-fields", "RunRequested", b'{"run_id": "x"}'), [["rebuild", "jobs"]],
+     "RunRequested: KeyError: 'at'"),
+])
+def test_an_event_read_beside_the_codec_is_one_line_naming_it_too(data_dir: Path, stream, event, commands, named):
+    """Lineage's run events and the fields the jobs view reads are decoded by hand: named as the codec names."""
+    log = SqliteEventLog(data_dir / "events.db", clock=SimulatedClock())
+    log.append(stream, [event], ANY_VERSION)
+    position = log.head_position()
+    log.close()
+    for command in commands:
+        result = sluice(*command, "--data-dir", str(data_dir))
+        assert result.returncode == 1, (command, result.stderr)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("sluice: error: the event log holds an event this release cannot read: "
+                               f"stream {stream} version 0 at position {position}: {named}"), (command, line)
