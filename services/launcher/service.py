@@ -12,7 +12,7 @@ from sluice.bus.port import Record
 from sluice.clock import Clock, epoch_micros
 from sluice.domain import runs
 from sluice.domain.lease import LeaseLost
-from sluice.eventlog.codec import EventTypes
+from sluice.eventlog.codec import EventTypes, UndecodableEvent
 from sluice.domain.runs import MarkLost, RequestCancel, RequestRun, Run
 from sluice.eventlog.port import EventLog, RecordedEvent
 from sluice.ids import UUID
@@ -116,6 +116,8 @@ class LauncherService:
             return
         try:
             acquired = self._lease.tick() is LeaseChange.ACQUIRED
+        except UndecodableEvent:  # the lease stream holds an event this release cannot read: so would every try
+            raise
         except Exception as error:  # the log unreachable: keep_lease tries again
             log.warning("launcher lease: %r; trying again", error)
             return
@@ -144,6 +146,8 @@ class LauncherService:
             change = self._lease.tick()
         except LeaseLost:
             change = LeaseChange.LOST
+        except UndecodableEvent:
+            raise
         except Exception as error:  # the log unreachable: tried again; the lease's expiry decides
             log.warning("launcher lease: %r; trying again", error)
             return None

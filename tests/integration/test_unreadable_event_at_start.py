@@ -70,6 +70,16 @@ def test_an_event_read_beside_the_codec_stops_the_server_with_one_line_naming_it
     assert line.startswith(CANNOT_READ + expected), line
 
 
+def test_an_unreadable_lease_event_stops_the_launcher_instead_of_retrying_it_forever(tmp_path):
+    """The launcher took any failure to read its lease for the log being unreachable: it said so and read the
+    same event again at once, forever, serving without ever holding the lease."""
+    log_holding(tmp_path, "launcher-lease", NewEvent("e-lease", "LeaseAcquired", b"{not json"))
+    result = serve("standalone", "--data-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(CANNOT_READ + "stream launcher-lease version 0 at position 1: LeaseAcquired: JSONDecodeError"), line
+
+
 def test_a_batch_record_cut_short_stops_the_server_with_one_line_naming_it(tmp_path):
     log_holding(tmp_path, PARTITION_STREAM_PREFIX + "0", NewEvent("e-cut", "Batch", b'{"events":[{"sched'))
     result = serve("serve", "matcher", "--data-dir", str(tmp_path))
