@@ -37,6 +37,8 @@ from sluice_services.launcher.tracking import ProcessIdentity, kill_group
 from sluice_services.catalogue import LAUNCHER
 
 log = logging.getLogger(__name__)
+LEASE_RETRY_SECONDS = 1.0
+"""A lease step the log refused is tried again after this long (it stays due until it succeeds)."""
 
 STREAM_PREFIX = LAUNCHER.stream_prefixes[0]
 TYPES = EventTypes(runs.EVENTS)
@@ -73,6 +75,7 @@ class LauncherService:
         self._terminations = run_control.Terminations(kill_grace_seconds)
         self._sweeper = run_control.RunDirSweeper(self.runs_root_of(data_dir), self.get, run_dir_retention)
         self._lease = lease
+        self._lease_failing = False
         self._run_data = run_data
         self._stepping_down: asyncio.Task | None = None
         self._infrastructure = Pauses("launcher's runs")
@@ -138,6 +141,8 @@ class LauncherService:
         while True:
             await self.lease_tick()
             delay = (self._lease.next_at() - self._clock.now()).total_seconds()
+            if self._lease_failing:  # the step is still due: at once again, it would fail as fast as the log refuses
+                delay = max(delay, LEASE_RETRY_SECONDS)
             await asyncio.sleep(max(0.0, min(delay, MAX_TIMER_SLEEP)))
 
     async def lease_tick(self) -> LeaseChange | None:
@@ -149,8 +154,13 @@ class LauncherService:
         except UndecodableEvent:
             raise
         except Exception as error:  # the log unreachable: tried again; the lease's expiry decides
-            log.warning("launcher lease: %r; trying again", error)
+            if not self._lease_failing:
+                log.warning("launcher lease: %r; trying again every %.0f s", error, LEASE_RETRY_SECONDS)
+            self._lease_failing = True
             return None
+        if self._lease_failing:
+            log.warning("launcher lease: the log answers again")
+            self._lease_failing = False
         if change is LeaseChange.ACQUIRED:
             self._take_over(read_again=True)
         elif change is LeaseChange.LOST:

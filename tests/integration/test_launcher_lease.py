@@ -4,6 +4,8 @@ restarted on the same data dir takes over at once and re-attaches; and one proce
 dir, shown with two real `sluice` processes."""
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -22,6 +24,7 @@ from sluice.domain.common import ProgramRef, RunStatus
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.lease import LeaseLost
 from sluice.domain.runs import MarkLost
+from sluice.eventlog.port import EventLogUnavailable
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.ids import derived_id, run_id_for
 from sluice.runtime.errors import MalformedMessage
@@ -30,6 +33,7 @@ from sluice.wire.jobs import job_to_proto
 from sluice_services.launcher import supervise
 from sluice_services.launcher.lease import LeaseChange, LeaseKeeper, LeaseTerms
 from sluice_services.launcher.programs import SparkConfig, SparkSubmitter
+from sluice_services.launcher import service as launcher_service
 from sluice_services.launcher.service import LauncherService, NotLeaseHolder
 from sluice_services.datasets.service import DatasetsService
 from sluice_services.launcher.tracking import exit_code
@@ -109,6 +113,33 @@ async def test_a_launch_request_whose_job_id_is_no_uuid_is_malformed_and_records
     with pytest.raises(MalformedMessage, match="job.id: must be a UUID"):
         await a.on_launch_requested(Record(LAUNCH_REQUESTS, 0, 1, b"k", message.SerializeToString(), (), 0))
     assert hosts.events() == before
+
+
+@pytest.mark.parametrize("holding", [True, False], ids=["renewing", "standing-by"])
+async def test_a_lease_step_the_log_refuses_is_tried_again_after_a_pause_and_warned_once(
+        hosts: Hosts, monkeypatch, caplog, holding: bool):
+    """Its step stays due while the log refuses it: retried at once, it spun as fast as the log answered (a
+    PostgreSQL refusing connections: thousands of tries and warnings a second)."""
+    owner = hosts.launcher("host-a")
+    launcher = owner if holding else hosts.launcher("host-b")
+    hosts.clock.advance(timedelta(seconds=TERMS.seconds + 1))  # a renewal due, or the lease expired
+
+    def unavailable(*args, **kwargs):
+        raise EventLogUnavailable("connection refused")
+    for log in hosts.logs:
+        monkeypatch.setattr(log, "append", unavailable)
+        monkeypatch.setattr(log, "read_stream", unavailable)
+    pauses: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 5:
+            raise asyncio.CancelledError
+    monkeypatch.setattr(launcher_service.asyncio, "sleep", sleep)
+    with caplog.at_level(logging.WARNING, logger=launcher_service.__name__), pytest.raises(asyncio.CancelledError):
+        await launcher.keep_lease()
+    assert pauses == [launcher_service.LEASE_RETRY_SECONDS] * 5
+    assert len([r for r in caplog.records if "trying again" in r.getMessage()]) == 1
 
 
 async def test_a_standby_never_takes_the_runs_of_a_live_launcher(hosts: Hosts):
