@@ -241,12 +241,12 @@ class ConsumerStore:
         last = self._log.stream_version(stream)
         if last == NO_STREAM:
             return _Loaded(None, NO_STREAM)
-        snapshot = SNAPSHOT_TYPES.decode(self._log.read_stream(stream, last)[0])
         try:
+            snapshot = SNAPSHOT_TYPES.decode(self._log.read_stream(stream, last)[0])
             return _Loaded(state_from_bytes(base64.b64decode(snapshot.state)), snapshot.version)
         except (ConsumerStateError, ValueError) as error:  # the log holds the truth: fold it instead
-            log.warning("consumer %s: snapshot at version %s is unreadable (%s); reading the whole stream",
-                        ref, snapshot.version, error)
+            log.warning("consumer %s: snapshot at version %s of %s is unreadable (%s); reading the whole stream",
+                        ref, last, stream, error)
             return _Loaded(None, NO_STREAM)
 
     def _snapshot(self, ref: ConsumerRef, state: ConsumerState, version: int) -> None:

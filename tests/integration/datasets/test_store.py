@@ -23,7 +23,7 @@ from sluice.domain.datasets import (
     TransactionStatus,
     transaction_stream,
 )
-from sluice.eventlog.port import ANY_VERSION, EventLog
+from sluice.eventlog.port import ANY_VERSION, EventLog, NewEvent
 from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from tests.integration.datasets.backends import Backend, PostgresBackend, SqliteBackend
 
@@ -171,6 +171,15 @@ class DatasetStoreContract(Backend):
         expected = self.consumers.state(REF)
         broken = ConsumerSnapshotted(0, base64.b64encode(state_to_bytes(expected)[:-9]).decode())
         self.log.append(snapshot_stream(REF), [encode(broken, "broken-snapshot")], ANY_VERSION)
+        restarted = ConsumerStore(self.open_log(), DatasetStore(self.open_log(), self.clock), self.clock)
+        assert restarted.state(REF) == expected
+
+    def test_a_snapshot_event_that_does_not_decode_falls_back_to_the_whole_stream(self) -> None:
+        self.datasets.add("experiments", "clickstream", [part(hour=1)])
+        self.consumers.consume(REF, "run-1", 1)
+        expected = self.consumers.state(REF)
+        corrupt = NewEvent("corrupt-snapshot", ConsumerSnapshotted.__name__, b'{"version": 0, "sta', {})
+        self.log.append(snapshot_stream(REF), [corrupt], ANY_VERSION)
         restarted = ConsumerStore(self.open_log(), DatasetStore(self.open_log(), self.clock), self.clock)
         assert restarted.state(REF) == expected
 
