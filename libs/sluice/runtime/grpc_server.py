@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from sluice.runtime import whoami
 from sluice.runtime.access import Authenticator
 from sluice.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from sluice.eventlog.codec import UndecodableEvent
 from sluice.eventlog.port import EventLogUnavailable
 from sluice.runtime.grpc_decoding import RequestDecoding
 from sluice.runtime.grpc_security import GrpcSecurity
@@ -54,6 +55,10 @@ def grpc_errors(method: Callable) -> Callable:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, _details(error))
         except EventLogUnavailable as error:  # infrastructure, not the request: try again later
             await context.abort(grpc.StatusCode.UNAVAILABLE, _details(error))
+        except UndecodableEvent as error:  # a corrupt event, or one of another release: the operator's to see
+            log.error("%s: the event log holds an event this release cannot read: %s", method.__qualname__, error)
+            await context.abort(grpc.StatusCode.DATA_LOSS, f"the event log holds an event this release cannot read: "
+                                                           f"{_details(error)}")
 
     return wrapper
 
