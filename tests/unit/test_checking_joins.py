@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from sluice.domain import checking
+from sluice.domain import bounds, checking
 from sluice.domain.checking import (
     CheckerState,
     CheckTime,
@@ -158,3 +158,35 @@ def test_replaying_the_events_rebuilds_the_same_queue():
         history += events
     assert checking.fold(CheckerState(), history) == state
     assert hours_of(state.queue["s1-j2"].job) == ["02", "03", "04"]
+
+
+def large(sequence: int) -> Job:
+    """A job of 250 partitions, about 40 KiB of notifications: three fit one job (bounds.JOB_NOTIFICATIONS_BYTES)."""
+    refs = tuple(PartitionRef({"hour": f"{sequence:02d}", "part": f"{i:03d}"}, f"/feed/{sequence}/{i:03d}/" + "x" * 80)
+                 for i in range(250))
+    notification = Notification(f"n{sequence}", T0, PartitionCommitted("ns", "feed", refs))
+    return replace(job(sequence, ONE_AT_A_TIME), context=TriggerContext("s1", "s1", notifications=(notification,)))
+
+
+def test_a_fire_joins_a_waiting_job_only_while_their_notifications_fit_one_job_else_waits_apart():
+    state, _ = run(CheckerState(), EnqueueJob(large(1)))
+    state, events = run(state, EnqueueJob(large(2)), EnqueueJob(large(3)), EnqueueJob(large(4)))
+    assert kinds(events) == ["JobQueued", "JobDeferred", "NotificationsJoined", "NotificationsJoined"]
+    assert bounds.notifications_bytes(state.queue["s1-j2"].job.context.notifications) <= bounds.JOB_NOTIFICATIONS_BYTES
+    state, events = run(state, EnqueueJob(large(5)))
+    assert kinds(events) == ["JobQueued", "JobDeferred"]  # job 2 full: job 5 waits as a job of its own
+    state, events = run(state, EnqueueJob(large(6)))
+    assert kinds(events) == ["JobQueued", "JobDeferred"] and sorted(state.queue) == ["s1-j2", "s1-j5", "s1-j6"]
+    runs = []
+    for finished in ("s1-j1", "s1-j2", "s1-j5"):
+        state, events = run(state, ObserveRun(P, run_id_for(finished), RunStatus.COMPLETED, T0))
+        runs += [hours_of(admitted) for admitted in checking.admitted_jobs(events)]
+    assert [sorted(set(hours)) for hours in runs] == [["02", "03", "04"], ["05"], ["06"]]
+    assert not state.queue
+
+
+def test_a_small_fire_still_joins_a_waiting_job_with_room():
+    state, _ = run(CheckerState(), EnqueueJob(large(1)))
+    state, _ = run(state, EnqueueJob(large(2)), EnqueueJob(large(3)), EnqueueJob(large(4)))
+    state, events = run(state, EnqueueJob(job(5, ONE_AT_A_TIME)))  # one small partition still fits
+    assert kinds(events) == ["NotificationsJoined"] and events[0].into == "s1-j2"

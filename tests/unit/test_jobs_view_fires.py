@@ -15,6 +15,7 @@ from sluice.readmodels.jobs import JobsView
 from sluice.runtime.journal import Journal
 
 from tests.unit.test_matching import T0, notification, observed, run, schedule
+from tests.unit.test_matching_fast_paths import large_notification
 
 
 def recorded(events: list) -> list[RecordedEvent]:
@@ -153,3 +154,18 @@ def test_a_cron_fire_that_names_the_next_job_shows_it_waiting():
     waiting = view.get(fired.next_job_id)
     assert waiting is not None and waiting.state is JobState.PENDING_TRIGGER and waiting.schedule_id == "sched-1"
     assert view.get(fired.job.id).state is JobState.PENDING_CONSTRAINT
+
+
+def test_the_jobs_of_a_fire_cut_by_size_each_show_their_own_notifications():
+    _, events = run(observed(schedule(count=7 * 250)), *[MatchNotification(large_notification(n)) for n in range(7)])
+    fires = [event for event in events if isinstance(event, JobTriggered)]
+    assert len(fires) == 3
+    view = JobsView()
+    records = recorded(events)
+    for event in records:
+        view.apply(event)
+    jobs = [view.get(fire.job.id) for fire in fires]
+    assert [job.notifications for job in jobs] == [len(fire.job.context.notifications) for fire in fires] == [3, 3, 1]
+    assert all(job.state is JobState.PENDING_CONSTRAINT for job in jobs)
+    assert [job.job for job in jobs] == [fire.job for fire in fires]
+    assert jobs[1].history[0].cause == f"part of job {fires[0].job.id}'s fire, cut by size"

@@ -11,6 +11,7 @@ import json
 import re
 from datetime import datetime, timezone
 
+from sluice.domain.common import Notification, PartitionCommitted, PartitionRef
 from sluice.domain.errors import InvalidArgument, ResourceExhausted
 
 # --- numbers ---------------------------------------------------------------------------------
@@ -68,6 +69,15 @@ fire time computed parses it again."""
 MAX_SCHEDULE_BYTES = 120 * 1024
 """One schedule as its protobuf Schedule (properties, trigger tree, constraints, Spark settings, all): a
 match message carries it beside a notification of MAX_NOTIFICATION_BYTES, under MAX_BUS_MESSAGE_BYTES."""
+JOB_FIELDS_BYTES = 4 * 1024
+"""What a job message holds beside its schedule's fields and its notifications: its id, the schedule's
+id again, its times and sequence (well under 1 KiB: ids and names are bounded)."""
+JOB_NOTIFICATIONS_BYTES = MAX_BUS_MESSAGE_BYTES - MAX_SCHEDULE_BYTES - JOB_FIELDS_BYTES
+"""The notifications one job carries (`notifications_bytes`), 132 KiB: beside a schedule of
+MAX_SCHEDULE_BYTES, its job message stays under MAX_BUS_MESSAGE_BYTES. A fire whose notifications pass
+it fires several jobs (sluice.domain.matching); a waiting job joins another only within it (checking).
+One notification of MAX_NOTIFICATION_BYTES always fits (tests/unit/test_job_size.py), and a job always
+takes at least one."""
 MAX_CONSTRAINTS = 64
 MAX_RUN_SECONDS = 30 * 86_400
 """A schedule's run time limit: 1 s to 30 days (0: none); a longer run is better left unlimited."""
@@ -137,3 +147,44 @@ def lone_surrogate_error(raw: bytes, parsed: object) -> str | None:
     except UnicodeEncodeError as error:
         return f"not valid Unicode text: a lone surrogate {error.object[error.start:error.end]!r}"
     return None
+
+
+# --- a job's notifications, as the protobuf encoding of its context would hold them --------------
+_TIMESTAMP_BYTES = 2 + 11 + 6
+"""A Timestamp field: tag and length, seconds (a negative one is 10 bytes), nanos."""
+_INT64_BYTES = 11
+
+
+def notifications_bytes(notifications: tuple[Notification, ...]) -> int:
+    """At least the bytes `notifications` take in a job message (TriggerContext.notifications, each
+    with its tag and length), from the domain objects: each string's UTF-8 length, every varint at
+    its longest. Exact for the strings, a few bytes over per number."""
+    return sum(map(notification_bytes, notifications))
+
+
+def notification_bytes(notification: Notification) -> int:
+    """notifications_bytes of one notification."""
+    payload = notification.payload
+    if isinstance(payload, PartitionCommitted):
+        body = _text(payload.namespace) + _text(payload.dataset) + sum(map(_partition_bytes, payload.partitions))
+    else:
+        program = payload.program
+        body = (_nested(_text(program.namespace) + _text(program.app) + _text(program.program))
+                + _text(payload.run_id) + 2 + _text(payload.schedule_id) + _text(payload.job_id))
+    return _nested(_text(notification.id) + _TIMESTAMP_BYTES + _nested(body))
+
+
+def _partition_bytes(partition: PartitionRef) -> int:
+    pairs = sum(_nested(_text(name) + _text(value)) for mapping in (partition.key, partition.metadata)
+                for name, value in mapping.items())
+    return _nested(pairs + _text(partition.location) + 2 * _INT64_BYTES)
+
+
+def _text(value: str) -> int:
+    """A string field: tag, length, UTF-8 bytes."""
+    return _nested(len(value) if value.isascii() else utf8_size(value))
+
+
+def _nested(size: int) -> int:
+    """A length-delimited field of `size` bytes: a one-byte tag (field numbers below 16), the length."""
+    return 1 + size + (1 if size < 1 << 7 else 2 if size < 1 << 14 else 3 if size < 1 << 21 else 5)

@@ -13,7 +13,8 @@ concurrency groups the schedules name decide which programs count together.
 
 A job that a pass would leave waiting for the first time joins its schedule's earlier job that
 already waits instead, when both may (`Job.joinable`, WaitingJobPolicy.JOIN): the earlier job's
-trigger context gains its notifications (NotificationsJoined), and its one run gets them all.
+trigger context gains its notifications (NotificationsJoined), and its one run gets them all, as long
+as they fit one job message (bounds.JOB_NOTIFICATIONS_BYTES); else the job waits apart, as SEPARATE's do.
 Only a waiting job is joined, never one admitted (PENDING_LAUNCH), and the joining is decided in
 the same pass that would have deferred the job, so it does not depend on how arrivals are batched.
 
@@ -30,6 +31,7 @@ import immutables
 
 from sluice.domain import backfills
 from sluice.domain.backfills import CancelBackfill, RunScheduleNow, StartBackfill
+from sluice.domain.bounds import JOB_NOTIFICATIONS_BYTES, notification_bytes, notifications_bytes
 from sluice.domain.checking_messages import (
     EVENTS,
     CheckerCommand,
@@ -299,9 +301,26 @@ def _job_to_join(state: CheckerState, job: Job, leaving: set[str], deferred_now:
     to start waiting) joins; None when it waits as a job of its own."""
     if not job.joinable:
         return None
+    size: int | None = None
     for candidate in (state.joinable.get(job.schedule_id), deferred_now.get(job.schedule_id)):
         waiting = state.queue.get(candidate) if candidate is not None and candidate not in leaving else None
         if waiting is not None and waiting.job.schedule_generation == job.schedule_generation \
                 and waiting.job.sequence < job.sequence:
-            return candidate
+            if size is None:
+                size = notifications_bytes(job.context.notifications)
+            if _fits_beside(waiting.job, size):
+                return candidate
     return None
+
+
+def _fits_beside(waiting: Job, size: int) -> bool:
+    """Whether `waiting`'s notifications and `size` more bytes of them fit one job (its message under the
+    bus limit, as the matcher cuts its fires: sluice.domain.matching)."""
+    if not size:
+        return True  # nothing joins: a fire by time alone
+    total = size
+    for notification in waiting.context.notifications:
+        total += notification_bytes(notification)
+        if total > JOB_NOTIFICATIONS_BYTES:
+            return False
+    return total <= JOB_NOTIFICATIONS_BYTES

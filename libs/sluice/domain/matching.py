@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sluice.domain import triggers
-from sluice.domain.bounds import MAX_CATCH_UP_FIRES
+from sluice.domain.bounds import JOB_NOTIFICATIONS_BYTES, MAX_CATCH_UP_FIRES, notification_bytes
 from sluice.domain.common import Notification
 from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.observations import CheckTime, ObserveSchedule
@@ -81,6 +81,10 @@ class JobTriggered:
     """The schedule's next job, when it starts waiting for time at once (`_then_wait_for_time`):
     the event stands for the JobCreated after it, whose `waiting_since` is `next_waiting_since`."""
     next_waiting_since: datetime | None = None
+    part_of: str = ""
+    """Set (the first job's id) when one fire made several jobs, their notifications too many bytes for
+    one (bounds.JOB_NOTIFICATIONS_BYTES): this job is a further part, created by the fire with the next
+    sequence; its notifications were matched by the first's events."""
 
 
 @dataclass(frozen=True)
@@ -243,10 +247,13 @@ def _match(state: MatcherState, notification: Notification,
         return [], state  # not for this trigger, or already counted
     matched = NotificationMatched(pending.job_id, notification, now, schedule.id if created else "")
     pending = PendingJob(pending.job_id, pending.created_at, observed, pending.sequence)
-    fired = _fire_if_satisfied(schedule, pending, now)
+    fired = _fire_if_satisfied(schedule, pending, jobs_created, now)
     events: list[MatcherEvent]
     if not fired:
         events = [matched]
+    elif len(fired) > 1:  # a fire cut in parts: the match first, then each part
+        events = [matched, *fired]
+        jobs_created = fired[-1].job.sequence
     elif created:
         # created, matched and fired by this one notification: the fire says it all
         events = fired if fired[0].job.context.notifications == (notification,) else [matched, *fired]
@@ -275,8 +282,12 @@ def _check_time(state: MatcherState, now: datetime) -> tuple[list[MatcherEvent],
         if until is not None:
             skipped = MissedFiresSkipped(pending.job_id, until, schedule.misfire_policy, now)
             moved = replace(pending, trigger=replace(pending.trigger, started_at=until))
-            return _then_wait_for_time(*_folded(state, [skipped, *_fire_if_satisfied(schedule, moved, now)]), now)
+            fired = _fire_if_satisfied(schedule, moved, state.jobs_created, now)
+            return _then_wait_for_time(*_folded(state, [skipped, *fired]), now)
     job = _fired_job(schedule, pending, now, evaluation.logical_time)
+    if len(job.context.notifications) > 1 and len(parts := _cut_by_size(job.context.notifications)) > 1:
+        return _then_wait_for_time(*_folded(state, _fired_in_parts(schedule, pending, state.jobs_created, job, parts)),
+                                   now)
     if not _waits_for_time(schedule.trigger):  # what evolve makes of the fire of the pending job
         return [JobTriggered(job, now)], MatcherState(schedule, None, state.jobs_created, state.retired_generation,
                                                       state.recent)
@@ -306,14 +317,47 @@ def _skip_missed_until(schedule: Schedule, started_at: datetime, first_missed: d
     raise TypeError(f"unknown misfire policy {schedule.misfire_policy!r}")
 
 
-def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, now: datetime,
-                       evaluation: triggers.Evaluation | None = None) -> list[MatcherEvent]:
-    """`evaluation`: the trigger's at `now` for this very pending job, when the caller has it."""
+def _fire_if_satisfied(schedule: Schedule, pending: PendingJob, jobs_created: int, now: datetime,
+                       evaluation: triggers.Evaluation | None = None) -> list[JobTriggered]:
+    """`evaluation`: the trigger's at `now` for this very pending job, when the caller has it.
+    `jobs_created`: the schedule's, a further part of the fire takes the next sequence."""
     if evaluation is None:
         evaluation = triggers.evaluate(schedule.trigger, pending.trigger, now)
     if not evaluation.satisfied:
         return []
-    return [JobTriggered(_fired_job(schedule, pending, now, evaluation.logical_time), now)]
+    job = _fired_job(schedule, pending, now, evaluation.logical_time)
+    if len(job.context.notifications) > 1 and len(parts := _cut_by_size(job.context.notifications)) > 1:
+        return _fired_in_parts(schedule, pending, jobs_created, job, parts)
+    return [JobTriggered(job, now)]
+
+
+def _cut_by_size(notifications: tuple[Notification, ...]) -> list[tuple[Notification, ...]]:
+    """`notifications` in runs, in order, each within a job's budget (bounds.JOB_NOTIFICATIONS_BYTES;
+    one alone always fits its message): one run when they all fit."""
+    parts: list[tuple[Notification, ...]] = []
+    start = size = 0
+    for index, notification in enumerate(notifications):
+        notification_size = notification_bytes(notification)
+        if index > start and size + notification_size > JOB_NOTIFICATIONS_BYTES:
+            parts.append(notifications[start:index])
+            start, size = index, 0
+        size += notification_size
+    parts.append(notifications[start:])
+    return parts
+
+
+def _fired_in_parts(schedule: Schedule, pending: PendingJob, jobs_created: int, job: Job,
+                    parts: list[tuple[Notification, ...]]) -> list[JobTriggered]:
+    """The fire of `job` as one job per part of its notifications, at the same moment with the same
+    logical time: the pending job with the first, then jobs the fire creates, with the schedule's next
+    sequences and ids derived from them as every job's (created when the pending job was: their
+    notifications waited with it)."""
+    fired = [JobTriggered(replace(job, context=replace(job.context, notifications=parts[0])), job.triggered_at)]
+    for sequence, notifications in enumerate(parts[1:], jobs_created + 1):
+        part = replace(job, id=derived_id("job", schedule.id, str(sequence)), sequence=sequence,
+                       context=replace(job.context, notifications=notifications))
+        fired.append(JobTriggered(part, job.triggered_at, part_of=pending.job_id))
+    return fired
 
 
 _new, _set = object.__new__, object.__setattr__
@@ -356,7 +400,8 @@ def _then_wait_for_time(events: list[MatcherEvent], after: MatcherState,
     since = (fired.job.context.logical_time or now) if fired else now
     job_id, waiting = _next_waiting(after, since, now)
     if events and events[-1] is fired:  # the fire says which job waits next: one event
-        return [*events[:-1], JobTriggered(fired.job, fired.at, fired.notification_id, job_id, since)], waiting
+        return [*events[:-1], JobTriggered(fired.job, fired.at, fired.notification_id, job_id, since,
+                                           fired.part_of)], waiting
     return [*events, JobCreated(job_id, schedule.id, schedule.generation, now, waiting_since=since)], waiting
 
 
@@ -411,6 +456,9 @@ def evolve(state: MatcherState, event: MatcherEvent) -> MatcherState:
         case JobTriggered(_, at, _, next_job_id, waiting_since) if next_job_id:
             fired = evolve(state, replace(event, next_job_id=""))
             return evolve(fired, JobCreated(next_job_id, state.schedule.id, state.schedule.generation, at, waiting_since))
+        case JobTriggered(job, part_of=part_of) if part_of:  # its notifications counted by the fire's first part
+            return MatcherState(state.schedule, None, max(state.jobs_created, job.sequence), state.retired_generation,
+                                state.recent)
         case JobTriggered(job) if state.pending is None or state.pending.job_id != job.id:
             return _fired_at_creation(state, job)
         case JobTriggered(_, _, notification_id) if notification_id:

@@ -221,7 +221,10 @@ class JobsView:
             match recorded.type:
                 case "JobTriggered":
                     job = fields["job"]
-                    if job["id"] not in self._jobs:  # created, matched and fired by its only notification
+                    if part_of := fields.get("part_of"):  # a further job of a fire cut by size
+                        self._parted(job["id"], job["schedule_id"], part_of,
+                                     datetime.fromisoformat(job["created_at"]), len(job["context"]["notifications"]), at)
+                    elif job["id"] not in self._jobs:  # created, matched and fired by its only notification
                         self._created(job["id"], job["schedule_id"], datetime.fromisoformat(job["created_at"]),
                                       len(job["context"]["notifications"]))
                     elif notification_id := fields.get("notification_id"):  # it stands for that notification's match
@@ -296,14 +299,24 @@ class JobsView:
                                                          f"joined by job {job_id}: {count} more notification"
                                                          f"{'s' if count != 1 else ''}")))
 
-    def _created(self, job_id: str, schedule_id: str, at: datetime, notifications: int = 0) -> None:
+    def _created(self, job_id: str, schedule_id: str, at: datetime, notifications: int = 0,
+                 cause: str = "first matching notification") -> None:
         if job_id in self._jobs:
             return
         self._changed.add(job_id)
         view = self._jobs[job_id] = JobView(
             job_id, schedule_id, JobState.PENDING_TRIGGER, at, at, notifications=notifications,
-            transitions=((JobState.PENDING_TRIGGER.value, at, "first matching notification"),))
+            transitions=((JobState.PENDING_TRIGGER.value, at, cause),))
         self._kept.add(listing_key(view), schedule_id)
+
+    def _parted(self, job_id: str, schedule_id: str, part_of: str, created_at: datetime, count: int,
+                at: datetime) -> None:
+        """A job that a fire too big for one job message made beside `part_of`, with `count` of the
+        notifications `part_of` matched."""
+        self._created(job_id, schedule_id, created_at, count, f"part of job {part_of}'s fire, cut by size")
+        first = self._jobs.get(part_of)
+        if first is not None:
+            self._update(part_of, at, notifications=max(0, first.notifications - count))
 
     def _matched(self, job_id: str, at: datetime, notification: dict) -> None:
         view = self._jobs[job_id]
