@@ -23,6 +23,7 @@ from openlineage.client.generated.base_subset_dataset import (
 from openlineage.client.serde import Serde
 
 from sluice.datasets.files import PublishError, read_program_file
+from sluice.domain.bounds import MAX_BUS_MESSAGE_BYTES
 from sluice.domain.runs import Run as SluiceRun
 from sluice.sdk.lineage import EVENTS_FILE
 from sluice_services.launcher.context_file import program_job_name, schedule_job_name
@@ -96,27 +97,32 @@ def _program_event(run: SluiceRun, state: RunState, at: datetime) -> bytes:
         run=parent_run.Run(runId=job.id),
         job=parent_run.Job(namespace=job.program.namespace, name=schedule_job_name(job)),
     )
-    inputs = [InputDataset(namespace=namespace, name=name, inputFacets={
-        "subset": InputSubsetInputDatasetFacet(inputCondition=_partitions(keys))})
-        for (namespace, name), keys in _by_dataset(run.inputs).items()]
-    outputs = [OutputDataset(namespace=namespace, name=name, outputFacets={
-        "subset": OutputSubsetOutputDatasetFacet(outputCondition=_partitions(keys))})
-        for (namespace, name), keys in _by_dataset(run.outputs).items()]
-    event = RunEvent(eventType=state, eventTime=at.isoformat(), producer=PRODUCER,
-                     run=Run(runId=run.id, facets={"parent": parent}),
-                     job=Job(namespace=job.program.namespace, name=program_job_name(job)),
-                     inputs=inputs, outputs=outputs)
-    return Serde.to_json(event).encode()
+    read, written = _by_dataset(run.inputs), _by_dataset(run.outputs)
+    for subsets in (True, False):
+        inputs = [InputDataset(namespace=namespace, name=name, inputFacets={
+            "subset": InputSubsetInputDatasetFacet(inputCondition=_partitions(keys))} if subsets else None)
+            for (namespace, name), keys in read.items()]
+        outputs = [OutputDataset(namespace=namespace, name=name, outputFacets={
+            "subset": OutputSubsetOutputDatasetFacet(outputCondition=_partitions(keys))} if subsets else None)
+            for (namespace, name), keys in written.items()]
+        event = Serde.to_json(RunEvent(eventType=state, eventTime=at.isoformat(), producer=PRODUCER,
+                                       run=Run(runId=run.id, facets={"parent": parent}),
+                                       job=Job(namespace=job.program.namespace, name=program_job_name(job)),
+                                       inputs=inputs, outputs=outputs)).encode()
+        if len(event) <= MAX_BUS_MESSAGE_BYTES:
+            break
+        # thousands of partitions: the datasets alone (the outbox would dead-letter the event, and the run's
+        # lineage be lost); the partitions stay in the run's events and its listing
+    return event
 
 
 def _by_dataset(partitions) -> dict[tuple[str, str], list[dict[str, str]]]:
     """Each dataset once, with the keys of its partitions the run read or wrote (its subset facet)."""
-    found: dict[tuple[str, str], list[dict[str, str]]] = {}
+    found: dict[tuple[str, str], dict[tuple[tuple[str, str], ...], dict[str, str]]] = {}
     for p in partitions:
-        keys = found.setdefault((p.namespace, p.dataset), [])
-        if dict(p.partition.key) not in keys:
-            keys.append(dict(p.partition.key))
-    return found
+        key = dict(p.partition.key)
+        found.setdefault((p.namespace, p.dataset), {}).setdefault(tuple(key.items()), key)
+    return {dataset: list(keys.values()) for dataset, keys in found.items()}
 
 
 def _partitions(keys: list[dict[str, str]]) -> PartitionSubsetCondition:
