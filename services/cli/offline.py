@@ -39,7 +39,7 @@ def offline(handler: Callable[[Any, argparse.Namespace], int]) -> Callable[[argp
         except MalformedBatch as error:  # names its record, stream and position
             return fail(f"the event log holds an unreadable record: {error}", 1)
         except UndecodableEvent as error:  # names its stream, version, position and type
-            return fail(f"the event log holds an event this release cannot read: {error}", 1)
+            return fail(f"{UndecodableEvent.WHAT}: {error}", 1)
         except OSError as error:
             return fail(f"cannot open the event log or the bus: {error}", 1)
     return run

@@ -162,7 +162,7 @@ def run_server(args: argparse.Namespace, names: tuple[str, ...]) -> int:
         print(f"sluice: error: {error}", file=sys.stderr)
         return 2
     except UndecodableEvent as error:  # starting again would meet it again: one line, not a traceback per restart
-        print(f"sluice: error: the event log holds an event this release cannot read: {error}", file=sys.stderr)
+        print(f"sluice: error: {UndecodableEvent.WHAT}: {error}", file=sys.stderr)
         return 1
     except MalformedBatch as error:  # names its record, stream and position
         print(f"sluice: error: the event log holds an unreadable record: {error}", file=sys.stderr)

@@ -151,9 +151,10 @@ class CommitRunner:
             sequence, begins = self._reserve(draft)
             events = commits.decide(None, commits.Record(commits.CommitSequence(
                 sequence.id, sequence.run_id, sequence.datasets, commits.ordered(sequence.steps))), self._clock.now())
-            fenced = [a for a in [fence() if fence is not None else None] if a is not None]
+            fenced = fence() if fence is not None else None
             try:
-                self._log.append_batch([*begins, *fenced, StreamAppend(stream, events_for(stream, 0, events), NO_STREAM)])
+                self._log.append_batch([*begins, *([fenced] if fenced else []),
+                                        StreamAppend(stream, events_for(stream, 0, events), NO_STREAM)])
             except WrongExpectedVersion as conflict:
                 if conflict.stream != stream:
                     raise  # another writer began a transaction first: reserve again

@@ -50,6 +50,8 @@ too deeply."""
 class UndecodableEvent(ValueError):
     """An event this release cannot read, named: "stream S version V at position P: TYPE: why"."""
 
+    WHAT = "the event log holds an event this release cannot read"
+    """How a command or a server's answer introduces one."""
     MAX_REASON = 300
     """A union's decoder quotes the whole value it could not place: a line must stay readable."""
 

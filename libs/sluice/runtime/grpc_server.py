@@ -56,9 +56,8 @@ def grpc_errors(method: Callable) -> Callable:
         except EventLogUnavailable as error:  # infrastructure, not the request: try again later
             await context.abort(grpc.StatusCode.UNAVAILABLE, _details(error))
         except UndecodableEvent as error:  # a corrupt event, or one of another release: the operator's to see
-            log.error("%s: the event log holds an event this release cannot read: %s", method.__qualname__, error)
-            await context.abort(grpc.StatusCode.DATA_LOSS, f"the event log holds an event this release cannot read: "
-                                                           f"{_details(error)}")
+            log.error("%s: %s: %s", method.__qualname__, UndecodableEvent.WHAT, error)
+            await context.abort(grpc.StatusCode.DATA_LOSS, f"{UndecodableEvent.WHAT}: {_details(error)}")
 
     return wrapper
 
