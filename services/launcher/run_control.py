@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from sluice.domain.runs import Run
-from sluice_services.launcher.tracking import ProcessIdentity, kill_group, kill_leftovers, wait_ended
+from sluice_services.launcher.tracking import ProcessIdentity, kill_group, kill_leftovers, signal_program, wait_ended
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,9 @@ RUN_DIR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]{0,199}")
 
 async def terminate(process: ProcessIdentity, grace_seconds: float = KILL_GRACE_SECONDS,
                     poll_seconds: float = 0.1) -> None:
-    """SIGTERM to the program's process group, SIGKILL to what is left of it after `grace_seconds`."""
-    _signal_group(process, signal.SIGTERM)
+    """SIGTERM to the program (its wrapper's process group and what left it), SIGKILL to what is left after
+    `grace_seconds`."""
+    signal_program(process, signal.SIGTERM)
     try:
         await asyncio.wait_for(wait_ended(process, poll_seconds), grace_seconds)
     except asyncio.TimeoutError:
@@ -43,14 +44,6 @@ async def terminate(process: ProcessIdentity, grace_seconds: float = KILL_GRACE_
         kill_group(process)
     else:
         kill_leftovers(process)  # the wrapper ended; anything it started that ignored SIGTERM goes now
-
-
-def _signal_group(process: ProcessIdentity, signum: int) -> None:
-    if process.pid and (not process.process_start or process.alive()):
-        try:
-            os.killpg(process.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class Terminations:

@@ -6,8 +6,11 @@ path, with `-I -S`, to start fast).
    only if it did not exist (a link of a complete temporary file). A second wrapper for the same
    attempt (a restarted launcher that could not know whether the first one got this far) finds it
    and exits with CLAIMED, having started nothing.
-2. It runs COMMAND, forwarding SIGTERM/SIGINT to it.
-3. It writes COMMAND's exit code to `exit_code` atomically (temporary file, rename), then exits
+2. It runs COMMAND, forwarding SIGTERM/SIGINT to it. It is the child subreaper of what COMMAND
+   starts: a descendant that left the process group (setsid, its parent gone: a daemon's double
+   fork) is reparented to the wrapper, not to init, and stays findable (`descendants`).
+3. Once COMMAND has ended, it kills every descendant left (SIGKILL) and reaps them.
+4. It writes COMMAND's exit code to `exit_code` atomically (temporary file, rename), then exits
    with that code (128 + N when COMMAND was killed by signal N).
 """
 from __future__ import annotations
@@ -15,10 +18,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 SPAWNED = "spawned"
 EXIT_CODE = "exit_code"
 CLAIMED = 75
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def process_start_ticks(pid: int | str) -> int | None:
@@ -30,6 +35,54 @@ def process_start_ticks(pid: int | str) -> int | None:
     except (OSError, IndexError):
         return None
     return int(fields[19])
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` by parent, read from /proc at once (children before their children)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # ended while /proc was read
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, pending = [], children.get(pid, [])
+    while pending:
+        found += pending
+        pending = [grandchild for child in pending for grandchild in children.get(child, ())]
+    return found
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _become_subreaper() -> None:
+    try:
+        import ctypes  # here: only the wrapper pays its import
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: what leaves the group goes to init, as before
+        pass
+
+
+def _end_descendants() -> None:
+    """Kill what is left below this process and reap it: killed parents hand their children to this
+    subreaper, a child forked while the kill was under way is found by the next look."""
+    while True:
+        kill_all(descendants(os.getpid()))
+        try:
+            while (ended := os.waitpid(-1, os.WNOHANG)[0]) > 0:
+                pass
+        except ChildProcessError:  # no child left
+            return
+        if ended == 0:
+            time.sleep(0.01)
 
 
 def _write_atomically(path: str, text: str, exclusive: bool) -> bool:
@@ -60,6 +113,7 @@ def main(argv: list[str]) -> int:
     if not _write_atomically(os.path.join(attempt_dir, SPAWNED), claim, exclusive=True):
         print(f"supervise: {attempt_dir} was already started by another launcher", file=sys.stderr)
         return CLAIMED
+    _become_subreaper()
     child = os.fork()  # not subprocess: importing it doubles the wrapper's start time
     if child == 0:
         try:
@@ -77,6 +131,7 @@ def main(argv: list[str]) -> int:
         signal.signal(signum, forward)
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
+    _end_descendants()
     _write_atomically(os.path.join(attempt_dir, EXIT_CODE), f"{code}\n", exclusive=False)
     return code if code >= 0 else 128 - code
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.datasets.files import PublishError, read_program_file
-from sluice_services.launcher.supervise import EXIT_CODE, SPAWNED, process_start_ticks
+from sluice_services.launcher.supervise import EXIT_CODE, SPAWNED, descendants, process_start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +105,20 @@ def kill_leftovers(process: ProcessIdentity) -> bool:
 def kill_group(process: ProcessIdentity) -> None:
     """A program's wrapper leads a session of its own: kill it and what it started, if it is still that
     process (a start time of 0, unknown, trusts the pid)."""
+    signal_program(process, signal.SIGKILL)
+
+
+def signal_program(process: ProcessIdentity, signum: int) -> None:
+    """The signal to the wrapper's process group and to every process below the wrapper (those that
+    left the group are reparented to it, its subreaper), if it is still that process."""
     if process.pid and (not process.process_start or process.alive()):
+        for pid in descendants(process.pid):
+            try:
+                os.kill(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
-            os.killpg(process.pid, signal.SIGKILL)
+            os.killpg(process.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
 

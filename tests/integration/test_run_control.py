@@ -25,7 +25,7 @@ from sluice.ids import derived_id
 from sluice.wire.common import notification_from_bytes
 from sluice_services.launcher.programs import DirectoryCatalog, SparkConfig, SparkSubmitter
 from sluice_services.launcher.service import LauncherService
-from sluice_services.launcher.supervise import process_start_ticks
+from sluice_services.launcher.supervise import kill_all, process_start_ticks
 from sluice.ids import run_id_for
 from tests.integration.test_launcher_history import request
 from tests.integration.test_launcher_lease import hosts  # noqa: F401  (a fixture)
@@ -215,3 +215,54 @@ async def test_what_a_program_started_and_left_running_is_killed_when_it_exits(w
     assert run.status is (RunStatus.COMPLETED if exit_code == 0 else RunStatus.FAILED), run.error
     child = int((launcher.attempt_dir(run) / "child.pid").read_text())
     assert await until(lambda: gone(child), "the program's child to be killed")
+
+
+ESCAPES_ITS_GROUP = """
+import json, os, signal, sys, time
+from pathlib import Path
+context = json.loads(Path(sys.argv[sys.argv.index("--sluice-context") + 1]).read_text())
+escapee = Path(context["system"]["result_path"]).with_name("child.pid")
+if os.fork() == 0:  # a daemon's double fork: a session of its own, its parent gone
+    os.setsid()
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        escapee.write_text(str(os.getpid()))
+        time.sleep(120)
+    os._exit(0)
+while not escapee.exists() or not escapee.read_text():
+    time.sleep(0.01)
+if context["properties"].get("ignore_sigterm"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if context["properties"].get("keep_running"):
+    time.sleep(120)
+Path(context["system"]["result_path"]).write_text(json.dumps({"outputs": [], "inputs": [], "consumed": []}))
+"""
+
+
+async def test_what_a_program_started_in_a_session_of_its_own_is_killed_when_it_exits(world):
+    """Regression: the wrapper's process group was all a run's end killed; a child that left it (setsid, its
+    parent gone, as a daemon does) ran on past the run, reparented to init."""
+    (world.root / "apps" / PROGRAM.app / f"{PROGRAM.program}.py").write_text(ESCAPES_ITS_GROUP)
+    launcher = world.launcher()
+    run_id = await request(launcher, world.job())
+    run = launcher.get(run_id)
+    assert run.status is RunStatus.COMPLETED, run.error
+    escapee = int((launcher.attempt_dir(run) / "child.pid").read_text())
+    try:
+        assert await until(lambda: gone(escapee), "the escaped child to be killed")
+    finally:
+        kill_all([escapee])
+
+
+@pytest.mark.parametrize("ignore_sigterm", ["", "yes"])
+async def test_cancel_kills_what_the_program_started_in_a_session_of_its_own(world, ignore_sigterm):
+    (world.root / "apps" / PROGRAM.app / f"{PROGRAM.program}.py").write_text(ESCAPES_ITS_GROUP)
+    launcher = world.launcher(kill_grace_seconds=1.0)
+    run_id, escapee = await world.running(launcher, world.job(ignore_sigterm=ignore_sigterm, keep_running="yes"))
+    try:
+        run = await launcher.cancel(run_id, "wrong input", "token:alice")
+        assert run.status is RunStatus.KILLED
+        await until(lambda: gone(escapee), "the escaped child to be killed", timeout=5)
+        await world.draining
+    finally:
+        kill_all([escapee])
