@@ -42,6 +42,24 @@ TRUNCATE_WAIT_MS = 200
 """How long a TRUNCATE checkpoint waits for readers and writers before it gives up for the round."""
 
 
+def private_database(path: str) -> None:
+    """The database file, and its WAL and shared-memory files if there, readable by their owner only (0600):
+    made before SQLite makes it with the umask's mode (0644: any local user, and any program a launcher
+    runs as another user, read every event), an existing one's mode narrowed. SQLite gives the WAL and
+    shared-memory files it makes the database file's mode."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    for file in (path, f"{path}-wal", f"{path}-shm"):
+        try:
+            status = os.stat(file)
+            if status.st_mode & 0o077 and status.st_uid == os.geteuid():
+                os.chmod(file, status.st_mode & 0o700)
+        except FileNotFoundError:
+            pass
+
+
 def open_wal(conn: sqlite3.Connection) -> None:
     """WAL mode with every commit durable when it returns (synchronous=FULL)."""
     conn.execute("PRAGMA journal_mode=WAL")

@@ -147,3 +147,33 @@ def test_a_wal_is_truncated_periodically_even_when_small(tmp_path: Path) -> None
     finally:
         checkpointer.close()
         writer.close()
+
+
+def modes(path: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mode & 0o777 for p in path.parent.glob(f"{path.name}*")}
+
+
+@pytest.mark.parametrize("store", ["log", "bus"])
+def test_the_log_and_the_bus_files_are_readable_by_their_owner_only(tmp_path, store):
+    """Regression: SQLite made them with the umask's mode (0644): any local user, and any program run as
+    another user, read every event and message."""
+    path = tmp_path / "events.db"
+    opened = SqliteEventLog(path) if store == "log" else BusStore(path)
+    try:
+        if store == "log":
+            opened.append("s-1", new_events(1), NO_STREAM)
+        assert set(modes(path)) >= {"events.db", "events.db-wal"} and set(modes(path).values()) == {0o600}, modes(path)
+    finally:
+        opened.close()
+
+
+def test_a_file_an_older_release_made_readable_by_all_is_narrowed_at_open(tmp_path):
+    path = tmp_path / "events.db"
+    SqliteEventLog(path).close()
+    for file in tmp_path.glob("events.db*"):
+        file.chmod(0o644)
+    log = SqliteEventLog(path)
+    try:
+        assert set(modes(path).values()) == {0o600}, modes(path)
+    finally:
+        log.close()

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import orjson
 
 from sluice.bus.port import Record, TopicPartition, TopicSpec
-from sluice.sqlite_wal import WalCheckpointer, open_wal
+from sluice.sqlite_wal import WalCheckpointer, open_wal, private_database
 
 __all__ = ["BusStore", "EndOffsets", "Headers"]
 
@@ -45,6 +45,8 @@ class BusStore:
     def __init__(self, path: str | os.PathLike | None) -> None:
         self._lock = threading.Lock()
         target = ":memory:" if path is None else os.fspath(path)
+        if path is not None:
+            private_database(target)
         self._db = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._checkpointer: WalCheckpointer | None = None
         self.durable = path is not None

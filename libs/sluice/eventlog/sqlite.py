@@ -31,7 +31,7 @@ from sluice.clock import Clock, SystemClock
 from sluice.eventlog.sql import SqlEventLogBase
 from sluice.eventlog import deferred
 from sluice.eventlog.group_commit import GroupCommit
-from sluice.sqlite_wal import SYNCHRONOUS, WalCheckpointer, WalFsync, open_wal
+from sluice.sqlite_wal import SYNCHRONOUS, WalCheckpointer, WalFsync, open_wal, private_database
 from sluice.eventlog.subscription import HeldBack, Subscribers
 from sluice.eventlog.port import (
     NO_STREAM,
@@ -218,6 +218,7 @@ def _connect(path: str) -> sqlite3.Connection:
     in_memory = _in_memory(path)
     if not in_memory:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        private_database(path)
     # isolation_level=None: no implicit transactions, we issue BEGIN IMMEDIATE ourselves.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
     if not in_memory:
