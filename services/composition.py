@@ -45,6 +45,7 @@ from sluice_services.launcher import grpc_api as launcher_grpc
 from sluice_services.launcher import service as launcher_service
 from sluice_services.launcher.lease import DEFAULT_LEASE_SECONDS, LeaseKeeper, LeaseTerms, launcher_home
 from sluice_services.launcher.program_api import ProgramApi
+from sluice_services.launcher.program_user import ProgramUser
 from sluice_services.launcher.run_control import DEFAULT_RUN_DIR_RETENTION
 from sluice_services.launcher.run_data import RunData
 from sluice_services.launcher.run_data_grpc import GrpcRunData
@@ -110,6 +111,8 @@ class Settings:
     program_env: tuple[str, ...] = ()
     """Environment variables programs get beyond the allowlist (sluice_services.launcher.program_env);
     a name ending in * allows a prefix."""
+    program_user: str = ""
+    """The launcher runs programs as this user (name or uid; the launcher then runs as root); empty: its own."""
     migrate: bool = True
     """Create or update the event log's schema at start (PostgreSQL; `sluice migrate` does it alone). False:
     a log that is not migrated stops the server (exit 2), and the server needs no DDL rights."""
@@ -224,6 +227,10 @@ def _in_process_launcher(token: str) -> TokenAuthenticator:
     return TokenAuthenticator(token, Principal("launcher:in-process", (Grant(Role.ADMIN, ANY_NAMESPACE),)))
 
 
+def program_user(settings: Settings) -> ProgramUser | None:
+    return ProgramUser.named(settings.program_user) if settings.program_user else None
+
+
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: ProgramCatalog | None = None,
                   submitter: ProgramSubmitter | None = None, run_data: RunData | None = None,
                   datasets_in_process: str = "") -> ServiceSpec:
@@ -244,7 +251,8 @@ def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: P
         run_data = grpc_run_data
     program_api = ProgramApi(run_data, settings.grpc_security.tls_cert)
     launcher = LauncherService(log, clock, catalog or DirectoryCatalog(settings.apps_dir),
-                               submitter or SparkSubmitter(settings.spark, program_env=settings.program_env),
+                               submitter or SparkSubmitter(settings.spark, program_env=settings.program_env,
+                                                           program_user=program_user(settings)),
                                settings.partitions_dir, settings.max_parallel_runs, run_data, settings.runs_history,
                                program_api, LeaseKeeper(log, clock, launcher_home(settings.data_dir),
                                                         LeaseTerms(settings.lease_seconds)),

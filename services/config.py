@@ -31,6 +31,7 @@ from sluice.runtime.grpc_security import GrpcSecurity, loopback
 from sluice_services.catalogue import SECTIONS
 from sluice_services.composition import DEFAULT_APPS_DIR, Settings
 from sluice.domain.spark_conf import parse_pair
+from sluice_services.launcher.program_user import ProgramUser
 from sluice_services.launcher.programs import SparkConfig
 from sluice_services.launcher.run_control import DEFAULT_RUN_DIR_RETENTION, parse_retention
 from sluice_services.launcher.service import DEFAULT_FINISHED_RUNS_PER_SCHEDULE
@@ -100,6 +101,12 @@ def _address(value: str) -> str:
     return value
 
 
+def _program_user(value: str) -> str:
+    if value:
+        ProgramUser.named(value)  # ValueError naming what is wrong
+    return value
+
+
 def _env_names(value: Any) -> tuple[str, ...]:
     names = tuple(value)
     for name in names:
@@ -145,6 +152,7 @@ OPTIONS: dict[str, tuple[type, Any, Callable[[Any], Any]]] = {
     "auth_policy": (Path, None, _readable_file),
     "insecure": (bool, False, _any),
     "program_env": (list, (), _env_names),
+    "program_user": (str, "", _program_user),
     "run_credential_secret": (str, "", _any),
     "datasets_address": (str, "", _address),
     "datasets_token": (str, "", _any),
@@ -270,6 +278,7 @@ def to_settings(values: Mapping[str, Any]) -> Settings:
                     openlineage_api_key=values["openlineage_api_key"], jobs_history=values["jobs_history"],
                     runs_history=values["runs_history"], lease_seconds=values["lease_seconds"],
                     grpc_security=_grpc_security(values), program_env=tuple(values["program_env"]),
+                    program_user=values["program_user"],
                     migrate=bool(values["migrate"]),
                     run_credential_secret=values["run_credential_secret"], web_port=values["web_port"],
                     datasets_address=values["datasets_address"], datasets_token=values["datasets_token"],

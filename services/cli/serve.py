@@ -99,6 +99,10 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
            help="launcher: an environment variable programs get beyond the allowlist (PATH, HOME, LANG, LC_*, TZ, "
                 "TMPDIR, JAVA_HOME, SPARK_*, PYSPARK_*, PYTHONPATH, ...); repeat it; NAME* allows a prefix "
                 "(env SLUICE_PROGRAM_ENV, comma-separated)")
+    option("--program-user", metavar="USER",
+           help="launcher: run programs as this user (name or uid; the launcher must run as root), which gets "
+                "its attempt's directory and nothing of the launcher's: not its data dir's files, credentials "
+                "key or processes (env SLUICE_PROGRAM_USER; default: the launcher's own user)")
     option("--run-credential-secret", metavar="KEY",
            help="datasets: the key per-run program credentials are signed with; datasets services that do not "
                 "share a data dir must share it; prefer the environment (env SLUICE_RUN_CREDENTIAL_SECRET; default: "

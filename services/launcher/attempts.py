@@ -18,7 +18,7 @@ from sluice.domain.lease import LeaseLost
 from sluice.domain.runs import MarkCompleted, MarkFailed, MarkLost, MarkSparkApplication, MarkStarted, Run
 from sluice.sdk.partitions import CONSUMED_FILE
 from sluice_services.launcher import run_control, spark_application
-from sluice_services.launcher.context_file import build_context, private_dir, write_context
+from sluice_services.launcher.context_file import LeftByAProgram, build_context, private_dir, write_context
 from sluice_services.launcher.lease import LeaseKeeper
 from sluice_services.launcher.program_api import ProgramApi
 from sluice_services.launcher.programs import ProgramCatalog, ProgramFinder, ProgramProcess, ProgramSubmitter
@@ -151,19 +151,22 @@ class Attempts:
             self._decide(run.id, MarkFailed(f"program {run.job.program.qualified()} has no entry point{where}",
                                             retryable=False))
             return None
-        private_dir(self._data_dir.parent / "runs" / run.id)
-        private_dir(attempt_dir)
-        context_path = attempt_dir / "context.json"
-        context = build_context(run.id, run.job, self._data_dir, attempt_dir, run.attempt.number)
-        context["system"].update(await self._program_api.context_for(run) if self._program_api else {})
-        write_context(context_path, context)
-        if self._lease is not None and not self._lease.valid(self._clock.now()):
-            raise LeaseLost(f"the lease of {self._lease.owner} expired before run {run.id} could start")
         try:
+            private_dir(self._data_dir.parent / "runs" / run.id)
+            private_dir(attempt_dir)
+            context_path = attempt_dir / "context.json"
+            context = build_context(run.id, run.job, self._data_dir, attempt_dir, run.attempt.number)
+            context["system"].update(await self._program_api.context_for(run) if self._program_api else {})
+            write_context(context_path, context)
+            if self._lease is not None and not self._lease.valid(self._clock.now()):
+                raise LeaseLost(f"the lease of {self._lease.owner} expired before run {run.id} could start")
             process = await self._submitter.submit(entry_point, context_path, attempt_dir / DRIVER_LOG,
                                                    dict(run.job.spark_conf))
         except InvalidArgument as refused:  # a schedule's Spark setting the launcher will not pass on
             self._decide(run.id, MarkFailed(f"Spark settings refused: {refused}", retryable=False))
+            return None
+        except LeftByAProgram as left:  # by an earlier attempt's program, which owned the directory
+            self._decide(run.id, MarkFailed(f"the attempt's directory was tampered with: {left}", retryable=False))
             return None
         try:
             started = self._decide(run.id, MarkStarted(process.pid, process.process_start))

@@ -1,8 +1,10 @@
 """The context.json handed to a program (read by sluice.sdk.context on the program's side)."""
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from pathlib import Path
 
 from sluice.domain.common import PartitionCommitted, ProgramStatusChanged
@@ -64,16 +66,46 @@ def _notification(notification) -> dict:
             "program": {"namespace": program.namespace, "app": program.app, "program": program.program}}
 
 
+class LeftByAProgram(Exception):
+    """A path of an attempt's directory is not what the launcher makes there (a link, a FIFO, a file for a
+    directory): a program that owned the directory before left it."""
+
+
+LEFT_BY_A_PROGRAM = (errno.ELOOP, errno.ENOTDIR, errno.ENXIO)
+"""What opening such a path without following links, without waiting, raises."""
+
+
+def opened_as_made(path: Path, flags: int, mode: int = 0o600, kind: int = stat.S_IFREG) -> int:
+    """`path` opened not through a link and never waiting (O_NONBLOCK: a FIFO), checked to be of `kind`;
+    LeftByAProgram when it is something else."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as error:
+        if error.errno in LEFT_BY_A_PROGRAM:
+            raise LeftByAProgram(f"{path} is not what the launcher made there: {error.strerror}") from None
+        raise
+    if stat.S_IFMT(os.fstat(fd).st_mode) != kind:
+        os.close(fd)
+        raise LeftByAProgram(f"{path} is not what the launcher made there")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def private_dir(path: Path) -> Path:
-    """`path` made (with its missing parents) and left readable by its owner only (0700)."""
+    """`path` made (with its missing parents) and left readable by its owner only (0700), never through a
+    link (a later attempt's directory is in the first one's, which its program may own)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
+    fd = opened_as_made(path, os.O_RDONLY | os.O_DIRECTORY, kind=stat.S_IFDIR)
+    try:
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
     return path
 
 
 def write_context(path: Path, context: dict) -> None:
     """context.json, readable by its owner only (0600) from its first byte on: it holds the run's credential."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = opened_as_made(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         os.fchmod(handle.fileno(), 0o600)   # written before by another attempt of the launcher: mode kept
         json.dump(context, handle, indent=2)

@@ -10,7 +10,9 @@ from typing import Mapping, Protocol, Sequence, runtime_checkable
 from sluice.domain.common import ProgramRef
 from sluice.domain.names import validate_name
 from sluice.paths import inside
+from sluice_services.launcher.context_file import opened_as_made
 from sluice_services.launcher.program_env import program_environment
+from sluice_services.launcher.program_user import ProgramUser
 from sluice_services.launcher.spark_config import SparkConfig
 from sluice_services.launcher.tracking import SupervisedChild, SupervisedProgram, spawned
 
@@ -81,6 +83,11 @@ class ProgramFinder(Protocol):
 SUPERVISE = Path(__file__).with_name("supervise.py")
 
 
+def open_log(path: Path):
+    """The attempt's driver log, appended to (opened_as_made: the directory may be its program's)."""
+    return os.fdopen(opened_as_made(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
+
+
 class SparkSubmitter:
     """Starts a program with spark-submit against the configured master (local[*] by default; see
     sluice_services.launcher.spark_config), through the supervise wrapper, in a session of its own (it
@@ -91,8 +98,11 @@ class SparkSubmitter:
     `program_env`'s names) of `environ` (default: the launcher's), never the whole of it."""
 
     def __init__(self, config: SparkConfig = SparkConfig(), poll_seconds: float = 1.0, *,
-                 program_env: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> None:
+                 program_env: Sequence[str] = (), environ: Mapping[str, str] | None = None,
+                 program_user: ProgramUser | None = None) -> None:
         self._config = config
+        self._user = program_user
+        """Who programs run as (sluice_services.launcher.program_user); None: the launcher's user."""
         self._poll_seconds = poll_seconds
         """How often a re-attached program is looked at, where the kernel cannot tell (no pidfd)."""
         self._program_env = tuple(program_env)
@@ -104,10 +114,14 @@ class SparkSubmitter:
     async def submit(self, entry_point: Path, context_path: Path, log_path: Path,
                      spark_conf: dict[str, str] | None = None) -> SupervisedChild:
         command = self.command(entry_point, context_path, spark_conf)
-        env = self.environment()
-        with open(log_path, "ab") as log_file:
+        env, switch = self.environment(), []
+        if self._user is not None:
+            env.update(self._user.environment(context_path.parent))
+            switch = self._user.wrapper_arguments()
+            self._user.hand_over(context_path.parent, context_path)
+        with open_log(log_path) as log_file:
             child = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", "-S", str(SUPERVISE), str(context_path.parent), "--",
+                sys.executable, "-I", "-S", str(SUPERVISE), str(context_path.parent), *switch, "--",
                 *command, stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
             )

@@ -1,6 +1,9 @@
 """The wrapper a program is started through, so that its start and its exit status outlive the
-launcher: `python supervise.py ATTEMPT_DIR -- COMMAND...`. Standard library only (it is run by
+launcher: `python supervise.py ATTEMPT_DIR [--as UID:GID] -- COMMAND...`. Standard library only (it is run by
 path, with `-I -S`, to start fast).
+
+With `--as UID:GID` the program runs as that user (the wrapper stays the launcher's, and writes
+what follows; the directory may be the program's, so nothing is opened through a link there).
 
 1. It claims the attempt: `spawned` ("<pid> <start ticks>") appears in ATTEMPT_DIR atomically and
    only if it did not exist (a link of a complete temporary file). A second wrapper for the same
@@ -85,9 +88,21 @@ def _end_descendants() -> None:
             time.sleep(0.01)
 
 
+def _become(uid: int, gid: int) -> None:
+    """This process drops to the program's user: no supplementary groups, then the group, then the user."""
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
 def _write_atomically(path: str, text: str, exclusive: bool) -> bool:
     temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w") as out:
+    try:  # made here, never opened through what a program left (a link would write where it points)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        os.unlink(temporary)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as out:
         out.write(text)
         out.flush()
         os.fsync(out.fileno())
@@ -105,8 +120,15 @@ def _write_atomically(path: str, text: str, exclusive: bool) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--":
-        print("usage: supervise.py ATTEMPT_DIR -- COMMAND...", file=sys.stderr)
+    switch = None
+    if len(argv) >= 3 and argv[1] == "--as":  # UID:GID the program runs as
+        try:
+            switch = tuple(int(number) for number in argv[2].split(":"))
+        except ValueError:
+            switch = ()
+        argv = [argv[0], *argv[3:]]
+    if len(argv) < 3 or argv[1] != "--" or (switch is not None and len(switch) != 2):
+        print("usage: supervise.py ATTEMPT_DIR [--as UID:GID] -- COMMAND...", file=sys.stderr)
         return 2
     attempt_dir, command = argv[0], argv[2:]
     claim = f"{os.getpid()} {process_start_ticks('self')}\n"
@@ -117,6 +139,9 @@ def main(argv: list[str]) -> int:
     child = os.fork()  # not subprocess: importing it doubles the wrapper's start time
     if child == 0:
         try:
+            if switch is not None:
+                _become(*switch)
+                os.chdir(attempt_dir)  # the launcher's may be out of its reach
             os.execvp(command[0], command)
         except OSError as error:
             print(f"supervise: cannot start {command[0]}: {error}", file=sys.stderr)

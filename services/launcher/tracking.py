@@ -56,8 +56,9 @@ def exit_code(attempt_dir: Path) -> int | None:
 
 def _small_file(path: Path) -> bytes:
     """A file of the wrapper's in the attempt's directory, which its program can write too: not through a
-    link, never waited on (a FIFO would hold the launcher's loop), a few bytes."""
-    return read_program_file(path, limit=64)
+    link, never waited on (a FIFO would hold the launcher's loop), a few bytes, written by this user (the
+    wrapper's; a program run as another user that wrote `spawned` would have the launcher signal any pid)."""
+    return read_program_file(path, limit=64, owner=os.geteuid())
 
 
 async def wait_ended(process: ProcessIdentity, poll_seconds: float = 1.0) -> None:

@@ -220,3 +220,13 @@ def test_bad_spark_settings_are_refused_naming_the_key(argv, message):
     with pytest.raises(ConfigError) as raised:
         settings(*argv, text=None)
     assert message in str(raised.value)
+
+
+def test_the_program_user_is_a_user_this_launcher_may_switch_to(monkeypatch):
+    assert settings("--program-user", "nobody", service="launcher").program_user == "nobody"
+    assert error("--program-user", "no-such-user", service="launcher") == "--program-user: no such user 'no-such-user'"
+    assert error(env={"SLUICE_PROGRAM_USER": "no-such-user"}, service="launcher") == (
+        "SLUICE_PROGRAM_USER: no such user 'no-such-user'")
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert error("--program-user", "nobody", service="launcher") == (
+        "--program-user: running programs as nobody needs the launcher to run as root (it runs as uid 1000)")

@@ -38,10 +38,10 @@ MAX_RESULT_BYTES = 4 * 1024 * 1024 - 64 * 1024
 """A program's result.json: what one PublishRun request carries (gRPC's 4 MiB message, less room for the rest)."""
 
 
-def read_program_file(path: Path, limit: int = MAX_RESULT_BYTES) -> bytes:
+def read_program_file(path: Path, limit: int = MAX_RESULT_BYTES, owner: int | None = None) -> bytes:
     """A file a program left in its run dir (result.json, consumed.json): its own, so hostile. Not through a
-    link, never waited on (a FIFO), at most `limit` bytes; PublishError saying what is wrong, FileNotFoundError
-    when there is none."""
+    link, never waited on (a FIFO), at most `limit` bytes, of the user `owner` if given; PublishError saying
+    what is wrong, FileNotFoundError when there is none."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -52,6 +52,8 @@ def read_program_file(path: Path, limit: int = MAX_RESULT_BYTES) -> bytes:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode):
             raise PublishError(f"the program's {path.name} is not a regular file")
+        if owner is not None and found.st_uid != owner:
+            raise PublishError(f"{path.name} belongs to uid {found.st_uid}, not {owner}")
         if found.st_size > limit:
             raise PublishError(f"the program's {path.name} has {found.st_size:,} bytes, over the limit of {limit:,} bytes")
         data = file.read(limit + 1)
