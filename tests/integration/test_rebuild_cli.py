@@ -148,6 +148,8 @@ def test_an_unknown_service_is_one_line_and_exit_2(data_dir: Path) -> None:
     ("schedule-x", NewEvent("e-json", "ScheduleEnabled", b"{not json"), "registry", "ScheduleEnabled: JSONDecodeError"),
     ("schedule-x", NewEvent("e-short", "ScheduleCreated", b'{"schedule": {"id": "x"}}'), "registry",
      "ScheduleCreated: TypeError"),
+    ("schedule-x", NewEvent("e-newer", "ScheduleArchived", b'{"schedule_id": "x"}'), "registry",
+     "ScheduleArchived: a type this release does not know"),  # written by a newer release, then rolled back
     (PARTITION_STREAM_PREFIX + "0", NewEvent("e-cut", "Batch", b'{"events":[{"sched'), "matcher", "not a batch of events"),
 ])
 def test_an_unreadable_event_is_one_line_naming_its_stream_and_position(data_dir: Path, stream, event, service,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sluice.clock import SimulatedClock
+from sluice.eventlog.batched import batch
 from sluice.eventlog.port import ANY_VERSION, NewEvent
 from sluice.eventlog.sqlite import SqliteEventLog
 from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX
@@ -38,6 +39,8 @@ def log_holding(data_dir: Path, stream: str, event: NewEvent) -> None:
      CANNOT_READ + "stream schedule-x version 0 at position 1: ScheduleCreated: TypeError: "),
     (["standalone"], NewEvent("e-other", "ScheduleEnabled", b'{"schedule_id": "x", "at": 1764316800}'),
      CANNOT_READ + "stream schedule-x version 0 at position 1: ScheduleEnabled: TypeError: "),
+    (["serve", "registry"], NewEvent("e-newer", "ScheduleArchived", b'{"schedule_id": "x"}'),  # a newer release's
+     CANNOT_READ + "stream schedule-x version 0 at position 1: ScheduleArchived: a type this release does not know"),
 ])
 def test_an_unreadable_event_stops_the_server_with_one_line_naming_it(tmp_path, command, event, expected):
     log_holding(tmp_path, "schedule-x", event)
@@ -78,6 +81,16 @@ def test_an_unreadable_lease_event_stops_the_launcher_instead_of_retrying_it_for
     assert result.returncode == 1, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(CANNOT_READ + "stream launcher-lease version 0 at position 1: LeaseAcquired: JSONDecodeError"), line
+
+
+def test_an_event_of_a_newer_release_in_a_batch_record_stops_the_server_with_one_line_naming_it(tmp_path):
+    """Skipped, it left the schedule's state silently behind its stream, and every later event of it unread."""
+    log_holding(tmp_path, PARTITION_STREAM_PREFIX + "0", batch("e-batch", [
+        ("matcher-x", 0, "ScheduleArchived", b'{"schedule_id": "x"}')]))
+    result = serve("serve", "matcher", "--data-dir", str(tmp_path))
+    assert result.returncode == 1, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line == CANNOT_READ + "stream matcher-x version 0 at position 1: ScheduleArchived: a type this release does not know"
 
 
 def test_a_batch_record_cut_short_stops_the_server_with_one_line_naming_it(tmp_path):

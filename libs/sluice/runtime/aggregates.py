@@ -143,15 +143,13 @@ class AggregateStore(Generic[S]):
     def observe_batch(self, recorded: RecordedEvent, on_event: Callable[[Any], None] = lambda event: None) -> int:
         """Fold a batch read elsewhere (a catch-up at start): each of its events into its virtual
         stream, and the batch stream's version; how many events it folded."""
-        folded = 0
-        for event in expand(recorded, self._types):
-            if event.type in self._types:
-                decoded = self._types.decode(event)
-                self.observe(event.stream, event.version, decoded)
-                on_event(decoded)
-                folded += 1
+        events = expand(recorded)
+        for event in events:
+            decoded = self._types.decode(event)  # a type it does not know is UndecodableEvent: see catch_up
+            self.observe(event.stream, event.version, decoded)
+            on_event(decoded)
         self.observe(recorded.stream, recorded.version, None)
-        return folded
+        return len(events)
 
     def follow_batch(self, stream: str) -> Loaded[S]:
         """Read a batch stream on from the version the store has (another writer appended: a conflict,
@@ -177,7 +175,7 @@ class AggregateStore(Generic[S]):
                 live = self._cache.get(event.stream)  # one dict read, also from the snapshot thread
                 if live is not None and live.version >= event.version:
                     found[event.stream] = live
-                elif event.version == current.version + 1 and event.type in self._types:
+                elif event.version == current.version + 1:  # a type it does not know is UndecodableEvent
                     found[event.stream] = Loaded(self._evolve(current.state, self._types.decode(event)), event.version)
             version = recorded.version
         found[stream] = Loaded(self._initial, version)
@@ -430,7 +428,9 @@ def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, type
     """Fold every stream with the prefix into the store's cache (service recovery): from the store's
     last snapshot on, if it keeps snapshots (then `on_event` sees only the events after it). Only
     the prefix's streams are read (filtered by the log: the other services' events are never
-    fetched), up to at least the head as it was when the read began."""
+    fetched), up to at least the head as it was when the read began. Every stream of the prefix is the
+    store's: an event of a type this release does not know on one (a newer release's, rolled back) is
+    UndecodableEvent, where skipping it left the state rebuilt silently behind the log."""
     restored = after = store.restore()
     if store.has_batches:
         batch = min(batch, BATCH_RECORDS_READ)
@@ -440,7 +440,7 @@ def catch_up(log: EventLog, store: AggregateStore[Any], stream_prefix: str, type
         for recorded in records:
             if recorded.type == BATCH_TYPE and store.is_batch(recorded.stream):
                 folded += store.observe_batch(recorded, on_event)
-            elif recorded.type in types:
+            else:
                 event = types.decode(recorded)
                 store.observe(recorded.stream, recorded.version, event)
                 on_event(event)
