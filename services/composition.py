@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -228,7 +229,9 @@ def _in_process_launcher(token: str) -> TokenAuthenticator:
 
 
 def program_user(settings: Settings) -> ProgramUser | None:
-    return ProgramUser.named(settings.program_user) if settings.program_user else None
+    """Who the launcher runs programs as, when not itself."""
+    user = ProgramUser.named(settings.program_user) if settings.program_user else None
+    return None if user is None or user.uid == os.geteuid() else user
 
 
 def launcher_spec(log: EventLog, clock: Clock, settings: Settings, *, catalog: ProgramCatalog | None = None,

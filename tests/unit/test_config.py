@@ -1,12 +1,14 @@
 """Server settings: command line > environment > TOML file ([services.<name>] over [sluice]) > defaults."""
 from __future__ import annotations
 
+import os
+import pwd
 from pathlib import Path
 
 import pytest
 
 from sluice_services.cli.main import build_parser
-from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES
+from sluice_services.composition import DEFAULT_APPS_DIR, SERVICES, Settings, program_user
 from sluice.runtime.grpc_security import GrpcSecurity
 from sluice_services.config import ConfigError, load_settings, resolve
 
@@ -230,3 +232,9 @@ def test_the_program_user_is_a_user_this_launcher_may_switch_to(monkeypatch):
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     assert error("--program-user", "nobody", service="launcher") == (
         "--program-user: running programs as nobody needs the launcher to run as root (it runs as uid 1000)")
+
+
+def test_a_program_user_that_is_the_launchers_own_switches_nothing():
+    own = pwd.getpwuid(os.geteuid()).pw_name
+    assert program_user(Settings(program_user=own)) is None and program_user(Settings()) is None
+    assert program_user(Settings(program_user="nobody")).name == "nobody"
