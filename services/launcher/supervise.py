@@ -154,8 +154,9 @@ def main(argv: list[str]) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
-    _, status = os.waitpid(child, 0)
-    code = os.waitstatus_to_exitcode(status)
+    while (ended := os.wait())[0] != child:  # orphans reparented here are reaped as they end
+        pass
+    code = os.waitstatus_to_exitcode(ended[1])
     _end_descendants()
     _write_atomically(os.path.join(attempt_dir, EXIT_CODE), f"{code}\n", exclusive=False)
     return code if code >= 0 else 128 - code
