@@ -45,11 +45,15 @@ launcher_dir = Path(system["data_dir"]).parent
 found = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "home": os.environ["HOME"],
          "cwd": os.getcwd(), "events": reads(launcher_dir / "events.db"),
          "key": reads(launcher_dir / "run-credentials.key"), "launcher": reads(f"/proc/{os.getppid()}/environ")}
-staged = Path(system["staging_dir"])
-staged.mkdir()
-(staged / "probe.json").write_text(json.dumps(found))
+staged = Path(system["staging_dir"]) / "probe"
+staged.mkdir(parents=True)
+data = json.dumps(found).encode()
+(staged / "probe.json").write_bytes(data)
+(staged / "probe.json").chmod(0o666)
+output = {"namespace": "ops", "dataset": "probes", "key": {"n": "1"}, "staged_location": str(staged),
+          "files": [{"path": "probe.json", "size_bytes": len(data), "sha256": __import__("hashlib").sha256(data).hexdigest()}]}
 Path(system["result_path"]).with_name("consumed.json").write_text("[]")
-Path(system["result_path"]).write_text(json.dumps({"outputs": [], "inputs": [], "consumed": []}))
+Path(system["result_path"]).write_text(json.dumps({"outputs": [output], "inputs": [], "consumed": []}))
 """
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root: CI runs as root")
@@ -102,7 +106,10 @@ async def test_a_program_runs_as_the_program_user_and_reaches_nothing_of_the_lau
     run = launcher.get(await request(launcher, world.job()))
     assert run.status is RunStatus.COMPLETED, (run.error, (launcher.attempt_dir(run) / "driver.log").read_text())
     attempt_dir = launcher.attempt_dir(run)
-    found = json.loads((attempt_dir / "staging" / "probe.json").read_text())
+    (published,) = (world.root / "data").rglob("probe.json")
+    found = json.loads(published.read_text())
+    owner = published.stat()
+    assert (owner.st_uid, owner.st_mode & 0o777) == (0, 0o644), "a published file is the service's, not the program's"
     assert (found["uid"], found["gid"], found["groups"]) == (NOBODY.pw_uid, NOBODY.pw_gid, [])
     assert found["home"] == found["cwd"] == str(attempt_dir)
     assert (found["events"], found["key"], found["launcher"]) == ("denied", "denied", "denied")

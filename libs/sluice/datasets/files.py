@@ -105,6 +105,9 @@ def publish_outputs(result: dict, data_dir: Path, staging_root: Path | None = No
                 shutil.rmtree(target)  # a previous attempt of this run; the verified staged copy replaces it
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(staged), str(target))
+            for directory, _, names in os.walk(target):
+                for name in (".", *names):
+                    _adopt(Path(directory, name))
         partition = PartitionRef(dict(output["key"]), str(target), int(output.get("size_bytes", 0)),
                                  int(output.get("record_count", 0)), {"format": output.get("format", "")})
         published.append(OutputPartition(output["namespace"], output["dataset"], partition))
@@ -152,28 +155,51 @@ def verify_manifest(staged: Path, files: list[dict]) -> None:
             path = inside(staged, Path(*relative_parts("files.path", entry["path"])), "files.path")
         except InvalidArgument as refused:
             raise PublishError(str(refused)) from refused
-        if not path.is_file():
-            raise PublishError(f"staged file {path} is missing")
-        if path.stat().st_size != entry["size_bytes"]:
-            raise PublishError(f"staged file {path} has {path.stat().st_size} bytes, manifest says {entry['size_bytes']}")
-        if _sha256(path) != entry["sha256"]:
+        facts = _facts(path)
+        if facts is None:
+            raise PublishError(f"staged file {path} is missing or not a regular file")
+        if facts[0] != entry["size_bytes"]:
+            raise PublishError(f"staged file {path} has {facts[0]} bytes, manifest says {entry['size_bytes']}")
+        if facts[1] != entry["sha256"]:
             raise PublishError(f"staged file {path} does not match its manifest checksum")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+def _facts(path: Path) -> tuple[int, str] | None:
+    """A regular file's size and sha256, read from one descriptor; None for anything else. Never through a
+    link (a staged link to a file its program may not read would be published as that file), never waiting
+    (a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            return None
+        digest = hashlib.sha256()
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
-    return digest.hexdigest()
+    return found.st_size, digest.hexdigest()
+
+
+def _adopt(path: Path) -> None:
+    """A published file becomes the service's when it runs as root: a program run as another user
+    (--program-user) staged it, and must not rewrite a published partition afterwards."""
+    if os.geteuid() != 0:
+        return
+    found = os.lstat(path)
+    if (found.st_uid, found.st_gid) != (0, os.getegid()):
+        os.chown(path, 0, os.getegid(), follow_symlinks=False)
+    if stat.S_ISREG(found.st_mode) and found.st_mode & 0o022:
+        os.chmod(path, stat.S_IMODE(found.st_mode) & ~0o022)
 
 
 # -- the MoveFiles commit step: verify by manifest, execute idempotently -------------------------
 
 def manifest_of(directory: Path) -> tuple[StagedFile, ...]:
     """Every file under `directory` with its size and sha256, paths relative to it, sorted."""
-    return tuple(StagedFile(path.relative_to(directory).as_posix(), path.stat().st_size, _sha256(path))
-                 for path in sorted(p for p in directory.rglob("*") if p.is_file()))
+    return tuple(StagedFile(path.relative_to(directory).as_posix(), *_facts(path))
+                 for path in sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()))
 
 
 def check_paths(step: MoveFiles, final_root: Path | None, staging_root: Path | None, path: str = "output") -> None:
@@ -286,10 +312,7 @@ def _extra_files(step: MoveFiles) -> list[Path]:
 
 
 def _intact(path: Path, entry: StagedFile) -> bool:
-    try:
-        return path.is_file() and path.stat().st_size == entry.size_bytes and _sha256(path) == entry.sha256
-    except OSError:
-        return False
+    return _facts(path) == (entry.size_bytes, entry.sha256)
 
 
 def _move(staged: Path, final: Path) -> None:
@@ -297,6 +320,7 @@ def _move(staged: Path, final: Path) -> None:
     renamed: a reader of `final` never sees a partial file."""
     try:
         os.replace(staged, final)
+        _adopt(final)
         return
     except OSError as error:
         if error.errno != errno.EXDEV:

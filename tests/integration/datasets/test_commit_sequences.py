@@ -6,6 +6,8 @@ holds each input record exactly once and that the consumer state says the inputs
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -26,7 +28,7 @@ from sluice.domain.consumer import ConsumerConfig, ConsumerRef, Outcome
 from sluice.domain.datasets import DatasetSpec, KeySpec, KeyType, Partition
 from sluice.domain.errors import FailedPrecondition
 from sluice_services.datasets.commits import RESERVE, CommitFailed, CommitRunner
-from sluice.datasets.files import LocalFiles, manifest_of
+from sluice.datasets.files import LocalFiles, PublishError, check_staged, manifest_of
 from tests.integration.datasets.backends import Backend, PostgresBackend, SqliteBackend
 
 pytestmark = pytest.mark.integration
@@ -168,6 +170,37 @@ class CommitSequenceContract(Backend):
         assert not files.verify(step)
         files.execute(step)
         assert files.verify(step) and [p.name for p in final.iterdir()] == ["data.json"]
+
+    def test_a_staged_link_is_not_published_even_to_a_file_matching_its_manifest(self) -> None:
+        """Regression: the manifest check followed links, so a program could publish a link to a file it may
+        not read (a program run as another user), its manifest computed from that file's known content."""
+        secret = self.root / "secret"
+        secret.write_text("the launcher's\n")
+        staged = self.root / "linked-staged"
+        staged.mkdir()
+        (staged / "data.json").write_text("the launcher's\n")
+        step = MoveFiles(str(staged), str(self.root / "linked-final"), manifest_of(staged))
+        (staged / "data.json").unlink()
+        (staged / "data.json").symlink_to(secret)
+        files = LocalFiles()
+        with pytest.raises(PublishError, match="missing or does not match"):
+            check_staged(step)
+        with pytest.raises(PublishError, match="outside"):  # refused by its path already
+            files.execute(step)
+        assert not (self.root / "linked-final" / "data.json").exists()
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="only root hands files to another user: CI runs as root")
+    def test_a_published_file_a_program_user_staged_becomes_the_services(self) -> None:
+        nobody = pwd.getpwnam("nobody")
+        staged = self.root / "owned-staged"
+        staged.mkdir()
+        (staged / "data.json").write_text("{}\n")
+        os.chown(staged / "data.json", nobody.pw_uid, nobody.pw_gid)
+        (staged / "data.json").chmod(0o666)
+        final = self.root / "owned-final"
+        LocalFiles().execute(MoveFiles(str(staged), str(final), manifest_of(staged)))
+        published = (final / "data.json").stat()
+        assert (published.st_uid, published.st_gid, published.st_mode & 0o777) == (0, os.getegid(), 0o644)
 
     @pytest.mark.parametrize("run_2_finished", [False, True])
     def test_a_run_that_lost_its_partitions_publishes_nothing(self, run_2_finished: bool) -> None:
