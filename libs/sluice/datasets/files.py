@@ -187,11 +187,14 @@ def _adopt(path: Path) -> None:
     (--program-user) staged it, and must not rewrite a published partition afterwards."""
     if os.geteuid() != 0:
         return
-    found = os.lstat(path)
-    if (found.st_uid, found.st_gid) != (0, os.getegid()):
-        os.chown(path, 0, os.getegid(), follow_symlinks=False)
-    if stat.S_ISREG(found.st_mode) and found.st_mode & 0o022:
-        os.chmod(path, stat.S_IMODE(found.st_mode) & ~0o022)
+    try:
+        found = os.lstat(path)
+        if (found.st_uid, found.st_gid) != (0, os.getegid()):
+            os.chown(path, 0, os.getegid(), follow_symlinks=False)
+        if stat.S_ISREG(found.st_mode) and found.st_mode & 0o022:
+            os.chmod(path, stat.S_IMODE(found.st_mode) & ~0o022)
+    except PermissionError as error:  # root squashed (NFS): the file is published, its owner kept
+        log.warning("published %s keeps its owner: %s", path, error.strerror)
 
 
 # -- the MoveFiles commit step: verify by manifest, execute idempotently -------------------------
