@@ -118,7 +118,7 @@ async def test_a_program_runs_as_the_program_user_and_reaches_nothing_of_the_lau
 
 
 @needs_root
-async def test_the_wrappers_files_a_program_forged_are_not_believed(world, tmp_path):
+async def test_the_wrappers_files_a_program_forged_are_not_believed(world):
     """Regression guard: a program owns its attempt's directory; a `spawned` it wrote naming another process
     (pid 1) would have a restarted launcher signal that process's group as root."""
     attempt_dir = world.root / "runs" / "forged"
