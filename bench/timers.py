@@ -67,6 +67,7 @@ from sluice.eventlog.sqlite import SqliteEventLog
 from sluice.runtime.heap import freeze_long_lived, space_young_collections
 from sluice.runtime.map_snapshots import snapshots_written
 from sluice.v1 import jobs_pb2, schedules_pb2
+from sluice.wire.sent_jobs import SentJobs
 from sluice.wire.schedules import schedule_to_proto
 from sluice_services.checker.service import CheckerService
 from sluice_services.catalogue import CHECKER, MATCHER
@@ -131,7 +132,8 @@ async def _spread(path: Path, count: int) -> tuple[float, int, float]:
     """(wall seconds, launch requests, CPU seconds) from the minute to the last launch request."""
     clock = SimulatedClock(MINUTE - timedelta(minutes=1))
     log = SqliteEventLog(path, clock=clock)
-    matcher, checker = MatcherService(log, clock), CheckerService(log, clock)
+    sent_jobs = SentJobs(readers=1)  # as embedded mode shares one between the matcher and the jobs' consumers
+    matcher, checker = MatcherService(log, clock, sent_jobs), CheckerService(log, clock, sent_jobs=sent_jobs)
     space_young_collections()  # the heap as the service runtime keeps it: from its start,
     await _register(matcher, [_schedule(i, f"{MINUTE.minute} {MINUTE.hour} * * *") for i in range(count)])
     freeze_long_lived()  # and after its recovery

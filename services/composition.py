@@ -30,6 +30,7 @@ from sluice.runtime.grpc_security import GrpcSecurity
 from sluice.runtime.http_auth import server_ssl_context
 from sluice.runtime.grpc_server import GrpcBinding
 from sluice.runtime.service import ServiceSpec
+from sluice.wire.sent_jobs import SentJobs
 from sluice.v1 import lineage_pb2, lineage_pb2_grpc
 from sluice_services import catalogue
 from sluice_services.catalogue import NAMES
@@ -152,13 +153,15 @@ def registry_spec(log: EventLog, clock: Clock, producer: Producer, bus: Bus | No
     return spec
 
 
-def matcher_spec(log: EventLog, clock: Clock, producer: Producer, *, one_member: bool = False) -> ServiceSpec:
+def matcher_spec(log: EventLog, clock: Clock, producer: Producer, *, one_member: bool = False,
+                 sent_jobs: SentJobs | None = None) -> ServiceSpec:
     """Two stages: the lookup re-keys notifications by schedule id (MATCHES); the matcher proper
     consumes them with the schedule changes, one member per schedule's partition. `one_member`: this
     process holds the groups' only member (the in-process bus), which decides on the notifications as
-    it looks them up (`fused.LookupAndMatch`), in the lookup's group."""
+    it looks them up (`fused.LookupAndMatch`), in the lookup's group. `sent_jobs`: shared with this
+    process's consumers of the jobs it fires."""
     lookup = ScheduleLookup(log, producer)
-    matcher = MatcherService(log, clock)
+    matcher = MatcherService(log, clock, sent_jobs)
     if one_member:
         fused = LookupAndMatch(lookup, matcher).handler()
         look_up = Subscription(LOOKUP_GROUP, {PARTITION_NOTIFICATIONS: fused, PROGRAM_NOTIFICATIONS: fused},
@@ -182,10 +185,11 @@ def matcher_spec(log: EventLog, clock: Clock, producer: Producer, *, one_member:
 
 def checker_spec(log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
                  jobs_history: int = DEFAULT_FINISHED_PER_SCHEDULE, *,
-                 partitions: GrpcPartitionSource | None = None) -> ServiceSpec:
-    """`partitions`: where a partition-trigger backfill lists partitions (the datasets service's gRPC API)."""
+                 partitions: GrpcPartitionSource | None = None, sent_jobs: SentJobs | None = None) -> ServiceSpec:
+    """`partitions`: where a partition-trigger backfill lists partitions (the datasets service's gRPC API).
+    `sent_jobs`: the jobs a matcher of this process fires (`matcher_spec`)."""
     partitions = partitions or GrpcPartitionSource(None)
-    checker = CheckerService(log, clock, capacity)
+    checker = CheckerService(log, clock, capacity, sent_jobs)
     jobs_view = JobsView(finished_per_schedule=jobs_history)
     subscription = Subscription(CHECKER_GROUP, checker.handlers(), deferred_durability=True)
     def recover() -> None:
@@ -299,9 +303,10 @@ def lineage_spec(log: EventLog, clock: Clock, settings: Settings = Settings()) -
                        recover=lineage.recover, background=[serve_http] if settings.lineage_port is not None else [])
 
 
-def alerts_spec(log: EventLog, clock: Clock) -> ServiceSpec:
-    """SLA deadlines on the clock (timers), webhook deliveries from the log (its outbox of requests)."""
-    alerts = AlertsService(log, clock)
+def alerts_spec(log: EventLog, clock: Clock, sent_jobs: SentJobs | None = None) -> ServiceSpec:
+    """SLA deadlines on the clock (timers), webhook deliveries from the log (its outbox of requests).
+    `sent_jobs`: the jobs a matcher of this process fires (`matcher_spec`)."""
+    alerts = AlertsService(log, clock, sent_jobs=sent_jobs)
     return ServiceSpec("alerts", [Subscription("alerts", alerts.handlers())], grpc=alerts_grpc.bindings(alerts),
                        recover=alerts.recover, background=[alerts.run_timers, alerts.run_deliveries],
                        resolvers=alerts_grpc.resolvers(alerts), instrument=alerts.instrument)
@@ -310,15 +315,24 @@ def alerts_spec(log: EventLog, clock: Clock) -> ServiceSpec:
 def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, settings: Settings,
           producer: Producer) -> list[ServiceSpec]:
     in_process = secrets.token_urlsafe(32) if {"datasets", "launcher"} <= set(names) else ""
+    sent_jobs = _sent_jobs(names)
     factories = {
         "registry": lambda: registry_spec(log, clock, producer, bus),
-        "matcher": lambda: matcher_spec(log, clock, producer, one_member=isinstance(bus, InProcessBus)),
+        "matcher": lambda: matcher_spec(log, clock, producer, one_member=isinstance(bus, InProcessBus),
+                                        sent_jobs=sent_jobs),
         "checker": lambda: checker_spec(log, clock, settings.capacity, settings.jobs_history,
-                                        partitions=_partition_source(settings, datasets_here="datasets" in names)),
+                                        partitions=_partition_source(settings, datasets_here="datasets" in names),
+                                        sent_jobs=sent_jobs),
         "datasets": lambda: datasets_spec(log, clock, settings, launcher_token=in_process),
         "launcher": lambda: launcher_spec(log, clock, settings, datasets_in_process=in_process),
         "lineage": lambda: lineage_spec(log, clock, settings),
-        "alerts": lambda: alerts_spec(log, clock),
+        "alerts": lambda: alerts_spec(log, clock, sent_jobs),
     }
     assert factories.keys() == set(catalogue.NAMES)
     return [factories[name]() for name in names]
+
+
+def _sent_jobs(names: tuple[str, ...]) -> SentJobs | None:
+    """Shared by a matcher and the consumers of its jobs in this process (sluice.wire.sent_jobs), if any."""
+    readers = len({"checker", "alerts"} & set(names))
+    return SentJobs(readers) if "matcher" in names and readers else None

@@ -41,10 +41,10 @@ from sluice.runtime.metrics import Registry
 from sluice.runtime.offsets import ConsumedOffsets
 from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork
-from sluice.v1 import jobs_pb2
 from sluice.waiting import wait_set
-from sluice.wire.common import notification_from_bytes, parse_bus_message
-from sluice.wire.jobs import job_from_proto
+from sluice.wire.common import notification_from_bytes
+from sluice.wire.jobs import job_triggered
+from sluice.wire.sent_jobs import SentJobs
 from sluice.wire.schedules import parse_schedule_change
 from sluice_services.alerts.webhooks import AiohttpSender, WebhookSender
 from sluice_services.catalogue import ALERTS
@@ -62,8 +62,10 @@ log = logging.getLogger(__name__)
 
 class AlertsService:
     def __init__(self, event_log: EventLog, clock: Clock, sender: WebhookSender | None = None,
-                 jitter: Callable[[], float] = random.random) -> None:
+                 jitter: Callable[[], float] = random.random, sent_jobs: SentJobs | None = None) -> None:
+        """`sent_jobs`: the jobs a matcher of this process routed, taken instead of parsed."""
         self._log = event_log
+        self._sent_jobs = sent_jobs
         self._clock = clock
         self._sender = sender or AiohttpSender()
         self._jitter = jitter
@@ -128,12 +130,10 @@ class AlertsService:
         return ObserveScheduleName(change.schedule_id, schedule.program.namespace if schedule else "",
                                    schedule.name if schedule else None)
 
-    @staticmethod
-    def parse_job_triggered(record: Record) -> ObserveJobTriggered:
-        message = parse_bus_message(jobs_pb2.JobTriggered, record.value)
-        if not message.job.id or not message.job.schedule_id:
-            raise MalformedMessage("job.id and job.schedule_id are required")
-        job = job_from_proto(message.job)
+    def parse_job_triggered(self, record: Record) -> ObserveJobTriggered:
+        job = self._sent_jobs.taken(record.value) if self._sent_jobs is not None else None
+        if job is None:
+            job = job_triggered(record.value)
         return ObserveJobTriggered(job.schedule_id, job.id, job.triggered_at or job.created_at, job.joinable)
 
     @staticmethod

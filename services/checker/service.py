@@ -34,9 +34,10 @@ from sluice.runtime.outbox import Outgoing
 from sluice.runtime.timers import run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2
-from sluice.wire.common import notification_from_bytes, parse_bus_message
+from sluice.wire.common import notification_from_bytes
 from sluice.wire.job_json import job_message, jobs_messages
-from sluice.wire.jobs import job_from_proto
+from sluice.wire.jobs import job_triggered
+from sluice.wire.sent_jobs import SentJobs
 from sluice.wire.schedules import parse_schedule_change
 from sluice_services.catalogue import CHECKER
 from sluice_services.checker.arrived import ArrivedJobs
@@ -61,8 +62,11 @@ def snapshot_size(state: CheckerState) -> int:
 
 
 class CheckerService:
-    def __init__(self, log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED) -> None:
+    def __init__(self, log: EventLog, clock: Clock, capacity: Capacity = UNLIMITED,
+                 sent_jobs: SentJobs | None = None) -> None:
+        """`sent_jobs`: the jobs a matcher of this process routed, taken instead of parsed."""
         self._log = log
+        self._sent_jobs = sent_jobs
         self._clock = clock
         self._capacity = capacity
         self._store: AggregateStore[CheckerState] = AggregateStore(log, TYPES, checking.evolve, CheckerState(),
@@ -97,10 +101,9 @@ class CheckerService:
                 JOBS: BatchHandler(self.parse_job_triggered, self.apply)}
 
     def parse_job_triggered(self, record: Record) -> EnqueueJob:
-        message = parse_bus_message(jobs_pb2.JobTriggered, record.value).job
-        if not message.id or not message.schedule_id:
-            raise MalformedMessage("job.id and job.schedule_id are required")
-        job = job_from_proto(message)
+        job = self._sent_jobs.taken(record.value) if self._sent_jobs is not None else None
+        if job is None:
+            job = job_triggered(record.value)
         self._arrived.keep(job, record.value)
         return EnqueueJob(job, record.header(REPLAYED_FOR_HEADER) == GROUP)
 

@@ -12,7 +12,8 @@ from typing import Mapping
 from sluice.bus.port import kafka_partition
 from sluice.bus.topics import MATCHES_PARTITIONS
 from sluice.domain import matching
-from sluice.domain.matching import MatcherState
+from sluice.domain.jobs import Job
+from sluice.domain.matching import JobTriggered, MatcherState
 from sluice.eventlog.batched import batch, batches
 from sluice.eventlog.codec import dumps
 from sluice.eventlog.port import StreamAppend
@@ -92,6 +93,13 @@ class Decisions:
         for partition, version in zip(self._partitions, versions):
             store.put(partition, MatcherState(), version)
         return [(schedule_id, states[schedule_id]) for schedule_id in self._events]
+
+    def fired(self) -> list[tuple[tuple[str, int], Job]]:
+        """((stream, version), job) of each JobTriggered decided: once committed, where the log holds it."""
+        loaded = self._loaded
+        return [((stream, version + offset), event.job)
+                for schedule_id, events in self._events.items() for stream, version in (loaded[schedule_id],)
+                for offset, event in enumerate(events, start=1) if type(event) is JobTriggered]
 
 
 def partition_stream(schedule_id: str) -> str:

@@ -22,6 +22,7 @@ from sluice.domain import matching
 from sluice.eventlog.batched import BATCH_TYPE, expand
 from sluice.eventlog.codec import EventTypes
 from sluice.domain.common import Notification
+from sluice.domain.jobs import Job
 from sluice.domain.matching import CheckTime, JobTriggered, MatcherState, MatchNotification, ObserveSchedule
 from sluice.domain.schedules import Schedule
 from sluice.eventlog.port import Checkpoint, EventLog, RecordedEvent, WrongExpectedVersion
@@ -36,6 +37,8 @@ from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2, matching_pb2, notifications_pb2
 from sluice.wire.common import notification_from_proto, parse_bus_message
 from sluice.wire.job_json import job_message
+from sluice.wire.jobs import job_proto_fields
+from sluice.wire.sent_jobs import SentJobs
 from sluice.wire.schedules import parse_schedule_change, schedule_from_proto
 from sluice_services.matcher.decisions import PARTITION_STREAM_PREFIX, Decisions, partition_stream
 from sluice_services.catalogue import MATCHER
@@ -54,6 +57,9 @@ FIRE_BATCH = 1000
 """Schedules whose timers are due at once share one append of at most this many schedules."""
 FROZEN_AFTER_FIRES = 1000
 """A `fire_due` of at least this many fires freezes their survivors at its end (see there)."""
+FIRED_KEPT = 16_384
+"""Jobs fired and not routed yet kept for `sent_jobs` at most: a minute's burst of crons is fired whole
+before the relay routes the first (embedded mode); past this the oldest are routed from their events."""
 SHARED_NOTIFICATIONS = 1024
 """Notifications decoded once for all the schedules of a poll they concern (the first stage sends
 one copy per matches partition): equal protobuf bytes give the same object, which pending jobs share."""
@@ -101,9 +107,13 @@ Command = ObserveSchedule | MatchRequests | FireDue
 
 
 class MatcherService:
-    def __init__(self, log: EventLog, clock: Clock) -> None:
+    def __init__(self, log: EventLog, clock: Clock, sent_jobs: SentJobs | None = None) -> None:
+        """`sent_jobs`: this process's consumers of the jobs topic take the jobs it routes from there."""
         self._log = log
         self._clock = clock
+        self._sent_jobs = sent_jobs
+        self._fired: dict[tuple[str, int], Job] = {}
+        """(stream, version) -> the job its JobTriggered fired, committed and not routed yet (with `sent_jobs`)."""
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState(),
                                                                      clock=clock, snapshot=SNAPSHOTS[0],
                                                                      snapshot_version=SNAPSHOT_VERSION,
@@ -301,7 +311,15 @@ class MatcherService:
         versions = self._log.append_batch(decisions.appends(), checkpoints=checkpoints)
         for schedule_id, state in decisions.commit(versions):
             self._set_timer(schedule_id, state)
+        if self._sent_jobs is not None:
+            self._keep_fired(decisions.fired())
         return True
+
+    def _keep_fired(self, fired: list[tuple[tuple[str, int], Job]]) -> None:
+        kept = self._fired
+        kept.update(fired)
+        while len(kept) > FIRED_KEPT:  # a relay far behind routes the oldest from their events
+            kept.pop(next(iter(kept)))
 
     def _decide(self, decisions: Decisions, command: Command) -> None:
         match command:
@@ -393,9 +411,16 @@ class MatcherService:
         """A JobTriggered to the jobs topic: of a batch, or of a schedule's own stream (an older log)."""
         if not recorded.stream.startswith(STREAM_PREFIX) or recorded.type not in _ROUTED:
             return []
-        outgoing = []
+        outgoing, fired = [], self._fired
         for event in expand(recorded, _FIRES):
-            if event.type == JobTriggered.__name__:
+            if event.type != JobTriggered.__name__:
+                continue
+            job = fired.pop((event.stream, event.version), None) if fired else None
+            if job is not None:
+                value = jobs_pb2.JobTriggered(job=job_proto_fields(job)).SerializeToString()
+                self._sent_jobs.sent(value, job)
+                outgoing.append(Outgoing(JOBS, job.schedule_id, value))
+            else:
                 message = job_message(event, TYPES, jobs_pb2.JobTriggered)
                 outgoing.append(Outgoing(JOBS, message.job.schedule_id, message.SerializeToString()))
         return outgoing

@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from google.protobuf import duration_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,13 +22,20 @@ from sluice.domain.constraints.specs import (
     TimeoutPolicy,
     TimeWindowConstraint,
 )
-from sluice.domain.jobs import Job, RetryPolicy, TriggerContext, WaitingJobPolicy
+from sluice.domain.jobs import Job, JobState, RetryPolicy, TriggerContext, WaitingJobPolicy
 from sluice.domain.matching import JobTriggered
 from sluice.eventlog.codec import EventTypes, encode, from_jsonable
 from sluice.eventlog.port import RecordedEvent
 from sluice.v1 import jobs_pb2
 from sluice.wire.job_json import event_job_fields, job_message, jobs_messages
+from sluice.wire.common import notification_to_proto, program_to_proto, timestamp_to_proto
 from sluice.wire.jobs import job_to_proto
+from sluice.wire.schedules import (
+    constraint_to_proto,
+    retry_policy_to_proto,
+    timeout_policy_to_proto,
+    waiting_job_policy_to_proto,
+)
 
 T0 = datetime(2026, 11, 23, 12, 30, tzinfo=timezone.utc)
 TYPES = EventTypes([JobTriggered, JobAdmitted, JobsAdmitted])
@@ -92,6 +100,34 @@ def test_the_job_of_an_event_is_what_job_to_proto_makes_of_the_decoded_job(fired
     data = encode(event, "e-1").data
     assert event_job_fields(data) is not None
     assert routed(data, type(event).__name__) == decoded(data, type(event).__name__) == sent(fired)
+
+
+def field_by_field(job: Job, state: JobState | None, reason: str) -> jobs_pb2.Job:
+    """job_to_proto as it was written before it built its message from plain values: each message made and copied in."""
+    return jobs_pb2.Job(
+        id=job.id, schedule_id=job.schedule_id, schedule_generation=job.schedule_generation,
+        program=program_to_proto(job.program), state=jobs_pb2.JobState.Value(state.value) if state else 0,
+        context=jobs_pb2.TriggerContext(
+            schedule_id=job.context.schedule_id, schedule_name=job.context.schedule_name,
+            properties=dict(job.context.properties),
+            notifications=[notification_to_proto(n) for n in job.context.notifications],
+            logical_time=timestamp_to_proto(job.context.logical_time)),
+        reason=reason, created_at=timestamp_to_proto(job.created_at), priority=job.priority,
+        constraints=[constraint_to_proto(c) for c in job.constraints],
+        timeout=duration_pb2.Duration(seconds=job.timeout_seconds),
+        timeout_policy=timeout_policy_to_proto(job.timeout_policy), sequence=job.sequence,
+        triggered_at=timestamp_to_proto(job.triggered_at), retry_policy=retry_policy_to_proto(job.retry_policy),
+        waiting_job_policy=waiting_job_policy_to_proto(job.waiting_job_policy), spark_conf=dict(job.spark_conf),
+        max_run_seconds=job.max_run_seconds)
+
+
+@EXAMPLES
+@given(jobs, st.none() | st.sampled_from(JobState), texts)
+def test_job_to_proto_is_the_message_built_field_by_field(listed, state, reason):
+    built, expected = job_to_proto(listed, state, reason), field_by_field(listed, state, reason)
+    assert built == expected
+    assert built.HasField("timeout") and built.HasField("retry_policy") and built.retry_policy.HasField("delay")
+    assert jobs_pb2.Job.FromString(built.SerializeToString()) == jobs_pb2.Job.FromString(expected.SerializeToString())
 
 
 @EXAMPLES

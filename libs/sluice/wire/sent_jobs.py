@@ -1,0 +1,48 @@
+"""The jobs a process sent on the bus, by the bytes of their message, for its own consumers of them.
+
+In embedded mode the matcher, the checker and the alerts service share a process: the matcher's route
+encodes each fired job as a JobTriggered, the in-process bus carries the bytes, and each consumer
+parsed them back into a job equal to the one the matcher had. With a SentJobs shared by the three
+(sluice_services.composition.build), a consumer takes the sender's job for the same bytes instead.
+Equal bytes are the same message, so what it takes is what it would have parsed. A miss (another
+process sent it, a restart, a consumer far behind) parses as before: over Kafka, in separate
+processes, every record misses and costs a dictionary lookup.
+"""
+from __future__ import annotations
+
+from sluice.domain.jobs import Job
+
+KEPT = 8192
+"""Messages kept at most, the oldest dropped first: a poll's worth many times over (a relay publishes
+a page of 500 events, then its consumers take them), bounded whatever the consumers do."""
+
+
+class SentJobs:
+    def __init__(self, readers: int, kept: int = KEPT) -> None:
+        """`readers`: the consumers of the jobs topic in this process; a message is dropped once each took it."""
+        if readers < 1:
+            raise ValueError(f"readers must be at least 1, got {readers}")
+        self._readers = readers
+        self._kept = kept
+        self._jobs: dict[bytes, list] = {}
+        """message bytes -> [job, takes left]"""
+
+    def sent(self, message: bytes, job: Job) -> None:
+        """`message` is the JobTriggered of `job`, as the route published it."""
+        jobs = self._jobs
+        jobs[message] = [job, self._readers]
+        if len(jobs) > self._kept:
+            jobs.pop(next(iter(jobs)), None)
+
+    def taken(self, message: bytes) -> Job | None:
+        """The job sent as these bytes, or None (parse them)."""
+        entry = self._jobs.get(message)
+        if entry is None:
+            return None
+        entry[1] -= 1
+        if entry[1] <= 0:
+            self._jobs.pop(message, None)
+        return entry[0]
+
+    def __len__(self) -> int:
+        return len(self._jobs)
