@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Mapping, NamedTuple
 from datetime import datetime
@@ -57,9 +58,10 @@ FIRE_BATCH = 1000
 """Schedules whose timers are due at once share one append of at most this many schedules."""
 FROZEN_AFTER_FIRES = 1000
 """A `fire_due` of at least this many fires freezes their survivors at its end (see there)."""
-FIRED_KEPT = 16_384
-"""Jobs fired and not routed yet kept for `sent_jobs` at most: a minute's burst of crons is fired whole
-before the relay routes the first (embedded mode); past this the oldest are routed from their events."""
+FIRED_KEPT = 131_072
+"""Jobs fired and not routed yet kept for `sent_jobs` at most (~0.9 KB each): a minute's burst of crons is fired
+whole before the relay routes the first (embedded mode), so a burst of 100,000 holds ~90 MB until it is routed;
+past this the oldest are routed from their events."""
 SHARED_NOTIFICATIONS = 1024
 """Notifications decoded once for all the schedules of a poll they concern (the first stage sends
 one copy per matches partition): equal protobuf bytes give the same object, which pending jobs share."""
@@ -112,7 +114,7 @@ class MatcherService:
         self._log = log
         self._clock = clock
         self._sent_jobs = sent_jobs
-        self._fired: dict[tuple[str, int], Job] = {}
+        self._fired: OrderedDict[tuple[str, int], Job] = OrderedDict()
         """(stream, version) -> the job its JobTriggered fired, committed and not routed yet (with `sent_jobs`)."""
         self._store: AggregateStore[MatcherState] = AggregateStore(log, TYPES, matching.evolve, MatcherState(),
                                                                      clock=clock, snapshot=SNAPSHOTS[0],
@@ -319,7 +321,7 @@ class MatcherService:
         kept = self._fired
         kept.update(fired)
         while len(kept) > FIRED_KEPT:  # a relay far behind routes the oldest from their events
-            kept.pop(next(iter(kept)))
+            kept.popitem(last=False)
 
     def _decide(self, decisions: Decisions, command: Command) -> None:
         match command:
