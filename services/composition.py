@@ -315,7 +315,7 @@ def alerts_spec(log: EventLog, clock: Clock, sent_jobs: SentJobs | None = None) 
 def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, settings: Settings,
           producer: Producer) -> list[ServiceSpec]:
     in_process = secrets.token_urlsafe(32) if {"datasets", "launcher"} <= set(names) else ""
-    sent_jobs = _sent_jobs(names)
+    sent_jobs = sent_jobs_for(names)
     factories = {
         "registry": lambda: registry_spec(log, clock, producer, bus),
         "matcher": lambda: matcher_spec(log, clock, producer, one_member=isinstance(bus, InProcessBus),
@@ -332,7 +332,8 @@ def build(names: tuple[str, ...], log: EventLog, bus: Bus, clock: Clock, setting
     return [factories[name]() for name in names]
 
 
-def _sent_jobs(names: tuple[str, ...]) -> SentJobs | None:
-    """Shared by a matcher and the consumers of its jobs in this process (sluice.wire.sent_jobs), if any."""
+def sent_jobs_for(names: tuple[str, ...]) -> SentJobs | None:
+    """What a process of these services shares between a matcher and the consumers of its jobs
+    (sluice.wire.sent_jobs): None without both."""
     readers = len({"checker", "alerts"} & set(names))
     return SentJobs(readers) if "matcher" in names and readers else None

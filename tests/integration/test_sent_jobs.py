@@ -11,6 +11,7 @@ from sluice.bus.topics import JOBS
 from sluice.clock import SimulatedClock
 from sluice.domain.common import Notification, PartitionCommitted, PartitionRef, ProgramRef
 from sluice.domain.constraints.specs import ConcurrencyConstraint
+from sluice.domain.jobs import Job, TriggerContext
 from sluice.domain.schedules import Schedule
 from sluice.domain.triggers import PartitionTrigger, TimeTrigger
 from sluice.eventlog.batched import expand_all
@@ -20,6 +21,7 @@ from sluice.wire.sent_jobs import SentJobs
 from sluice_services.alerts.service import AlertsService
 from sluice_services.catalogue import CHECKER, MATCHER
 from sluice_services.checker.service import CheckerService
+from sluice_services.composition import sent_jobs_for
 from sluice_services.matcher.service import MatcherService
 from tests.support.matcher_inputs import MatcherInputs
 
@@ -59,6 +61,12 @@ class Stack:
             handler = consumer.handlers()[JOBS]
             await handler.apply([(record, handler.parse(record)) for record in records])
 
+    async def fire_the_crons(self) -> None:
+        for schedule in SCHEDULES[:2]:
+            await self.inputs.observe(schedule.id, schedule)
+        self.clock.set(MINUTE)
+        self.matcher.fire_due()
+
     def route(self) -> list[Record]:
         """The matcher's relay: its new events routed, each message as the bus delivers it (a copy of the bytes)."""
         records = []
@@ -89,10 +97,7 @@ async def test_consumers_beside_the_matcher_take_its_jobs_and_write_what_parsing
 
 async def test_each_consumer_takes_a_job_once_then_parses_the_same_bytes_again(tmp_path):
     stack = Stack(tmp_path / "events.db", shared=True)
-    for schedule in SCHEDULES[:2]:
-        await stack.inputs.observe(schedule.id, schedule)
-    stack.clock.set(MINUTE)
-    stack.matcher.fire_due()
+    await stack.fire_the_crons()
     records = stack.route()
     assert len(stack.sent_jobs) == 2
     taken = [stack.checker.parse_job_triggered(record).job for record in records]
@@ -108,18 +113,21 @@ async def test_each_consumer_takes_a_job_once_then_parses_the_same_bytes_again(t
 
 async def test_a_restarted_matcher_routes_from_the_events_what_its_predecessor_fired(tmp_path):
     stack = Stack(tmp_path / "events.db", shared=True)
-    for schedule in SCHEDULES[:2]:
-        await stack.inputs.observe(schedule.id, schedule)
-    stack.clock.set(MINUTE)
-    stack.matcher.fire_due()
+    await stack.fire_the_crons()
     restarted = MatcherService(stack.log, stack.clock, SentJobs(readers=1))
     restarted.recover()
     stack.matcher = restarted
     from_events = [record.value for record in stack.route()]
 
     again = Stack(tmp_path / "again.db", shared=True)
-    for schedule in SCHEDULES[:2]:
-        await again.inputs.observe(schedule.id, schedule)
-    again.clock.set(MINUTE)
-    again.matcher.fire_due()
+    await again.fire_the_crons()
     assert from_events == [record.value for record in again.route()] and len(from_events) == 2
+
+
+def test_a_process_shares_one_only_with_a_matcher_and_a_consumer_of_its_jobs():
+    assert sent_jobs_for(("registry", "matcher", "checker", "alerts")) is not None
+    assert sent_jobs_for(("matcher",)) is None and sent_jobs_for(("checker", "alerts")) is None
+    job = Job("j-1", "s-cron", 1, PROGRAM, TriggerContext("s-cron", "cron"), MINUTE)
+    both = sent_jobs_for(("matcher", "checker", "alerts"))  # each consumer takes it
+    both.sent(b"m", job)
+    assert both.taken(b"m") is job and both.taken(b"m") is job and both.taken(b"m") is None

@@ -73,9 +73,10 @@ class SimulatedScheduler:
                                         max_parallel_runs=LAUNCH_SLOTS)
         settings.data_dir.mkdir(parents=True, exist_ok=True)  # as run_embedded makes it
         producer = self.bus.producer()
+        sent_jobs = composition.sent_jobs_for(("matcher", "checker"))  # as `build` wires the in-process bus
         specs = [composition.registry_spec(self.log, self.clock, producer),
-                 composition.matcher_spec(self.log, self.clock, producer, one_member=True),  # as `build` on it
-                 composition.checker_spec(self.log, self.clock, capacity)]
+                 composition.matcher_spec(self.log, self.clock, producer, one_member=True, sent_jobs=sent_jobs),
+                 composition.checker_spec(self.log, self.clock, capacity, sent_jobs=sent_jobs)]
         if launcher:
             datasets = composition.datasets_spec(self.log, self.clock, settings)
             specs.append(composition.launcher_spec(self.log, self.clock, settings, catalog=self.programs,
