@@ -5,7 +5,6 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
-
 from sluice.domain.jobs import Job, JobState, RetryPolicy, TriggerContext, WaitingJobPolicy
 from sluice.runtime.errors import MalformedMessage
 from sluice.v1 import jobs_pb2 as pb
@@ -28,16 +27,6 @@ from sluice.wire.common import (
     timestamp_from_proto,
     timestamp_to_proto,
 )
-
-
-def context_to_proto(context: TriggerContext) -> pb.TriggerContext:
-    return pb.TriggerContext(
-        schedule_id=context.schedule_id,
-        schedule_name=context.schedule_name,
-        properties=dict(context.properties),
-        notifications=[notification_to_proto(n) for n in context.notifications],
-        logical_time=timestamp_to_proto(context.logical_time),
-    )
 
 
 def context_from_proto(message: pb.TriggerContext) -> TriggerContext:
