@@ -72,6 +72,8 @@ class Cluster:
         self._settings = composition.Settings(data_dir=work_dir)
         self._supervised = supervised_programs
         self._one_member = one_member
+        self._sent_jobs = composition.sent_jobs_for(("matcher", "checker")) if one_member else None
+        """As `build` wires embedded mode; shared across a node's restarts (a job taken for equal bytes is the parse)."""
         self.nodes: dict[str, Node] = {}
         self.restarts: list[tuple[str, CrashPoint]] = []
         self._outside = None
@@ -232,11 +234,11 @@ class Cluster:
         await self._from_spec(node, composition.registry_spec(log, self.clock, producer), log, producer)
 
     async def _build_matcher(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
-        await self._from_spec(node, composition.matcher_spec(log, self.clock, producer, one_member=self._one_member),
-                              log, producer)
+        await self._from_spec(node, composition.matcher_spec(log, self.clock, producer, one_member=self._one_member,
+                                                             sent_jobs=self._sent_jobs), log, producer)
 
     async def _build_checker(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
-        await self._from_spec(node, composition.checker_spec(log, self.clock), log, producer)
+        await self._from_spec(node, composition.checker_spec(log, self.clock, sent_jobs=self._sent_jobs), log, producer)
 
     async def _build_datasets(self, node: Node, log: EventLog, producer: FaultyProducer) -> None:
         await self._from_spec(node, composition.datasets_spec(log, self.clock, self._settings), log, producer)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from sluice.bus.inprocess import InProcessBus
 from sluice.bus.port import Record
 from sluice.bus.topics import JOBS
 from sluice.clock import SimulatedClock
@@ -21,6 +22,7 @@ from sluice.wire.sent_jobs import SentJobs
 from sluice_services.alerts.service import AlertsService
 from sluice_services.catalogue import CHECKER, MATCHER
 from sluice_services.checker.service import CheckerService
+from sluice_services import composition
 from sluice_services.composition import sent_jobs_for
 from sluice_services.matcher.service import MatcherService
 from tests.support.matcher_inputs import MatcherInputs
@@ -131,3 +133,29 @@ def test_a_process_shares_one_only_with_a_matcher_and_a_consumer_of_its_jobs():
     both = sent_jobs_for(("matcher", "checker", "alerts"))  # each consumer takes it
     both.sent(b"m", job)
     assert both.taken(b"m") is job and both.taken(b"m") is job and both.taken(b"m") is None
+
+
+async def test_embedded_mode_shares_one_between_the_matcher_the_checker_and_the_alerts_service(tmp_path):
+    clock = SimulatedClock(MINUTE - timedelta(minutes=1))
+    log, bus = SqliteEventLog(tmp_path / "events.db", clock=clock), InProcessBus(clock=clock)
+    specs = {spec.name: spec for spec in composition.build(composition.SERVICES, log, bus, clock,
+                                                           composition.Settings(data_dir=tmp_path), bus.producer())}
+    matcher: MatcherService = specs["matcher"].route.__self__
+    checker: CheckerService = specs["checker"].route.__self__
+    alerts = next(task.__self__ for task in specs["alerts"].background if isinstance(task.__self__, AlertsService))
+    inputs = MatcherInputs(matcher)
+    for schedule in SCHEDULES[:2]:
+        await inputs.observe(schedule.id, schedule)
+    clock.set(MINUTE)
+    matcher.fire_due()
+    one, other = [Record(JOBS, 0, 0, message.key.encode(), message.value, (), 0)
+                  for recorded in log.read_all(0, 1000, MATCHER.stream_prefixes) for message in matcher.route(recorded)]
+
+    taken = checker.parse_job_triggered(one).job
+    assert checker.parse_job_triggered(one).job is taken  # the matcher's job, kept for a second reader
+
+    first = checker.parse_job_triggered(other).job
+    alerts.parse_job_triggered(other)  # the second reader
+    again = checker.parse_job_triggered(other).job
+    assert again == first and again is not first  # both took it: parsed
+    log.close()
