@@ -32,8 +32,11 @@ class GrpcBinding:
 
 
 MAX_DETAILS_CHARS = 1000
-"""A status message as sent: clients drop a status whose metadata passes 16 KiB (a message percent-encoded
-takes up to 12 bytes a character) and report RESOURCE_EXHAUSTED "Stream removed", naming no field."""
+MAX_DETAILS_BYTES = 4096
+"""A status message as sent is percent-encoded: a byte outside printable ASCII (and `%`) takes three, so a
+character up to twelve. Clients drop a status whose metadata passes 8 KiB, at random (gRPC's soft limit;
+always past 16 KiB), and report RESOURCE_EXHAUSTED "Stream removed", naming no field: a message is cut at
+MAX_DETAILS_CHARS characters or MAX_DETAILS_BYTES bytes encoded, whichever comes first."""
 
 
 def grpc_errors(method: Callable) -> Callable:
@@ -63,9 +66,17 @@ def grpc_errors(method: Callable) -> Callable:
 
 
 def _details(error: Exception) -> str:
-    """The error's message, cut short when it quotes a long value (the field's name comes first)."""
-    text = str(error)
-    return text if len(text) <= MAX_DETAILS_CHARS else f"{text[:MAX_DETAILS_CHARS]}... ({len(text)} characters)"
+    return status_details(str(error))
+
+
+def status_details(text: str) -> str:
+    """The message, cut short when it quotes a long value (the field's name comes first)."""
+    size = 0
+    for index, character in enumerate(text):
+        size += 1 if " " <= character <= "~" and character != "%" else 3 * len(character.encode(errors="replace"))
+        if index >= MAX_DETAILS_CHARS or size > MAX_DETAILS_BYTES:
+            return f"{text[:index]}... ({len(text)} characters)"
+    return text
 
 
 async def start_server(bindings: list[GrpcBinding], host: str = "127.0.0.1", port: int = 0,
