@@ -43,8 +43,7 @@ from sluice.runtime.timers import MAX_TIMER_SLEEP, run_timer_loop
 from sluice.runtime.unit_of_work import ConsumingUnitOfWork
 from sluice.waiting import wait_set
 from sluice.wire.common import notification_from_bytes
-from sluice.wire.jobs import job_triggered
-from sluice.wire.sent_jobs import SentJobs
+from sluice.wire.sent_jobs import SentJobs, job_received
 from sluice.wire.schedules import parse_schedule_change
 from sluice_services.alerts.webhooks import AiohttpSender, WebhookSender
 from sluice_services.catalogue import ALERTS
@@ -131,9 +130,7 @@ class AlertsService:
                                    schedule.name if schedule else None)
 
     def parse_job_triggered(self, record: Record) -> ObserveJobTriggered:
-        job = self._sent_jobs.taken(record.value) if self._sent_jobs is not None else None
-        if job is None:
-            job = job_triggered(record.value)
+        job = job_received(record.value, self._sent_jobs)
         return ObserveJobTriggered(job.schedule_id, job.id, job.triggered_at or job.created_at, job.joinable)
 
     @staticmethod

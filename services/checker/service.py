@@ -36,8 +36,7 @@ from sluice.runtime.unit_of_work import ConsumingUnitOfWork, retry_on_conflict
 from sluice.v1 import jobs_pb2
 from sluice.wire.common import notification_from_bytes
 from sluice.wire.job_json import job_message, jobs_messages
-from sluice.wire.jobs import job_triggered
-from sluice.wire.sent_jobs import SentJobs
+from sluice.wire.sent_jobs import SentJobs, job_received
 from sluice.wire.schedules import parse_schedule_change
 from sluice_services.catalogue import CHECKER
 from sluice_services.checker.arrived import ArrivedJobs
@@ -101,9 +100,7 @@ class CheckerService:
                 JOBS: BatchHandler(self.parse_job_triggered, self.apply)}
 
     def parse_job_triggered(self, record: Record) -> EnqueueJob:
-        job = self._sent_jobs.taken(record.value) if self._sent_jobs is not None else None
-        if job is None:
-            job = job_triggered(record.value)
+        job = job_received(record.value, self._sent_jobs)
         self._arrived.keep(job, record.value)
         return EnqueueJob(job, record.header(REPLAYED_FOR_HEADER) == GROUP)
 

@@ -59,9 +59,10 @@ FIRE_BATCH = 1000
 FROZEN_AFTER_FIRES = 1000
 """A `fire_due` of at least this many fires freezes their survivors at its end (see there)."""
 FIRED_KEPT = 131_072
-"""Jobs fired and not routed yet kept for `sent_jobs` at most (~0.9 KB each): a minute's burst of crons is fired
-whole before the relay routes the first (embedded mode), so a burst of 100,000 holds ~90 MB until it is routed;
-past this the oldest are routed from their events."""
+"""Jobs fired and not routed yet kept for `sent_jobs` at most (~0.9 KB each, beside the notifications their
+pending jobs held already): a minute's burst of crons is fired whole before the relay routes the first
+(embedded mode), so a burst of 100,000 holds ~90 MB until it is routed; past this the oldest are routed from
+their events."""
 SHARED_NOTIFICATIONS = 1024
 """Notifications decoded once for all the schedules of a poll they concern (the first stage sends
 one copy per matches partition): equal protobuf bytes give the same object, which pending jobs share."""

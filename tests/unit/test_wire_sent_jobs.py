@@ -7,7 +7,7 @@ import pytest
 
 from sluice.domain.common import ProgramRef
 from sluice.domain.jobs import Job, TriggerContext
-from sluice.wire.sent_jobs import SentJobs
+from sluice.wire.sent_jobs import KEPT_BYTES, SentJobs
 
 T0 = datetime(2026, 11, 28, 12, 30, tzinfo=timezone.utc)
 
@@ -45,3 +45,9 @@ def test_the_same_message_sent_again_waits_for_every_reader_again():
 def test_no_readers_is_refused():
     with pytest.raises(ValueError, match="readers"):
         SentJobs(readers=0)
+
+
+def test_a_message_too_large_to_keep_is_parsed_instead():
+    sent = SentJobs(readers=1)
+    sent.sent(b"m" * (KEPT_BYTES + 1), job(1))
+    assert len(sent) == 0 and sent.taken(b"m" * (KEPT_BYTES + 1)) is None

@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from sluice.domain.jobs import Job
+from sluice.wire.jobs import job_triggered
 
 KEPT = 131_072
 """Messages kept at most (~1.2 KB each with their job), the oldest dropped first. A relay publishes a page
 of the log before its consumers take any: 500 of the matcher's batch records hold up to ~35,000 fires, and
 a minute's burst of 100,000 crons is routed in three pages."""
+KEPT_BYTES = 4096
+"""A larger message (a context of many notifications, up to the bus's limit) is not kept: it is parsed,
+so what is kept stays within KEPT * KEPT_BYTES of messages."""
 
 
 class SentJobs:
@@ -32,6 +36,8 @@ class SentJobs:
 
     def sent(self, message: bytes, job: Job) -> None:
         """`message` is the JobTriggered of `job`, as the route published it."""
+        if len(message) > KEPT_BYTES:
+            return
         jobs = self._jobs
         jobs[message] = [job, self._readers]
         if len(jobs) > self._kept:
@@ -49,3 +55,10 @@ class SentJobs:
 
     def __len__(self) -> int:
         return len(self._jobs)
+
+
+def job_received(message: bytes, sent_jobs: SentJobs | None) -> Job:
+    """The job of a JobTriggered message off the bus: the one this process sent as these bytes, else
+    parsed (MalformedMessage when it is not one)."""
+    job = sent_jobs.taken(message) if sent_jobs is not None else None
+    return job if job is not None else job_triggered(message)
